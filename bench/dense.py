@@ -1,0 +1,124 @@
+"""Dense fp16/bf16 GEMM: this project's kernels against cuBLAS (torch.matmul) on the
+linear layers of real LLMs, on one GPU in one run.
+
+    python -m bench.dense [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--out docs/PERFORMANCE.md]
+
+Columns: time of the kernel the heuristic dispatches, time of the best kernel in the
+registry for that problem (exhaustive), cuBLAS time, and the ratios (cuBLAS / ours:
+above 1 means we are faster)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from pathlib import Path
+
+import torch
+import yaml
+
+from bench.timing import median_ms
+from gemm_runtime import Gemm
+from gemm_runtime.context import make_problem
+from gemm_runtime.types import MatrixLayout, Operation
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _problem_key(gemm: Gemm, a, b, out):
+    return make_problem(
+        Operation(), a, MatrixLayout.of(a), b, MatrixLayout.of(b), 0.0, None, None, out, MatrixLayout.of(out), gemm.device
+    ).key
+
+
+def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: bool) -> list[dict]:
+    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    gemm = Gemm()
+    rows = []
+    for dtype in dtypes:
+        for model in models:
+            for layer, (n, k) in shapes[model].items():
+                w = torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
+                for m in ms:
+                    a = torch.randn(m, k, device="cuda", dtype=dtype)
+                    out = torch.empty(m, n, device="cuda", dtype=dtype)
+                    b = w.t()
+                    key = _problem_key(gemm, a, b, out)
+                    chosen = gemm.select(key)
+                    t_ours = median_ms(lambda: gemm.matmul(a, b, out=out))
+                    t_cublas = median_ms(lambda: torch.matmul(a, b, out=out))
+                    best_name, t_best = chosen.name, t_ours
+                    if oracle:
+                        for kern in gemm.feasible(key):
+                            t = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=kern.name), reps=10)
+                            if t < t_best:
+                                best_name, t_best = kern.name, t
+                    flop = 2.0 * m * n * k
+                    rows.append(
+                        dict(
+                            dtype=str(dtype).replace("torch.", ""),
+                            model=model,
+                            layer=layer,
+                            m=m,
+                            n=n,
+                            k=k,
+                            ours_ms=t_ours,
+                            best_ms=t_best,
+                            cublas_ms=t_cublas,
+                            ours_tflops=flop / t_ours / 1e9,
+                            cublas_tflops=flop / t_cublas / 1e9,
+                            chosen=chosen.name,
+                            best=best_name,
+                        )
+                    )
+                    print(
+                        f"{rows[-1]['dtype']:8s} {model:11s} {layer:8s} M={m:5d} N={n:6d} K={k:6d}  "
+                        f"ours {t_ours*1e3:9.1f} us  best {t_best*1e3:9.1f} us  cuBLAS {t_cublas*1e3:9.1f} us  "
+                        f"cuBLAS/ours {t_cublas/t_ours:5.2f}",
+                        flush=True,
+                    )
+    return rows
+
+
+def markdown(rows: list[dict], device: str) -> str:
+    lines = [
+        "# Performance",
+        "",
+        f"Measured {datetime.date.today().isoformat()} on {device} by `python -m bench.dense` "
+        "(CUDA events, L2 flushed before each repetition, median). Times in microseconds; "
+        "`cuBLAS/ours` above 1 means this project is faster. `best` is the fastest registry "
+        "kernel for the problem (exhaustive), `ours` the kernel the heuristic picks.",
+        "",
+        "| dtype | model | layer | M | N | K | ours µs | best µs | cuBLAS µs | ours TFLOP/s | cuBLAS TFLOP/s | cuBLAS/ours | cuBLAS/best |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['dtype']} | {r['model']} | {r['layer']} | {r['m']} | {r['n']} | {r['k']} | "
+            f"{r['ours_ms']*1e3:.1f} | {r['best_ms']*1e3:.1f} | {r['cublas_ms']*1e3:.1f} | "
+            f"{r['ours_tflops']:.0f} | {r['cublas_tflops']:.0f} | {r['cublas_ms']/r['ours_ms']:.2f} | "
+            f"{r['cublas_ms']/r['best_ms']:.2f} |"
+        )
+    ratios = sorted(r["cublas_ms"] / r["ours_ms"] for r in rows)
+    if ratios:
+        lines += ["", f"Median cuBLAS/ours over {len(rows)} problems: {ratios[len(ratios)//2]:.2f} "
+                  f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f})."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
+    ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128, 1024, 4096])
+    ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    ap.add_argument("--no-oracle", action="store_true", help="skip timing every feasible kernel")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "PERFORMANCE.md")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = run(args.models, args.m, [getattr(torch, d) for d in args.dtypes], not args.no_oracle)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(markdown(rows, torch.cuda.get_device_name()))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

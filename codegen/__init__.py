@@ -1,0 +1,1 @@
+"""YAML kernel sets -> validated KernelSpecs -> rendered .cu files (``python -m codegen``)."""

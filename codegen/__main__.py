@@ -1,0 +1,43 @@
+"""``python -m codegen [--config A.yaml ...] [--out DIR]``: YAML kernel set -> .cu files.
+
+Without --config, every codegen/configs/*.yaml (sorted) is loaded; without --out,
+the repository's generated/ folder is written. A config error prints one line to
+stderr and exits 2 (no traceback: the message already says file, entry and field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from codegen.config import REPO_ROOT, ConfigError, default_config_paths, display_path, load_configs
+from codegen.render import write_generated
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codegen", description="Render YAML kernel sets into .cu files.")
+    parser.add_argument(
+        "--config", action="append", type=Path, metavar="YAML",
+        help="a kernel-set YAML file; repeat for several (default: codegen/configs/*.yaml)",
+    )  # fmt: skip
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "generated", help="output folder (default: generated/)")
+    args = parser.parse_args(argv)
+
+    paths: list[Path] = args.config or default_config_paths()
+    try:
+        loaded = load_configs(paths)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = write_generated(loaded, args.out)
+    print(
+        f"{len(loaded)} kernels from {len(paths)} files -> {display_path(args.out)} "
+        f"({len(result.written)} written, {len(result.unchanged)} unchanged, {len(result.removed)} removed)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,454 @@
+"""Load and validate kernel-set YAML files into KernelSpecs.
+
+Schema (see docs/CONFIG.md for the annotated version)::
+
+    families:
+      - name: sm80_f16           # [a-z0-9_]+, unique across all loaded files
+        arch: [80, 90]           # inclusive arch range the family is meant for; each in KNOWN_ARCHS
+        mainloop: sm80           # sm80 | sm70   (arch min must be >= the mainloop's minimum arch)
+        mma: m16n8k16            # m16n8k16 | m16n8k8 | m8n8k4 (must multiply a_type)
+        a_type: f16              # f16 | bf16
+        b_type: f16              # must equal a_type for now
+        acc_type: f32            # only f32
+        d_types: [f16, f32]      # each is a kernel: a_type or f32
+        b_orders: [nk, kn]       # each is a kernel
+        align: [8]               # each is a kernel: 8, 4, 2 or 1 elements per A/B vector access
+        tiles:                   # each is a kernel
+          - {cta: [128, 128, 32], warps: [2, 2, 1], stages: 4}
+
+Every (tile x d_type x b_order x align) of a family is one KernelSpec, in that
+nesting order (tiles outermost), files in the order given. Nothing is de-duplicated:
+repeats are errors. Every problem raises ConfigError naming the file, the entry and
+the field, what was given and what is accepted, e.g.::
+
+    codegen/configs/x.yaml: families[0] (sm80_f16).tiles[2]: field 'stages': got 1, accepted: an integer >= 2
+
+The checks mirror the static_asserts of templates/include/gemm/config.cuh, so a
+config that loads also compiles; they run here first because a YAML line number
+beats a template instantiation backtrace.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import yaml
+
+from codegen.spec import KernelSpec
+from codegen.vocabulary import ARCH_SMEM_LIMIT, IMPLEMENTED_ATOMS, KNOWN_ARCHS, BOrder, DataType, Mainloop, MmaAtom
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+_NAME_RE = re.compile(r"[a-z0-9_]+")
+_A_TYPES = (DataType.F16, DataType.BF16)  # the 16-bit types the mainloop loads
+_ACC_TYPES = (DataType.F32,)
+_ALIGNS = (8, 4, 2, 1)  # cp.async moves 16, 8 or 4 bytes; 1 goes through registers
+_MIN_STAGES, _MAX_STAGES = 2, 8  # deeper rings only burn shared memory
+_MMA_M = 16  # the warp loop steps in m16 tiles
+_LDMATRIX_N = 16  # one ldmatrix.x4 feeds two n8 MMAs
+_MAX_THREADS = 1024
+
+
+def _choices(members: Sequence[enum.Enum]) -> str:
+    return ", ".join(repr(m.value) for m in members)
+
+
+# What each key accepts (also the key order shown in messages), for "missing" and type errors.
+_TOP_ACCEPTS: dict[str, str] = {"families": "a non-empty list of families"}
+_FAMILY_ACCEPTS: dict[str, str] = {
+    "name": "a name matching [a-z0-9_]+",
+    "arch": f"[min, max] with min <= max, each one of {', '.join(map(str, KNOWN_ARCHS))}",
+    "mainloop": _choices(list(Mainloop)),
+    "mma": _choices(list(MmaAtom)),
+    "a_type": _choices(_A_TYPES),
+    "b_type": "the same type as a_type",
+    "acc_type": _choices(_ACC_TYPES),
+    "d_types": "a non-empty list of output types: a_type or 'f32'",
+    "b_orders": f"a non-empty list of {_choices(list(BOrder))}",
+    "align": f"a non-empty list of {', '.join(map(str, _ALIGNS))}",
+    "tiles": "a non-empty list of {cta: [m, n, k], warps: [m, n, k], stages: s}",
+}
+_TILE_ACCEPTS: dict[str, str] = {
+    "cta": "a list of 3 integers > 0 [m, n, k]",
+    "warps": "a list of 3 integers > 0 [m, n, k]",
+    "stages": f"an integer from {_MIN_STAGES} to {_MAX_STAGES}",
+}
+
+
+class ConfigError(ValueError):
+    """A config problem. ``entry`` and ``field`` are None where they do not apply
+    (an unreadable file, malformed YAML, a tile that is not a mapping...)."""
+
+    def __init__(self, path: str, entry: str | None, field: str | None, message: str) -> None:
+        self.path = path
+        self.entry = entry
+        self.field = field
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        parts = [self.path]
+        if self.entry:
+            parts.append(self.entry)
+        if self.field:
+            parts.append(f"field {self.field!r}")
+        return ": ".join(parts) + ": " + self.message
+
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    spec: KernelSpec
+    source: str  # "path:families[i] (name).tiles[j]": where the spec came from
+
+
+def _show(v: Any) -> str:
+    """A value as the user wrote it (YAML spellings for bool/null), kept short."""
+    if isinstance(v, bool):
+        text = "true" if v else "false"
+    elif v is None:
+        text = "null"
+    elif isinstance(v, str):
+        text = repr(v)
+    elif isinstance(v, list):
+        text = "[" + ", ".join(_show(x) for x in v) + "]"
+    elif isinstance(v, dict):
+        text = "{" + ", ".join(f"{_show(k)}: {_show(x)}" for k, x in v.items()) + "}"
+    else:
+        text = repr(v)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def display_path(path: str | Path) -> str:
+    """Paths inside the repo print relative to it (posix), so generated files and
+    error messages do not depend on the working directory; others print as given."""
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+@dataclass(frozen=True)
+class _Where:
+    path: str
+    entry: str | None
+
+    def fail(self, field: str | None, message: str) -> NoReturn:
+        raise ConfigError(self.path, self.entry, field, message)
+
+    def reject(self, field: str | None, got: Any, accepted: str, why: str = "") -> NoReturn:
+        """'got <value><why>, accepted: <accepted>': the one shape of a value error."""
+        self.reject_text(field, _show(got), accepted, why)
+
+    def reject_text(self, field: str | None, got: str, accepted: str, why: str = "") -> NoReturn:
+        self.fail(field, f"got {got}{why}, accepted: {accepted}")
+
+    def at(self, suffix: str) -> _Where:
+        return _Where(self.path, f"{self.entry}{suffix}" if self.entry else suffix)
+
+
+# ---- YAML loading ---------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects repeated mapping keys (PyYAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            dup = key in seen
+            seen.add(key)
+        except TypeError:  # unhashable key: construct_mapping reports it properly
+            continue
+        if dup:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+            )
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path, shown: str) -> Any:
+    where = _Where(shown, None)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        where.fail(None, f"cannot read the file: {e}")
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        where.fail(None, f"invalid YAML{at}: {e.problem or e.context}")
+    except yaml.YAMLError as e:
+        where.fail(None, f"invalid YAML: {e}")
+
+
+# ---- field parsers --------------------------------------------------------------------
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _check_keys(where: _Where, data: Any, accepts: dict[str, str], what: str) -> dict[Any, Any]:
+    """``data`` is a mapping with exactly the keys of ``accepts`` (key -> what it accepts)."""
+    keys = tuple(accepts)
+    if not isinstance(data, dict):
+        where.reject(None, data, f"a mapping with keys {', '.join(keys)}", f" ({what} must be a mapping)")
+    for key in data:
+        if key not in keys:
+            close = difflib.get_close_matches(str(key), keys, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            where.fail(str(key), f"unknown key{hint}, accepted keys: {', '.join(keys)}")
+    for key in keys:
+        if key not in data:
+            where.fail(key, f"missing, accepted: {accepts[key]}")
+    return data
+
+
+def _int(where: _Where, field: str, v: Any, accepted: str, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):  # YAML true/false are ints to Python
+        where.reject(field, v, accepted, " (a boolean)" if isinstance(v, bool) else "")
+    if lo is not None and v < lo:
+        where.reject(field, v, accepted)
+    if hi is not None and v > hi:
+        where.reject(field, v, accepted)
+    return v
+
+
+def _ints(where: _Where, field: str, v: Any, n: int, accepted: str, lo: int | None = None) -> tuple[int, ...]:
+    if not isinstance(v, list) or len(v) != n:
+        where.reject(field, v, accepted)
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int) or (lo is not None and x < lo):
+            where.reject(field, v, accepted)
+    return tuple(v)
+
+
+def _enum(where: _Where, field: str, v: Any, choices: Sequence[E], why: str = "") -> E:
+    for m in choices:
+        if isinstance(v, str) and m.value == v:
+            return m
+    where.reject(field, v, _choices(choices), why)
+
+
+def _list(where: _Where, field: str, v: Any, accepted: str, repeats: bool = False) -> list[Any]:
+    """A non-empty list, by default without repeats: a repeat would be a silent duplicate kernel."""
+    if not isinstance(v, list) or not v:
+        where.reject(field, v, accepted)
+    if repeats:
+        return v
+    shown = [_show(x) for x in v]
+    for i, s in enumerate(shown):
+        if s in shown[:i]:
+            where.reject(field, v, f"{accepted}, without repeats", f" ({s} is listed twice)")
+    return v
+
+
+# ---- family and tile ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Family:
+    name: str
+    arch: tuple[int, int]
+    mainloop: Mainloop
+    mma: MmaAtom
+    a_type: DataType
+    b_type: DataType
+    acc_type: DataType
+    d_types: list[DataType]
+    b_orders: list[BOrder]
+    aligns: list[int]
+    tiles: list[Any]
+
+
+def _parse_family(where: _Where, data: Any) -> _Family:
+    keys = tuple(_FAMILY_ACCEPTS)
+    if not isinstance(data, dict):
+        where.reject(None, data, f"a mapping with keys {', '.join(keys)}", " (a family must be a mapping)")
+    # A valid name goes into the entry, so every later message says which family it is.
+    name = data.get("name")
+    if isinstance(name, str) and _NAME_RE.fullmatch(name):
+        where = _Where(where.path, f"{where.entry} ({name})")
+    _check_keys(where, data, _FAMILY_ACCEPTS, "a family")
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        where.reject("name", name, _FAMILY_ACCEPTS["name"])
+
+    lo, hi = _ints(where, "arch", data["arch"], 2, _FAMILY_ACCEPTS["arch"])
+    arch = (lo, hi)
+    for a in arch:
+        if a not in KNOWN_ARCHS:
+            where.reject("arch", data["arch"], _FAMILY_ACCEPTS["arch"], f" ({a} is not a known arch)")
+    if arch[0] > arch[1]:
+        where.reject("arch", data["arch"], _FAMILY_ACCEPTS["arch"], " (min > max)")
+
+    mainloop = _enum(where, "mainloop", data["mainloop"], list(Mainloop))
+    if mainloop.min_arch > arch[0]:
+        fits = [m for m in Mainloop if m.min_arch <= arch[0]]
+        where.reject(
+            "mainloop",
+            mainloop.value,
+            (_choices(fits) or "none") + f" (a mainloop running on arch {arch[0]})",
+            f" (needs arch >= {mainloop.min_arch}, but arch starts at {arch[0]})",
+        )
+
+    mma = _enum(where, "mma", data["mma"], list(MmaAtom))
+    a_type = _enum(where, "a_type", data["a_type"], _A_TYPES)
+    # NOTE: an atom that is not native anywhere in the arch range is fine: whether it
+    # is emulated or rejected is decided where kernels are built for a device.
+    if a_type not in mma.supported_types:
+        atoms = [m for m in MmaAtom if a_type in m.supported_types]
+        where.reject("mma", mma.value, f"{_choices(atoms)} (atoms that multiply {a_type.value})",
+                     f" (does not multiply a_type {a_type.value!r})")
+    if mma not in IMPLEMENTED_ATOMS[mainloop]:
+        where.reject("mma", mma.value, (_choices(IMPLEMENTED_ATOMS[mainloop]) or "none yet")
+                     + f" (the atoms the {mainloop.value} mainloop implements)")
+    b_type = _enum(where, "b_type", data["b_type"], (a_type,), " (b_type must equal a_type for now)")
+    acc_type = _enum(where, "acc_type", data["acc_type"], _ACC_TYPES)
+
+    d_types = [
+        _enum(where, f"d_types[{i}]", v, (a_type, DataType.F32), " (an output is a_type or f32)")
+        for i, v in enumerate(_list(where, "d_types", data["d_types"], _FAMILY_ACCEPTS["d_types"]))
+    ]
+    b_orders = [
+        _enum(where, f"b_orders[{i}]", v, list(BOrder))
+        for i, v in enumerate(_list(where, "b_orders", data["b_orders"], _FAMILY_ACCEPTS["b_orders"]))
+    ]
+    aligns = _list(where, "align", data["align"], _FAMILY_ACCEPTS["align"])
+    for i, v in enumerate(aligns):
+        if isinstance(v, bool) or not isinstance(v, int) or v not in _ALIGNS:  # 8.0 == 8, True == 1
+            where.reject(f"align[{i}]", v, ", ".join(map(str, _ALIGNS)))
+    # Repeated tiles surface as duplicate kernels, with both tile entries named.
+    tiles = _list(where, "tiles", data["tiles"], _FAMILY_ACCEPTS["tiles"], repeats=True)
+    return _Family(name, arch, mainloop, mma, a_type, b_type, acc_type, d_types, b_orders, list(aligns), tiles)
+
+
+def _parse_tile(where: _Where, fam: _Family, data: Any) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+    _check_keys(where, data, _TILE_ACCEPTS, "a tile")
+    cta = _ints(where, "cta", data["cta"], 3, _TILE_ACCEPTS["cta"], lo=1)
+    warps = _ints(where, "warps", data["warps"], 3, _TILE_ACCEPTS["warps"], lo=1)
+    stages = data["stages"]
+    _int(where, "stages", stages, f"an integer >= {_MIN_STAGES}", lo=_MIN_STAGES)
+    _int(where, "stages", stages, f"an integer <= {_MAX_STAGES} (deeper pipelines only use up shared memory)",
+         hi=_MAX_STAGES)
+
+    got_warps = f"{_show(list(warps))} for cta {_show(list(cta))}"
+    for dim, c, w in zip("MNK", cta, warps, strict=True):
+        if c % w:
+            where.reject_text("warps", got_warps, "warp counts that divide the cta tile in every dim",
+                              f" (cta {dim} = {c} is not a multiple of {w})")
+    threads = 32 * warps[0] * warps[1] * warps[2]
+    if threads > _MAX_THREADS:
+        where.reject_text("warps", got_warps, f"at most {_MAX_THREADS // 32} warps ({_MAX_THREADS} threads)",
+                          f" ({threads} threads)")
+    warp_tile = [c // w for c, w in zip(cta, warps, strict=True)]
+    need = {
+        "M": (_MMA_M, f"the MMA's M {_MMA_M}"),
+        "N": (_LDMATRIX_N, "16: two n8 MMAs per ldmatrix.x4"),
+        "K": (fam.mma.shape[2], f"the K {fam.mma.shape[2]} of mma {fam.mma.value!r}"),
+    }
+    for dim, size in zip("MNK", warp_tile, strict=True):
+        mult, why = need[dim]
+        if size % mult:
+            where.reject_text("cta", f"{_show(list(cta))} with warps {_show(list(warps))}",
+                              f"a warp tile (cta / warps) whose {dim} is a multiple of {why}",
+                              f" (warp tile {_show(warp_tile)}, {dim} = {size})")
+    return cta, warps, stages  # type: ignore[return-value]
+
+
+def _check_kernel(where: _Where, spec: KernelSpec) -> None:
+    """The checks that depend on b_order and align, i.e. on the whole kernel."""
+    _, n, k = spec.cta
+    rows = {"cta K": k} if spec.b_order is BOrder.NK else {"cta K": k, "cta N": n}
+    for what, size in rows.items():
+        if size % spec.align:
+            ok = ", ".join(str(a) for a in _ALIGNS if all(s % a == 0 for s in rows.values()))
+            where.reject("align", spec.align, f"{ok} (alignments dividing {' and '.join(rows)})",
+                         f" ({what} = {size} is not a multiple of it; b_order {spec.b_order.value!r})")
+    # Each thread copies one fixed column of a tile (templates/include/gemm/tile_copy.cuh).
+    m, _, _ = spec.cta
+    tile_rows = {"A (cta K)": k, "B (cta K)" if spec.b_order is BOrder.NK else "B (cta N)":
+                 k if spec.b_order is BOrder.NK else n}
+    for what, width in tile_rows.items():
+        per_row = width // spec.align if width % spec.align == 0 else 0
+        if per_row and spec.threads % per_row:
+            where.reject("warps", list(spec.warps),
+                         f"a thread count that is a multiple of the {per_row} vectors in a row of tile {what}",
+                         f" ({spec.threads} threads; align {spec.align})")
+    if not spec.archs_that_fit(KNOWN_ARCHS):
+        in_range = [a for a in KNOWN_ARCHS if spec.arch_min <= a <= spec.arch_max]
+        best = max(in_range, key=lambda a: ARCH_SMEM_LIMIT[a])
+        limit = ARCH_SMEM_LIMIT[best]
+        where.reject(
+            "stages",
+            spec.stages,
+            f"a tile and stage count within {limit} bytes",
+            f" (cta {_show(list(spec.cta))} with b_order {spec.b_order.value!r} needs {spec.smem_bytes} bytes of "
+            f"shared memory; the limit is {limit} bytes, on sm_{best}, the largest in arch "
+            f"[{spec.arch_min}, {spec.arch_max}])",
+        )
+
+
+# ---- entry points ---------------------------------------------------------------------
+
+
+def default_config_paths() -> list[Path]:
+    """codegen/configs/*.yaml, sorted: the default kernel set."""
+    return sorted(DEFAULT_CONFIG_DIR.glob("*.yaml"))
+
+
+def load_configs(paths: Sequence[str | Path]) -> list[LoadedKernel]:
+    """All kernels of ``paths``, in order; ConfigError on the first problem."""
+    kernels: list[LoadedKernel] = []
+    families: dict[str, str] = {}  # family name -> where it was defined
+    names: dict[str, str] = {}  # kernel name -> source
+    for path in paths:
+        shown = display_path(path)
+        data = _read_yaml(Path(path), shown)
+        top = _Where(shown, None)
+        if not isinstance(data, dict):
+            top.reject(None, data, "a mapping with the key 'families'", " (the top level must be a mapping)")
+        _check_keys(top, data, _TOP_ACCEPTS, "the top level")
+        fams = _list(top, "families", data["families"], _TOP_ACCEPTS["families"], repeats=True)
+
+        for i, fam_data in enumerate(fams):
+            fam = _parse_family(_Where(shown, f"families[{i}]"), fam_data)
+            where = _Where(shown, f"families[{i}] ({fam.name})")
+            if fam.name in families:
+                where.reject("name", fam.name, "a family name not used elsewhere",
+                             f" (also the name of {families[fam.name]})")
+            families[fam.name] = f"{shown}:{where.entry}"
+
+            for j, tile_data in enumerate(fam.tiles):
+                tile_where = where.at(f".tiles[{j}]")
+                cta, warps, stages = _parse_tile(tile_where, fam, tile_data)
+                source = f"{shown}:{tile_where.entry}"
+                for d_type in fam.d_types:
+                    for b_order in fam.b_orders:
+                        for align in fam.aligns:
+                            spec = KernelSpec(
+                                family=fam.name, mainloop=fam.mainloop, mma=fam.mma, a_type=fam.a_type,
+                                b_type=fam.b_type, acc_type=fam.acc_type, d_type=d_type, cta=cta, warps=warps,
+                                stages=stages, b_order=b_order, align=align, arch_min=fam.arch[0],
+                                arch_max=fam.arch[1],
+                            )  # fmt: skip
+                            _check_kernel(tile_where, spec)
+                            if spec.name in names:
+                                tile_where.fail(None, f"kernel {spec.name!r} is defined twice: here and at "
+                                                      f"{names[spec.name]}; accepted: each kernel once")
+                            names[spec.name] = source
+                            kernels.append(LoadedKernel(spec, source))
+    return kernels

@@ -1,0 +1,69 @@
+"""The kernel parameter struct, declared once.
+
+The C++ struct (rendered into every generated kernel) and the Python packing
+(``gemm_runtime.launch``) both come from ``PARAM_FIELDS``; a generated
+``static_assert`` on ``sizeof`` catches any disagreement at compile time.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ParamField:
+    name: str
+    cpp: str  # C++ type
+    fmt: str  # struct module format character
+
+    @property
+    def size(self) -> int:
+        return struct.calcsize(self.fmt)
+
+
+_PTR_IN = ("const void*", "Q")
+_PTR_OUT = ("void*", "Q")
+_I64 = ("long long", "q")
+_I32 = ("int", "i")
+_F32 = ("float", "f")
+
+# NOTE: ordered by size, largest first, so natural C++ alignment adds no padding
+# and the struct module's "=" layout (no padding) matches byte for byte.
+PARAM_FIELDS: tuple[ParamField, ...] = tuple(
+    ParamField(name, cpp, fmt)
+    for name, (cpp, fmt) in [
+        ("A", _PTR_IN),
+        ("B", _PTR_IN),
+        ("C", _PTR_IN),
+        ("D", _PTR_OUT),
+        ("U", _PTR_IN),  # reserved: per-row scales of A
+        ("V", _PTR_IN),  # reserved: group-wise scales / zeros of B
+        ("lda", _I64),
+        ("ldb", _I64),
+        ("ldc", _I64),
+        ("ldd", _I64),
+        ("ldu", _I64),
+        ("ldv", _I64),
+        ("M", _I32),
+        ("N", _I32),
+        ("K", _I32),
+        ("alpha", _F32),
+        ("beta", _F32),
+        ("pad0", _I32),  # keeps sizeof a multiple of 8
+    ]
+)
+
+PARAM_STRUCT = struct.Struct("=" + "".join(f.fmt for f in PARAM_FIELDS))
+PARAM_NAMES = tuple(f.name for f in PARAM_FIELDS)
+
+
+def cpp_struct(name: str = "GemmParams") -> str:
+    """The C++ declaration of the parameter struct, with a size check."""
+    lines = [f"struct {name} {{"]
+    lines += [f"  {f.cpp} {f.name};" for f in PARAM_FIELDS]
+    lines.append("};")
+    lines.append(
+        f'static_assert(sizeof({name}) == {PARAM_STRUCT.size}, "parameter struct differs from codegen/params.py");'
+    )
+    return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""KernelSpec: one kernel's identity. Frozen; its name is derived from its fields."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, Mainloop, MmaAtom, parse_enum
+
+_SMEM_PAD = 8  # elements of padding per shared row; mirrors GemmConfig::kPad
+
+
+def _dims(v: tuple[int, ...]) -> str:
+    return "x".join(str(x) for x in v)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything that makes one generated kernel distinct.
+
+    Each field's metadata ``token`` renders it into the kernel name, in field
+    order, so a field added here appears in every name by itself. Fields with
+    ``token=None`` do not change the code and stay out of the name.
+    """
+
+    family: str = field(metadata={"token": str})
+    mainloop: Mainloop = field(metadata={"token": lambda v: v.value})
+    mma: MmaAtom = field(metadata={"token": lambda v: v.value})
+    a_type: DataType = field(metadata={"token": lambda v: "a" + v.value})
+    b_type: DataType = field(metadata={"token": lambda v: "b" + v.value})
+    acc_type: DataType = field(metadata={"token": lambda v: "acc" + v.value})
+    d_type: DataType = field(metadata={"token": lambda v: "d" + v.value})
+    cta: tuple[int, int, int] = field(metadata={"token": _dims})
+    warps: tuple[int, int, int] = field(metadata={"token": lambda v: "w" + _dims(v)})
+    stages: int = field(metadata={"token": lambda v: f"s{v}"})
+    b_order: BOrder = field(metadata={"token": lambda v: v.value})
+    align: int = field(metadata={"token": lambda v: f"align{v}"})
+    # Where the kernel is meant to run (inclusive); not part of the code, so not of the name.
+    arch_min: int = field(default=80, metadata={"token": None})
+    arch_max: int = field(default=90, metadata={"token": None})
+
+    # ---- identity -------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        tokens = []
+        for f in dataclasses.fields(self):
+            fmt = f.metadata.get("token")
+            if fmt is not None:
+                tokens.append(fmt(getattr(self, f.name)))
+        return "gemm_" + "_".join(tokens)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.value if hasattr(v, "value") else (list(v) if isinstance(v, tuple) else v)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "KernelSpec":
+        kinds = {
+            "mainloop": Mainloop,
+            "mma": MmaAtom,
+            "a_type": DataType,
+            "b_type": DataType,
+            "acc_type": DataType,
+            "d_type": DataType,
+            "b_order": BOrder,
+        }
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                raise ValueError(f"kernel spec is missing field {f.name!r}")
+            v = data[f.name]
+            if f.name in kinds:
+                v = parse_enum(kinds[f.name], v)
+            elif f.name in ("cta", "warps"):
+                v = tuple(int(x) for x in v)
+            kwargs[f.name] = v
+        return cls(**kwargs)
+
+    # ---- derived quantities (mirrors templates/include/gemm/config.cuh) -------------
+    @property
+    def threads(self) -> int:
+        wm, wn, wk = self.warps
+        return 32 * wm * wn * wk
+
+    @property
+    def warp_tile(self) -> tuple[int, int, int]:
+        return tuple(c // w for c, w in zip(self.cta, self.warps))  # type: ignore[return-value]
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: the stage ring, or the K-slice reduction if larger."""
+        m, n, k = self.cta
+        a_bytes = m * (k + _SMEM_PAD) * 2
+        if self.b_order is BOrder.NK:
+            b_bytes = n * (k + _SMEM_PAD) * 2
+        else:
+            b_bytes = k * (n + _SMEM_PAD) * 2
+        pipeline = self.stages * (a_bytes + b_bytes)
+        reduce = (self.warps[2] - 1) * m * n * 4
+        return max(pipeline, reduce)
+
+    def archs_that_fit(self, archs: tuple[int, ...] | list[int]) -> list[int]:
+        """The archs of ``archs`` inside this kernel's range whose shared memory holds it."""
+        return [
+            a
+            for a in archs
+            if self.arch_min <= a <= self.arch_max and self.smem_bytes <= ARCH_SMEM_LIMIT.get(a, 0)
+        ]

@@ -1,0 +1,120 @@
+"""The one vocabulary table: every enum the generator and the runtime share, with
+its YAML spelling, its C++ spelling and its size. Nothing else spells these."""
+
+from __future__ import annotations
+
+import enum
+
+
+class DataType(enum.Enum):
+    """Element types. ``value`` is the short name used in YAML, kernel names and caches."""
+
+    F16 = "f16"
+    BF16 = "bf16"
+    F32 = "f32"
+    U4 = "u4"
+    U8 = "u8"
+
+    @property
+    def bits(self) -> int:
+        return _DTYPE_BITS[self]
+
+    @property
+    def cpp(self) -> str:
+        """The device-side tag type (templates/include/gemm/numeric.cuh)."""
+        try:
+            return _DTYPE_CPP[self]
+        except KeyError:
+            raise ValueError(f"data type {self.value!r} has no device tag type yet") from None
+
+
+_DTYPE_BITS = {DataType.F16: 16, DataType.BF16: 16, DataType.F32: 32, DataType.U4: 4, DataType.U8: 8}
+_DTYPE_CPP = {DataType.F16: "gemm::Half", DataType.BF16: "gemm::BFloat16", DataType.F32: "gemm::Float32"}
+
+
+class Order(enum.Enum):
+    """Storage order of a matrix described as (rows, cols)."""
+
+    ROW_MAJOR = "row"
+    COL_MAJOR = "col"
+
+
+class BOrder(enum.Enum):
+    """How B (K x N in the math) is stored.
+
+    ``nk``: N x K row-major, K contiguous (the ``torch.nn.Linear`` weight; B col-major).
+    ``kn``: K x N row-major, N contiguous.
+    """
+
+    NK = "nk"
+    KN = "kn"
+
+    @property
+    def cpp(self) -> str:
+        return {BOrder.NK: "gemm::OrderB::kNK", BOrder.KN: "gemm::OrderB::kKN"}[self]
+
+    @property
+    def order(self) -> Order:
+        """The order of the K x N matrix B this storage amounts to."""
+        return Order.COL_MAJOR if self is BOrder.NK else Order.ROW_MAJOR
+
+
+class Mainloop(enum.Enum):
+    SM80 = "sm80"  # multi-stage cp.async pipeline
+    SM70 = "sm70"  # register-staged double buffer
+
+    @property
+    def min_arch(self) -> int:
+        return {Mainloop.SM80: 80, Mainloop.SM70: 70}[self]
+
+    @property
+    def header(self) -> str:
+        return {Mainloop.SM80: "gemm/kernel_sm80.cuh", Mainloop.SM70: "gemm/kernel_sm70.cuh"}[self]
+
+    @property
+    def entry(self) -> str:
+        return {Mainloop.SM80: "gemm::gemm_sm80", Mainloop.SM70: "gemm::gemm_sm70"}[self]
+
+
+class MmaAtom(enum.Enum):
+    M16N8K16 = "m16n8k16"
+    M16N8K8 = "m16n8k8"
+    M8N8K4 = "m8n8k4"
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return {MmaAtom.M16N8K16: (16, 8, 16), MmaAtom.M16N8K8: (16, 8, 8), MmaAtom.M8N8K4: (8, 8, 4)}[self]
+
+    @property
+    def native_archs(self) -> tuple[int, int]:
+        """Inclusive arch range where the instruction runs in hardware at full rate."""
+        return {MmaAtom.M16N8K16: (80, 999), MmaAtom.M16N8K8: (75, 999), MmaAtom.M8N8K4: (70, 75)}[self]
+
+    @property
+    def supported_types(self) -> tuple[DataType, ...]:
+        if self is MmaAtom.M16N8K16:
+            return (DataType.F16, DataType.BF16)
+        return (DataType.F16,)
+
+
+# Real architectures the project builds for, and the dynamic shared memory a CTA
+# may opt into on each (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+ARCH_SMEM_LIMIT = {70: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
+KNOWN_ARCHS = tuple(sorted(ARCH_SMEM_LIMIT))
+
+
+def parse_enum(enum_cls: type[enum.Enum], text: object) -> enum.Enum:
+    """YAML spelling -> enum member, or ValueError listing what is accepted."""
+    for member in enum_cls:
+        if member.value == text:
+            return member
+    accepted = ", ".join(repr(m.value) for m in enum_cls)
+    raise ValueError(f"{text!r} is not one of {accepted}")
+
+
+# (mainloop -> MMA atoms) that templates/include implements; a config asking for
+# another pairing is rejected before anything is rendered.
+IMPLEMENTED_ATOMS: dict[Mainloop, tuple[MmaAtom, ...]] = {
+    Mainloop.SM80: (MmaAtom.M16N8K16,),
+    Mainloop.SM70: (),
+}

@@ -1,0 +1,173 @@
+"""Turn one call into a Problem (validated geometry, pointers, alignment) and decide
+which kernels can serve it. Every check here runs before anything is launched."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from codegen.spec import KernelSpec
+from codegen.vocabulary import BOrder, DataType, Order
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.types import Epilogue, MatrixLayout, Operation, torch_dtype
+
+_INPUT_TYPES = (DataType.F16, DataType.BF16)
+_MAX_GRID_Y = 65535
+_INT32_MAX = 2**31 - 1
+
+
+class ProblemKey(NamedTuple):
+    """Everything that decides which kernels are feasible and which is fastest."""
+
+    a_type: DataType
+    b_order: BOrder
+    d_type: DataType
+    align: int  # elements every row of A and B (and their bases) are aligned to
+    m: int
+    n: int
+    k: int
+
+
+class Problem(NamedTuple):
+    key: ProblemKey
+    a: int
+    b: int
+    c: int
+    d: int
+    lda: int
+    ldb: int
+    ldc: int
+    ldd: int
+    read_c: bool
+
+
+def vector_align(ptr: int, ld: int, elem_bytes: int, lines: int) -> int:
+    """The widest vector (8, 4, 2 or 1 elements) every line of a matrix starts on."""
+    for v in (8, 4, 2):
+        if ptr % (v * elem_bytes) == 0 and (lines <= 1 or ld % v == 0):
+            return v
+    return 1
+
+
+def _layout(name: str, desc: object) -> MatrixLayout:
+    if not isinstance(desc, MatrixLayout):
+        raise GemmArgumentError(name, type(desc).__name__, "a gemm_runtime.MatrixLayout")
+    for field in ("rows", "cols", "ld"):
+        v = getattr(desc, field)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > _INT32_MAX:
+            raise GemmArgumentError(f"{name}.{field}", v, f"an integer in [0, {_INT32_MAX}]")
+    if desc.ld < max(desc.inner, 1):
+        line = "row" if desc.order is Order.ROW_MAJOR else "column"
+        raise GemmArgumentError(f"{name}.ld", desc.ld, f">= {max(desc.inner, 1)} (the {line} length) for {desc.order.value}-major")
+    return desc
+
+
+def _pointer(name: str, operand: object, desc: MatrixLayout, device: torch.device) -> int:
+    """Check a tensor (or raw device pointer) against its layout; return the address."""
+    elem = desc.type.bits // 8
+    if isinstance(operand, int) and not isinstance(operand, bool):
+        ptr = operand
+    elif isinstance(operand, torch.Tensor):
+        if operand.device != device:
+            raise GemmArgumentError(f"{name}.device", operand.device, f"{device} (the Gemm's device)")
+        expected = torch_dtype(desc.type)
+        if operand.dtype != expected:
+            raise GemmArgumentError(f"{name}.dtype", operand.dtype, f"{expected} (as its layout says: {desc.type.value})")
+        available = operand.untyped_storage().nbytes() - operand.storage_offset() * operand.element_size()
+        if desc.span * elem > available:
+            raise GemmArgumentError(
+                f"{name}", f"{available} bytes of storage", f">= {desc.span * elem} bytes for its layout {desc}"
+            )
+        ptr = operand.data_ptr()
+    else:
+        raise GemmArgumentError(name, type(operand).__name__, "a CUDA torch.Tensor or a device pointer (int)")
+    if ptr % elem:
+        raise GemmArgumentError(f"{name} address", hex(ptr), f"a multiple of the element size, {elem} bytes")
+    return ptr
+
+
+def _overlaps(p0: int, n0: int, p1: int, n1: int) -> bool:
+    return n0 > 0 and n1 > 0 and p0 < p1 + n1 and p1 < p0 + n0
+
+
+def make_problem(
+    operation: Operation,
+    A: object,
+    Adesc: object,
+    B: object,
+    Bdesc: object,
+    beta: float,
+    C: object,
+    Cdesc: object,
+    D: object,
+    Ddesc: object,
+    device: torch.device,
+) -> Problem:
+    if not isinstance(operation, Operation):
+        raise GemmArgumentError("operation", type(operation).__name__, "a gemm_runtime.Operation")
+    if operation.quant_a is not None or operation.quant_b is not None:
+        raise GemmArgumentError(
+            "operation.quant_a/quant_b", (operation.quant_a, operation.quant_b), "None (quantized operands are not built yet)"
+        )
+    if operation.epilogue is not Epilogue.NONE:
+        raise GemmArgumentError("operation.epilogue", operation.epilogue, "Epilogue.NONE")
+
+    a, b, d = _layout("Adesc", Adesc), _layout("Bdesc", Bdesc), _layout("Ddesc", Ddesc)
+    if a.type not in _INPUT_TYPES:
+        raise GemmArgumentError("Adesc.type", a.type.value, "f16, bf16")
+    if a.order is not Order.ROW_MAJOR:
+        raise GemmArgumentError("Adesc.order", a.order.value, "row (A is M x K with K contiguous)")
+    if b.type is not a.type:
+        raise GemmArgumentError("Bdesc.type", b.type.value, f"{a.type.value} (the type of A)")
+    if b.rows != a.cols:
+        raise GemmArgumentError("Bdesc.rows", b.rows, f"{a.cols} (= K, the columns of A)")
+    m, k, n = a.rows, a.cols, b.cols
+    if d.order is not Order.ROW_MAJOR:
+        raise GemmArgumentError("Ddesc.order", d.order.value, "row")
+    if (d.rows, d.cols) != (m, n):
+        raise GemmArgumentError("Ddesc shape", (d.rows, d.cols), f"({m}, {n}) = (M, N)")
+    if d.type not in (a.type, DataType.F32):
+        raise GemmArgumentError("Ddesc.type", d.type.value, f"{a.type.value} or f32")
+
+    read_c = float(beta) != 0.0
+    c_ptr, ldc = 0, 0
+    if read_c:
+        if C is None or Cdesc is None:
+            raise GemmArgumentError("C", None, "a matrix (and Cdesc) when beta != 0")
+        c = _layout("Cdesc", Cdesc)
+        if c.order is not Order.ROW_MAJOR or (c.rows, c.cols) != (m, n) or c.type is not d.type:
+            raise GemmArgumentError(
+                "Cdesc", c, f"row-major {m} x {n} of type {d.type.value} (C matches D in shape and type)"
+            )
+        c_ptr, ldc = _pointer("C", C, c, device), c.ld
+
+    a_ptr = _pointer("A", A, a, device)
+    b_ptr = _pointer("B", B, b, device)
+    d_ptr = _pointer("D", D, d, device)
+    d_bytes = d.span * d.type.bits // 8
+    for name, ptr, desc in (("A", a_ptr, a), ("B", b_ptr, b)):
+        if _overlaps(d_ptr, d_bytes, ptr, desc.span * desc.type.bits // 8):
+            raise GemmArgumentError("D", f"memory overlapping {name}", f"an output that does not alias {name}")
+
+    elem = a.type.bits // 8
+    align = min(vector_align(a_ptr, a.ld, elem, a.outer), vector_align(b_ptr, b.ld, elem, b.outer))
+    b_order = BOrder.KN if b.order is Order.ROW_MAJOR else BOrder.NK
+    key = ProblemKey(a.type, b_order, d.type, align, m, n, k)
+    return Problem(key, a_ptr, b_ptr, c_ptr, d_ptr, a.ld, b.ld, ldc, d.ld, read_c)
+
+
+def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
+    """Why ``spec`` cannot compute ``key``, or None if it can."""
+    if spec.a_type is not key.a_type or spec.b_type is not key.a_type:
+        return f"operand type is not {key.a_type.value}"
+    if spec.b_order is not key.b_order:
+        return f"B order is not {key.b_order.value}"
+    if spec.d_type is not key.d_type:
+        return f"output type is not {key.d_type.value}"
+    if spec.align > key.align:
+        return f"needs rows aligned to {spec.align} elements, problem has {key.align}"
+    if math.ceil(key.n / spec.cta[1]) > _MAX_GRID_Y:
+        return f"N = {key.n} needs more than {_MAX_GRID_Y} CTA columns"
+    return None

@@ -1,0 +1,80 @@
+"""The few CUDA driver calls the runtime needs, with errors turned into exceptions.
+Kept in one module so the rest of the package never touches cuda.bindings directly."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from gemm_runtime.errors import CudaError
+
+_tls = threading.local()
+
+
+def _driver() -> Any:
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result: tuple, call: str) -> Any:
+    """cuda.bindings returns (CUresult, *values); raise on failure, return the values."""
+    err, *values = result
+    if int(err) != 0:
+        raise CudaError(call, err)
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def ensure_context(device_index: int) -> None:
+    """Make the device's primary context (the one torch uses) current on this thread.
+    Cheap after the first call on a thread."""
+    if getattr(_tls, "device", None) == device_index:
+        return
+    drv = _driver()
+    check(drv.cuInit(0), "cuInit")
+    dev = check(drv.cuDeviceGet(device_index), "cuDeviceGet")
+    ctx = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    _tls.device = device_index
+
+
+def device_attribute(device_index: int, name: str) -> int:
+    drv = _driver()
+    attr = getattr(drv.CUdevice_attribute, name)
+    dev = check(drv.cuDeviceGet(device_index), "cuDeviceGet")
+    return int(check(drv.cuDeviceGetAttribute(attr, dev), f"cuDeviceGetAttribute({name})"))
+
+
+class LoadedFunction:
+    """A kernel loaded from a cubin into the current context."""
+
+    def __init__(self, cubin: bytes, symbol: str, smem_bytes: int, threads: int) -> None:
+        drv = _driver()
+        self.module = check(drv.cuModuleLoadData(cubin), f"cuModuleLoadData({symbol})")
+        self.handle = check(drv.cuModuleGetFunction(self.module, symbol.encode()), f"cuModuleGetFunction({symbol})")
+        if smem_bytes > 48 * 1024:
+            # NOTE: above 48 KiB a CTA gets dynamic shared memory only after opting in.
+            check(
+                drv.cuFuncSetAttribute(
+                    self.handle, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes
+                ),
+                f"cuFuncSetAttribute({symbol})",
+            )
+        self.ctas_per_sm = int(
+            check(
+                drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.handle, threads, smem_bytes),
+                f"cuOccupancyMaxActiveBlocksPerMultiprocessor({symbol})",
+            )
+        )
+        self._launch = drv.cuLaunchKernel
+        self._stream_type = drv.CUstream
+
+    def launch(self, grid: tuple[int, int, int], threads: int, smem_bytes: int, stream: int, params_addr: int) -> None:
+        """``params_addr``: address of a one-entry void* array pointing at the packed struct."""
+        (err,) = self._launch(
+            self.handle, grid[0], grid[1], grid[2], threads, 1, 1, smem_bytes, self._stream_type(stream), params_addr, 0
+        )
+        if int(err) != 0:
+            raise CudaError("cuLaunchKernel", err)

@@ -1,0 +1,40 @@
+"""Exception types. Each carries fields a caller can inspect, and a message a user can act on."""
+
+from __future__ import annotations
+
+
+class GemmError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class GemmArgumentError(GemmError, ValueError):
+    """An argument is wrong: names the argument, what was given and what is accepted."""
+
+    def __init__(self, argument: str, given: object, accepted: str) -> None:
+        self.argument = argument
+        self.given = given
+        self.accepted = accepted
+        super().__init__(f"{argument}: got {given}; accepted: {accepted}")
+
+
+class UnsupportedProblemError(GemmError, ValueError):
+    """The arguments are valid, but no kernel in the registry can serve this problem."""
+
+    def __init__(self, problem: str, reasons: dict[str, int] | None = None) -> None:
+        self.problem = problem
+        self.reasons = dict(reasons or {})
+        detail = "; ".join(f"{n} kernel(s): {r}" for r, n in sorted(self.reasons.items(), key=lambda x: -x[1]))
+        super().__init__(f"no kernel can serve {problem}" + (f" ({detail})" if detail else ""))
+
+
+class NoKernelsError(GemmError, RuntimeError):
+    """``build/`` holds nothing that runs on this GPU."""
+
+
+class CudaError(GemmError, RuntimeError):
+    """A CUDA driver call failed."""
+
+    def __init__(self, call: str, code: object) -> None:
+        self.call = call
+        self.code = code
+        super().__init__(f"{call} failed: {code}")

@@ -1,0 +1,125 @@
+"""The kernels of build/ that run on one device: pick the cubin directory that fits the
+GPU's arch, filter by the family's arch range, shared memory and native MMA support,
+and load what remains."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from codegen.spec import KernelSpec
+from gemm_runtime.cuda_driver import LoadedFunction, device_attribute, ensure_context
+from gemm_runtime.errors import NoKernelsError
+
+
+@dataclass(frozen=True)
+class Kernel:
+    spec: KernelSpec
+    arch: int  # arch of the cubin
+    registers: int
+    spills: int
+    function: LoadedFunction
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def ctas_per_sm(self) -> int:
+        return self.function.ctas_per_sm
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    arch: int  # 10 * major + minor
+    sms: int
+    smem_optin: int
+
+    @classmethod
+    def query(cls, index: int) -> "DeviceInfo":
+        major = device_attribute(index, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
+        minor = device_attribute(index, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
+        return cls(
+            index=index,
+            arch=10 * major + minor,
+            sms=device_attribute(index, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+            smem_optin=device_attribute(index, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+        )
+
+
+def compatible_cubin_archs(device_arch: int, available: list[int]) -> list[int]:
+    """Cubins run on GPUs of the same major version and an equal or higher minor version.
+    Ascending, so that a later (closer) arch overrides an earlier one."""
+    return sorted(a for a in available if a // 10 == device_arch // 10 and a <= device_arch)
+
+
+def filter_reason(spec: KernelSpec, device_arch: int, smem_optin: int, allow_emulated: bool) -> str | None:
+    """Why a kernel must not be dispatched on this device, or None if it may."""
+    if not spec.arch_min <= device_arch <= spec.arch_max:
+        return f"family arch range sm_{spec.arch_min}..sm_{spec.arch_max} excludes sm_{device_arch}"
+    if spec.smem_bytes > smem_optin:
+        return f"needs {spec.smem_bytes} B shared memory, device allows {smem_optin} B"
+    lo, hi = spec.mma.native_archs
+    if not lo <= device_arch <= hi and not allow_emulated:
+        return f"{spec.mma.value} MMA is emulated on sm_{device_arch} (pass allow_emulated=True to use it)"
+    return None
+
+
+class Registry:
+    def __init__(self, device: DeviceInfo, kernels: list[Kernel], filtered: dict[str, str]) -> None:
+        self.device = device
+        self.kernels = kernels
+        self.filtered = filtered  # name -> reason
+
+    @classmethod
+    def load(cls, device_index: int, build_dir: Path, allow_emulated: bool = False) -> "Registry":
+        ensure_context(device_index)
+        device = DeviceInfo.query(device_index)
+        available = sorted(
+            int(p.name[3:]) for p in build_dir.glob("sm_*") if p.name[3:].isdigit() and (p / "manifest.json").is_file()
+        )
+        archs = compatible_cubin_archs(device.arch, available)
+        if not archs:
+            raise NoKernelsError(
+                f"{build_dir} holds no cubins for this GPU (sm_{device.arch}); it has "
+                f"{', '.join(f'sm_{a}' for a in available) or 'nothing'}. Run `make build` "
+                f"(or `python -m gemm_runtime.build --arch {device.arch}`) on this machine."
+            )
+        entries: dict[str, tuple[int, dict]] = {}
+        for arch in archs:
+            manifest = build_dir / f"sm_{arch}" / "manifest.json"
+            try:
+                data = json.loads(manifest.read_text())
+                records = data["kernels"]
+            except (OSError, ValueError, KeyError) as e:
+                raise NoKernelsError(f"{manifest} is unreadable ({e}); rebuild with `make build`") from None
+            for rec in records:
+                entries[rec["name"]] = (arch, rec)
+
+        kernels: list[Kernel] = []
+        filtered: dict[str, str] = {}
+        for name in sorted(entries):
+            arch, rec = entries[name]
+            spec = KernelSpec.from_json(rec["spec"])
+            reason = filter_reason(spec, device.arch, device.smem_optin, allow_emulated)
+            if reason is not None:
+                filtered[name] = reason
+                continue
+            cubin = (build_dir / f"sm_{arch}" / rec["cubin"]).read_bytes()
+            function = LoadedFunction(cubin, rec.get("symbol", name), spec.smem_bytes, spec.threads)
+            spills = int(rec.get("spill_stores", 0)) + int(rec.get("spill_loads", 0))
+            kernels.append(Kernel(spec, arch, int(rec.get("registers", 0)), spills, function))
+        if not kernels:
+            raise NoKernelsError(
+                f"none of the {len(entries)} kernels in {build_dir} may run on sm_{device.arch}: "
+                + "; ".join(f"{n}: {r}" for n, r in list(filtered.items())[:5])
+            )
+        return cls(device, kernels, filtered)
+
+    def get(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)

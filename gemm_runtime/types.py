@@ -1,0 +1,121 @@
+"""Descriptors of a GEMM call, mirroring the reference interface:
+``D = alpha * (A @ B) + beta * C`` with A (M x K), B (K x N), C and D (M x N)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from codegen.vocabulary import BOrder, DataType, Order
+from gemm_runtime.errors import GemmArgumentError
+
+__all__ = [
+    "DataType",
+    "Order",
+    "BOrder",
+    "MatrixLayout",
+    "QuantDesc",
+    "Epilogue",
+    "DispatchPolicy",
+    "Operation",
+    "Workspace",
+    "torch_dtype",
+    "data_type_of",
+]
+
+_TORCH_DTYPES = {DataType.F16: torch.float16, DataType.BF16: torch.bfloat16, DataType.F32: torch.float32}
+_FROM_TORCH = {v: k for k, v in _TORCH_DTYPES.items()}
+
+
+def torch_dtype(t: DataType) -> torch.dtype:
+    try:
+        return _TORCH_DTYPES[t]
+    except KeyError:
+        raise GemmArgumentError("dtype", t.value, "f16, bf16, f32 (as torch tensors)") from None
+
+
+def data_type_of(dtype: torch.dtype, argument: str = "dtype") -> DataType:
+    try:
+        return _FROM_TORCH[dtype]
+    except KeyError:
+        raise GemmArgumentError(argument, dtype, "torch.float16, torch.bfloat16, torch.float32") from None
+
+
+@dataclass(frozen=True)
+class MatrixLayout:
+    """A (rows x cols) matrix in memory. ``ld`` is the distance in elements between
+    consecutive rows (ROW_MAJOR) or columns (COL_MAJOR)."""
+
+    type: DataType
+    order: Order
+    rows: int
+    cols: int
+    ld: int
+
+    @classmethod
+    def of(cls, t: torch.Tensor, argument: str = "tensor") -> "MatrixLayout":
+        """The layout of a 2-D tensor that is row-major or column-major with unit inner stride."""
+        if t.dim() != 2:
+            raise GemmArgumentError(f"{argument}.shape", tuple(t.shape), "a 2-D tensor")
+        rows, cols = t.shape
+        s0, s1 = t.stride()
+        dtype = data_type_of(t.dtype, f"{argument}.dtype")
+        if s1 == 1 and (s0 >= cols or rows <= 1):
+            return cls(dtype, Order.ROW_MAJOR, rows, cols, max(s0, cols, 1))
+        if s0 == 1 and (s1 >= rows or cols <= 1):
+            return cls(dtype, Order.COL_MAJOR, rows, cols, max(s1, rows, 1))
+        raise GemmArgumentError(
+            f"{argument}.stride()", (s0, s1), "row-major (stride (ld, 1), ld >= cols) or column-major (stride (1, ld))"
+        )
+
+    @property
+    def inner(self) -> int:
+        """Elements in one contiguous line (a row if ROW_MAJOR, a column if COL_MAJOR)."""
+        return self.cols if self.order is Order.ROW_MAJOR else self.rows
+
+    @property
+    def outer(self) -> int:
+        return self.rows if self.order is Order.ROW_MAJOR else self.cols
+
+    @property
+    def span(self) -> int:
+        """Elements from the first to one past the last element addressed."""
+        if self.rows == 0 or self.cols == 0:
+            return 0
+        return (self.outer - 1) * self.ld + self.inner
+
+
+@dataclass(frozen=True)
+class QuantDesc:
+    """Weight-only quantization of an operand (reserved until the quantized kernels land)."""
+
+    type: DataType
+    group_size: int
+    symmetric: bool = False
+
+
+class Epilogue(enum.Enum):
+    NONE = "none"  # D = alpha * acc + beta * C
+
+
+class DispatchPolicy(enum.Enum):
+    DEFAULT = "default"  # dispatch cache, else the heuristic
+
+
+@dataclass(frozen=True)
+class Operation:
+    dispatch: DispatchPolicy = DispatchPolicy.DEFAULT
+    epilogue: Epilogue = Epilogue.NONE
+    quant_a: QuantDesc | None = None
+    quant_b: QuantDesc | None = None
+
+
+@dataclass
+class Workspace:
+    """Scratch memory for split-K: barriers and fp32 partials (sizes in bytes)."""
+
+    barriers: torch.Tensor | None = None
+    partials: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,62 @@
+// The compile-time description of one kernel: everything a KernelSpec fixes.
+// Derived quantities and the legality checks live here, next to the code that
+// relies on them, so an illegal spec fails at compile time with a message.
+#pragma once
+#include "gemm/numeric.cuh"
+
+namespace gemm {
+
+// Storage order of B. kNK: N x K row-major (the torch.nn.Linear weight, K contiguous).
+// kKN: K x N row-major (N contiguous).
+enum class OrderB { kNK, kKN };
+
+template <class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
+          int WarpsK_, int Stages_, OrderB OrderB_, int Align_>
+struct GemmConfig {
+  using TA = TA_;
+  using TB = TB_;
+  using TD = TD_;
+  static constexpr int kCtaM = CtaM_, kCtaN = CtaN_, kCtaK = CtaK_;
+  static constexpr int kWarpsM = WarpsM_, kWarpsN = WarpsN_, kWarpsK = WarpsK_;
+  static constexpr int kStages = Stages_;
+  static constexpr OrderB kOrderB = OrderB_;
+  // Elements per global access of A and B (and the alignment every row of them has).
+  static constexpr int kAlign = Align_;
+
+  static constexpr int kWarps = kWarpsM * kWarpsN * kWarpsK;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kWarpTileM = kCtaM / kWarpsM;
+  static constexpr int kWarpTileN = kCtaN / kWarpsN;
+  static constexpr int kWarpTileK = kCtaK / kWarpsK;
+
+  // NOTE: every shared row is padded by 16 bytes. Rows hold a multiple of 16 elements
+  // (32 bytes), so consecutive rows start on an odd multiple of 16 bytes apart, so the 8 row addresses of
+  // one ldmatrix phase hit 8 distinct 16-byte bank groups: no conflicts, no swizzle math.
+  static constexpr int kPad = 8;
+  static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
+  static constexpr int kTileBRows = kOrderB == OrderB::kNK ? kCtaN : kCtaK;
+  static constexpr int kTileBCols = kOrderB == OrderB::kNK ? kCtaK : kCtaN;
+  static constexpr int kLdsA = kTileACols + kPad;
+  static constexpr int kLdsB = kTileBCols + kPad;
+  static constexpr int kStageBytesA = kTileARows * kLdsA * 2;
+  static constexpr int kStageBytesB = kTileBRows * kLdsB * 2;
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kPipelineBytes = kStages * kStageBytes;
+  // Warps of K-slices other than the first hand their accumulators over in shared memory.
+  static constexpr int kReduceBytes = (kWarpsK - 1) * kCtaM * kCtaN * 4;
+  static constexpr int kSmemBytes = kPipelineBytes > kReduceBytes ? kPipelineBytes : kReduceBytes;
+
+  static_assert(sizeof(typename TA::Storage) == 2 && sizeof(typename TB::Storage) == 2,
+                "A and B are 16-bit types");
+  static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
+  static_assert(kCtaM % kWarpsM == 0 && kCtaN % kWarpsN == 0 && kCtaK % kWarpsK == 0,
+                "CTA tile must split evenly over the warps");
+  static_assert(kWarpTileM % 16 == 0, "warp tile M must be a multiple of the MMA's 16");
+  static_assert(kWarpTileN % 16 == 0, "warp tile N must be a multiple of 16 (two n8 MMAs per ldmatrix.x4)");
+  static_assert(kWarpTileK % 16 == 0, "warp tile K must be a multiple of the MMA's 16");
+  static_assert(kThreads <= 1024, "at most 1024 threads per CTA");
+  static_assert(kAlign == 1 || kAlign == 2 || kAlign == 4 || kAlign == 8, "alignment is 1, 2, 4 or 8 elements");
+  static_assert(kTileACols % kAlign == 0 && kTileBCols % kAlign == 0, "tile rows must hold whole vectors");
+};
+
+}  // namespace gemm

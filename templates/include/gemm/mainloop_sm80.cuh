@@ -1,0 +1,102 @@
+// SM80 mainloop: a ring of `Stages` shared-memory buffers filled by cp.async.
+//
+//   prologue : tiles 0 .. Stages-2 in flight, one commit group each; wait for
+//              tile 0, load its first fragments.
+//   tile t   : k16 step s loads the fragments of step s+1 while the MMAs of step s
+//              run, and issues a slice of the copies of tile t+Stages-1 into the
+//              buffer tile t-1 occupied. After the last step's MMAs: commit, wait
+//              until tile t+1 landed (<= Stages-2 groups pending), barrier, and load
+//              the first fragments of tile t+1, so the MMA pipe never waits on a
+//              shared-memory load at a tile boundary.
+//
+// NOTE: the barrier at the end of tile t-1 is what makes refilling tile t-1's
+// buffer during tile t safe: every warp has loaded all its fragments by then.
+//
+// Warps are laid out (WarpsM x WarpsN x WarpsK); a K-slice of warps multiplies its
+// own share of every CTA K tile, and the slices are summed after the loop.
+#pragma once
+#include "gemm/tile_copy.cuh"
+#include "gemm/warp_mma.cuh"
+
+namespace gemm {
+
+template <class Cfg>
+struct MainloopSm80 {
+  using CopyA = TileCopy<Cfg::kTileARows, Cfg::kTileACols, Cfg::kLdsA, Cfg::kAlign, Cfg::kThreads>;
+  using CopyB = TileCopy<Cfg::kTileBRows, Cfg::kTileBCols, Cfg::kLdsB, Cfg::kAlign, Cfg::kThreads>;
+  static constexpr int kSteps = Cfg::kWarpTileK / 16;  // k16 steps per warp per tile
+  static constexpr bool kBAlongRows = Cfg::kOrderB == OrderB::kKN;  // K runs down B's rows
+
+  CopyA copy_a;
+  CopyB copy_b;
+
+  __device__ __forceinline__ void init(const void* A, i64 lda, const void* B, i64 ldb, int M, int N, int K, int m0,
+                                       int n0) {
+    copy_a.init(A, lda, M, K, m0, 0);
+    if constexpr (kBAlongRows) {
+      copy_b.init(B, ldb, K, N, 0, n0);
+    } else {
+      copy_b.init(B, ldb, N, K, n0, 0);
+    }
+  }
+
+  // Slice `step` of the copies of K tile `tile` into ring buffer `stage`.
+  __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step) const {
+    const u32 sa = smem + stage * Cfg::kStageBytes;
+    const u32 sb = sa + Cfg::kStageBytesA;
+    const int k0 = tile * Cfg::kCtaK;
+    copy_a.issue(sa, 0, k0, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
+    const int b_begin = step * CopyB::kIters / kSteps, b_end = (step + 1) * CopyB::kIters / kSteps;
+    if constexpr (kBAlongRows) {
+      copy_b.issue(sb, k0, 0, b_begin, b_end);
+    } else {
+      copy_b.issue(sb, 0, k0, b_begin, b_end);
+    }
+  }
+
+  __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
+                                             int warp_k0) const {
+    constexpr int S = Cfg::kStages;
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+      if (s < k_tiles) {
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) issue_tile(smem, s, s, step);
+      }
+      cp_async_commit();  // NOTE: empty groups keep the wait count uniform for short K
+    }
+    cp_async_wait<S - 2>();
+    __syncthreads();
+
+    int read = 0;
+    int write = S - 1;
+    warp.load(0, smem, smem + Cfg::kStageBytesA, warp_m0, warp_n0, warp_k0);
+    for (int t = 0; t < k_tiles; ++t) {
+      const u32 sa = smem + read * Cfg::kStageBytes;
+      const u32 sb = sa + Cfg::kStageBytesA;
+      const bool refill = t + S - 1 < k_tiles;
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) {
+        if (step + 1 < kSteps) warp.load((step + 1) & 1, sa, sb, warp_m0, warp_n0, warp_k0 + (step + 1) * 16);
+        if (refill) issue_tile(smem, write, t + S - 1, step);
+        warp.mma(step & 1);
+        if (step + 1 == kSteps) {
+          cp_async_commit();
+          cp_async_wait<S - 2>();
+          __syncthreads();
+          read = read + 1 == S ? 0 : read + 1;
+          write = write + 1 == S ? 0 : write + 1;
+          // Step 0 of the next tile always reads buffer 0; a finished MMA no longer
+          // needs its registers, so this is safe even when kSteps is odd.
+          if (t + 1 < k_tiles) {
+            const u32 na = smem + read * Cfg::kStageBytes;
+            warp.load(0, na, na + Cfg::kStageBytesA, warp_m0, warp_n0, warp_k0);
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();
+  }
+};
+
+}  // namespace gemm

@@ -1,0 +1,69 @@
+// Element types as tags: storage size, conversion to and from fp32, and the MMA
+// flavour they select. Storage is raw bits (u16/float) so no CUDA header is needed.
+#pragma once
+#include "gemm/ptx.cuh"
+
+namespace gemm {
+
+struct Half {
+  using Storage = u16;
+  using MmaKind = MmaF16;
+  static constexpr int kBytes = 2;
+  __device__ __forceinline__ static float to_f32(Storage v) { return f16_to_f32(v); }
+  __device__ __forceinline__ static Storage from_f32(float v) { return f32_to_f16(v); }
+};
+
+struct BFloat16 {
+  using Storage = u16;
+  using MmaKind = MmaBF16;
+  static constexpr int kBytes = 2;
+  __device__ __forceinline__ static float to_f32(Storage v) { return bf16_to_f32(v); }
+  __device__ __forceinline__ static Storage from_f32(float v) { return f32_to_bf16(v); }
+};
+
+struct Float32 {
+  using Storage = float;
+  static constexpr int kBytes = 4;
+  __device__ __forceinline__ static float to_f32(Storage v) { return v; }
+  __device__ __forceinline__ static Storage from_f32(float v) { return v; }
+};
+
+// Two adjacent output elements as one store: 4 bytes for 16-bit types, 8 for fp32.
+template <class T>
+struct Pair;
+
+template <>
+struct Pair<Half> {
+  using Type = u32;
+  __device__ __forceinline__ static Type pack(float a, float b) {
+    return static_cast<u32>(Half::from_f32(a)) | (static_cast<u32>(Half::from_f32(b)) << 16);
+  }
+  __device__ __forceinline__ static void unpack(Type v, float& a, float& b) {
+    a = Half::to_f32(static_cast<u16>(v & 0xffffu));
+    b = Half::to_f32(static_cast<u16>(v >> 16));
+  }
+};
+
+template <>
+struct Pair<BFloat16> {
+  using Type = u32;
+  __device__ __forceinline__ static Type pack(float a, float b) {
+    return static_cast<u32>(BFloat16::from_f32(a)) | (static_cast<u32>(BFloat16::from_f32(b)) << 16);
+  }
+  __device__ __forceinline__ static void unpack(Type v, float& a, float& b) {
+    a = BFloat16::to_f32(static_cast<u16>(v & 0xffffu));
+    b = BFloat16::to_f32(static_cast<u16>(v >> 16));
+  }
+};
+
+template <>
+struct Pair<Float32> {
+  using Type = float2;
+  __device__ __forceinline__ static Type pack(float a, float b) { return make_float2(a, b); }
+  __device__ __forceinline__ static void unpack(Type v, float& a, float& b) {
+    a = v.x;
+    b = v.y;
+  }
+};
+
+}  // namespace gemm

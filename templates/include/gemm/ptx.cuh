@@ -1,0 +1,116 @@
+// PTX wrappers used by the mainloops. Written from the PTX ISA; every wrapper is
+// one instruction (or one tiny group) so that the SASS is predictable.
+#pragma once
+
+namespace gemm {
+
+using u16 = unsigned short;
+using u32 = unsigned int;
+using u64 = unsigned long long;
+using i64 = long long;
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// ---------------------------------------------------------------------------
+// cp.async: global -> shared without a register round trip (sm_80+).
+// `src_bytes` < Bytes zero-fills the rest of the destination; 0 reads nothing,
+// which is how row/column residues and K tails are predicated.
+// NOTE: .cg (L2 only) exists for 16 bytes alone; smaller copies must use .ca.
+// ---------------------------------------------------------------------------
+template <int Bytes>
+__device__ __forceinline__ void cp_async_zfill(u32 dst, const void* src, int src_bytes) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(Bytes), "r"(src_bytes));
+  }
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  static_assert(N >= 0, "wait_group count must be non-negative");
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// ---------------------------------------------------------------------------
+// ldmatrix: four 8x8 b16 matrices per warp; lane l gives the row address of
+// matrix l/8, row l%8. `.trans` delivers the transpose (used for K x N tiles).
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// ---------------------------------------------------------------------------
+// mma.sync m16n8k16, fp32 accumulate. A: 4 regs (row-major 16x16), B: 2 regs
+// (col-major 16x8), C/D: 4 fp32 (rows g and g+8, columns 2t and 2t+1).
+// ---------------------------------------------------------------------------
+struct MmaF16 {};
+struct MmaBF16 {};
+
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], MmaF16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], MmaBF16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ---------------------------------------------------------------------------
+// Plain global/shared accesses for the 2-byte-aligned fallback and the epilogue.
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ u16 ld_global_u16(const void* p) {
+  u16 v;
+  asm volatile("ld.global.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void st_shared_u16(u32 addr, u16 v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v));
+}
+
+// ---------------------------------------------------------------------------
+// Conversions between fp32 and the 16-bit storage formats, kept as raw bits so
+// that no CUDA header is needed under NVRTC.
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+  return f;
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+  return h;
+}
+
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(static_cast<u32>(h) << 16); }
+
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+  u16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+  return h;
+}
+
+}  // namespace gemm

@@ -1,0 +1,70 @@
+// Global -> shared copy of one operand tile. Both operands (and both orders of B)
+// are "a Rows x Cols tile of a row-major matrix whose rows hold Cols contiguous
+// elements", so one loader serves them all: only the roles of (row, col) change.
+//
+// Thread t copies the vectors t, t + Threads, t + 2*Threads, ... of the tile in
+// row-major order. Because Threads is a multiple of the vectors per row, a thread
+// keeps the same column in every iteration and steps down a fixed number of rows:
+// its pointer, row and column are computed once, not per copy.
+#pragma once
+#include "gemm/ptx.cuh"
+
+namespace gemm {
+
+template <int Rows, int Cols, int Lds, int Vec, int Threads>
+struct TileCopy {
+  static constexpr int kVecsPerRow = Cols / Vec;
+  static constexpr int kVecs = Rows * kVecsPerRow;
+  static constexpr int kIters = (kVecs + Threads - 1) / Threads;
+  static constexpr int kRowStep = Threads / kVecsPerRow;  // rows between a thread's copies
+  static constexpr int kBytes = Vec * 2;
+  static_assert(Cols % Vec == 0, "a tile row holds whole vectors");
+  static_assert(Threads % kVecsPerRow == 0, "the CTA's threads must cover whole tile rows");
+
+  const char* base;  // the matrix: the address of copies that read nothing
+  const char* ptr;   // this thread's first element of the tile at origin (row0, col0)
+  i64 ld_bytes;     // leading dimension in bytes
+  int row, col;     // this thread's first element, in global coordinates
+  int rows, cols;   // global extents: accesses outside read nothing and store zeros
+  u32 smem_offset;  // this thread's first element inside a shared tile, in bytes
+
+  __device__ __forceinline__ void init(const void* base_, i64 ld, int rows_, int cols_, int row0, int col0) {
+    const int r = threadIdx.x / kVecsPerRow;
+    const int c = (threadIdx.x % kVecsPerRow) * Vec;
+    ld_bytes = ld * 2;
+    row = row0 + r;
+    col = col0 + c;
+    rows = rows_;
+    cols = cols_;
+    base = static_cast<const char*>(base_);
+    ptr = base + row * ld_bytes + static_cast<i64>(col) * 2;
+    smem_offset = static_cast<u32>((r * Lds + c) * 2);
+  }
+
+  // Issue the copies of iterations [begin, end) for the tile displaced by
+  // (drow, dcol) from the origin, into the shared tile at `dst`. With Vec == 1
+  // (rows only 2-byte aligned, below cp.async's 4-byte minimum) the copy goes
+  // through registers.
+  __device__ __forceinline__ void issue(u32 dst, int drow, int dcol, int begin, int end) const {
+    const char* tile_ptr = ptr + drow * ld_bytes + static_cast<i64>(dcol) * 2;
+    int bytes_in_row = (cols - col - dcol) * 2;
+    bytes_in_row = bytes_in_row < 0 ? 0 : (bytes_in_row > kBytes ? kBytes : bytes_in_row);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      if (i < begin || i >= end) continue;
+      if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
+      const int bytes = row + drow + i * kRowStep < rows ? bytes_in_row : 0;
+      // NOTE: a copy that reads nothing still gets a valid address (the matrix base):
+      // this thread's own pointer may lie past the end for rows outside the matrix.
+      const char* src = bytes ? tile_ptr + i * kRowStep * ld_bytes : base;
+      const u32 dst_v = dst + smem_offset + i * kRowStep * Lds * 2;
+      if constexpr (Vec == 1) {
+        st_shared_u16(dst_v, bytes ? ld_global_u16(src) : u16(0));
+      } else {
+        cp_async_zfill<kBytes>(dst_v, src, bytes);
+      }
+    }
+  }
+};
+
+}  // namespace gemm

@@ -1,0 +1,388 @@
+"""codegen.config: every validation error names file, entry, field and what is accepted."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from codegen.config import ConfigError, default_config_paths, display_path, load_configs
+from codegen.vocabulary import KNOWN_ARCHS, BOrder
+
+FAMILY: dict[str, Any] = {
+    "name": "fam",
+    "arch": [80, 90],
+    "mainloop": "sm80",
+    "mma": "m16n8k16",
+    "a_type": "f16",
+    "b_type": "f16",
+    "acc_type": "f32",
+    "d_types": ["f16"],
+    "b_orders": ["nk"],
+    "align": [8],
+    "tiles": [{"cta": [128, 128, 32], "warps": [2, 2, 1], "stages": 4}],
+}
+FAM = "families[0] (fam)"
+TILE = f"{FAM}.tiles[0]"
+
+
+def family(**overrides: Any) -> dict[str, Any]:
+    fam = copy.deepcopy(FAMILY)
+    fam.update(overrides)
+    return fam
+
+
+def tile(**overrides: Any) -> dict[str, Any]:
+    return {**FAMILY["tiles"][0], **overrides}
+
+
+def write(tmp_path: Path, data: Any, name: str = "x.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def error(tmp_path: Path, data: Any, entry: str | None, field: str | None, *needles: str) -> ConfigError:
+    """Load ``data`` expecting a ConfigError at ``entry``/``field`` whose text holds ``needles``."""
+    path = write(tmp_path, data)
+    with pytest.raises(ConfigError) as info:
+        load_configs([path])
+    err = info.value
+    text = str(err)
+    assert isinstance(err, ValueError)
+    assert (err.path, err.entry, err.field) == (display_path(path), entry, field), text
+    assert text.startswith(display_path(path) + ": "), text
+    if entry:
+        assert f": {entry}: " in text, text
+    if field:
+        assert f"field {field!r}" in text, text
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in {text!r}"
+    return err
+
+
+def fam_error(tmp_path: Path, fam: dict[str, Any], entry: str | None, field: str | None, *needles: str) -> None:
+    error(tmp_path, {"families": [fam]}, entry, field, *needles)
+
+
+# ---- file structure -------------------------------------------------------------------
+
+
+def test_valid_family_loads(tmp_path: Path) -> None:
+    loaded = load_configs([write(tmp_path, {"families": [family()]})])
+    assert len(loaded) == 1
+    assert loaded[0].source == f"{display_path(tmp_path / 'x.yaml')}:{TILE}"
+    assert (loaded[0].spec.arch_min, loaded[0].spec.arch_max) == (80, 90)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_configs([tmp_path / "nope.yaml"])
+
+
+def test_malformed_yaml_names_line(tmp_path: Path) -> None:
+    text = "families:\n  - name: fam\n    arch: [80, 90\n    mma: m16n8k16\n"
+    error(tmp_path, text, None, None, "invalid YAML at line 4", "expected ',' or ']'")
+
+
+def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
+    # PyYAML would keep the last value silently.
+    text = "families:\n  - name: fam\n    name: other\n"
+    error(tmp_path, text, None, None, "line 3", "duplicate key 'name'")
+
+
+@pytest.mark.parametrize("text, got", [("", "got null"), ("- 1\n", "got [1]"), ("families\n", "got 'families'")])
+def test_top_level_not_a_mapping(tmp_path: Path, text: str, got: str) -> None:
+    error(tmp_path, text, None, None, got, "accepted: a mapping with the key 'families'")
+
+
+def test_no_families_key(tmp_path: Path) -> None:
+    error(tmp_path, {}, None, "families", "missing", "accepted: a non-empty list of families")
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    error(tmp_path, {"familes": []}, None, "familes", "did you mean 'families'?", "accepted keys: families")
+
+
+def test_family_not_a_mapping(tmp_path: Path) -> None:
+    error(tmp_path, {"families": ["sm80_f16"]}, "families[0]", None, "got 'sm80_f16'", "accepted: a mapping")
+
+
+def test_tile_not_a_mapping(tmp_path: Path) -> None:
+    fam_error(tmp_path, family(tiles=[[128, 128, 32]]), TILE, None, "got [128, 128, 32]", "cta, warps, stages")
+
+
+# ---- keys -----------------------------------------------------------------------------
+
+
+def test_unknown_family_key_lists_accepted(tmp_path: Path) -> None:
+    fam = family()
+    fam["d_type"] = fam.pop("d_types")
+    fam_error(tmp_path, fam, FAM, "d_type", "unknown key", "did you mean 'd_types'?",
+              "accepted keys: name, arch, mainloop, mma, a_type, b_type, acc_type, d_types, b_orders, align, tiles")
+
+
+def test_unknown_tile_key(tmp_path: Path) -> None:
+    fam_error(tmp_path, family(tiles=[{**tile(), "stage": 3}]), TILE, "stage", "did you mean 'stages'?",
+              "accepted keys: cta, warps, stages")
+
+
+@pytest.mark.parametrize(
+    "key, accepted",
+    [
+        ("arch", "[min, max]"),
+        ("mainloop", "'sm80', 'sm70'"),
+        ("mma", "'m16n8k16', 'm16n8k8', 'm8n8k4'"),
+        ("a_type", "'f16', 'bf16'"),
+        ("acc_type", "'f32'"),
+        ("d_types", "a_type or 'f32'"),
+        ("b_orders", "'nk', 'kn'"),
+        ("align", "8, 4, 2, 1"),
+        ("tiles", "cta: [m, n, k]"),
+    ],
+)
+def test_missing_family_key(tmp_path: Path, key: str, accepted: str) -> None:
+    fam = family()
+    del fam[key]
+    fam_error(tmp_path, fam, FAM, key, "missing, accepted: ", accepted)
+
+
+def test_missing_name(tmp_path: Path) -> None:
+    fam = family()
+    del fam["name"]
+    fam_error(tmp_path, fam, "families[0]", "name", "missing", "[a-z0-9_]+")
+
+
+@pytest.mark.parametrize("name", ["SM80", "sm-80", "", 7])
+def test_bad_name(tmp_path: Path, name: Any) -> None:
+    fam_error(tmp_path, family(name=name), "families[0]", "name", "got ", "accepted: a name matching [a-z0-9_]+")
+
+
+@pytest.mark.parametrize("key", ["cta", "warps", "stages"])
+def test_missing_tile_key(tmp_path: Path, key: str) -> None:
+    t = tile()
+    del t[key]
+    fam_error(tmp_path, family(tiles=[t]), TILE, key, "missing", "accepted: ")
+
+
+# ---- types ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tile_kw, field, got, accepted",
+    [
+        ({"stages": True}, "stages", "got true (a boolean)", "an integer >= 2"),
+        ({"stages": "4"}, "stages", "got '4'", "an integer >= 2"),
+        ({"stages": 4.0}, "stages", "got 4.0", "an integer >= 2"),
+        ({"cta": [128, 128]}, "cta", "got [128, 128]", "a list of 3 integers > 0"),
+        ({"cta": [128, True, 32]}, "cta", "got [128, true, 32]", "a list of 3 integers > 0"),
+        ({"warps": "2x2x1"}, "warps", "got '2x2x1'", "a list of 3 integers > 0"),
+    ],
+)
+def test_tile_wrong_types(tmp_path: Path, tile_kw: dict, field: str, got: str, accepted: str) -> None:
+    fam_error(tmp_path, family(tiles=[tile(**tile_kw)]), TILE, field, got, f"accepted: {accepted}")
+
+
+@pytest.mark.parametrize(
+    "fam_kw, field, got",
+    [
+        ({"arch": 80}, "arch", "got 80"),
+        ({"arch": [80, True]}, "arch", "got [80, true]"),
+        ({"d_types": "f16"}, "d_types", "got 'f16'"),
+        ({"b_orders": None}, "b_orders", "got null"),
+        ({"align": [True]}, "align[0]", "got true"),
+        ({"align": [8.0]}, "align[0]", "got 8.0"),
+        ({"tiles": {"cta": [128, 128, 32]}}, "tiles", "got {'cta': [128, 128, 32]}"),
+        ({"mma": 16}, "mma", "got 16"),
+    ],
+)
+def test_family_wrong_types(tmp_path: Path, fam_kw: dict, field: str, got: str) -> None:
+    fam_error(tmp_path, family(**fam_kw), FAM, field, got, "accepted: ")
+
+
+# ---- vocabulary -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fam_kw, field, got, accepted",
+    [
+        ({"a_type": "f8"}, "a_type", "got 'f8'", "'f16', 'bf16'"),
+        ({"a_type": "f32", "b_type": "f32"}, "a_type", "got 'f32'", "'f16', 'bf16'"),
+        ({"mainloop": "sm90"}, "mainloop", "got 'sm90'", "'sm80', 'sm70'"),
+        ({"mma": "m16n8k32"}, "mma", "got 'm16n8k32'", "'m16n8k16', 'm16n8k8', 'm8n8k4'"),
+        ({"b_orders": ["nk", "mn"]}, "b_orders[1]", "got 'mn'", "'nk', 'kn'"),
+        ({"d_types": ["f16", "f64"]}, "d_types[1]", "got 'f64'", "'f16', 'f32'"),
+        ({"acc_type": "f16"}, "acc_type", "got 'f16'", "'f32'"),
+        ({"align": [8, 3]}, "align[1]", "got 3", "8, 4, 2, 1"),
+        ({"align": [16]}, "align[0]", "got 16", "8, 4, 2, 1"),
+    ],
+)
+def test_unknown_values_list_accepted(tmp_path: Path, fam_kw: dict, field: str, got: str, accepted: str) -> None:
+    fam_error(tmp_path, family(**fam_kw), FAM, field, got, f"accepted: {accepted}")
+
+
+def test_unknown_arch_lists_known(tmp_path: Path) -> None:
+    known = ", ".join(map(str, KNOWN_ARCHS))
+    fam_error(tmp_path, family(arch=[80, 85]), FAM, "arch", "got [80, 85]", "85 is not a known arch", known)
+
+
+def test_arch_min_above_max(tmp_path: Path) -> None:
+    fam_error(tmp_path, family(arch=[90, 80]), FAM, "arch", "got [90, 80]", "min > max", "min <= max")
+
+
+def test_mainloop_needs_higher_arch(tmp_path: Path) -> None:
+    fam_error(tmp_path, family(arch=[75, 90]), FAM, "mainloop", "got 'sm80'", "needs arch >= 80",
+              "arch starts at 75", "accepted: 'sm70'")
+
+
+def test_mma_must_multiply_a_type(tmp_path: Path) -> None:
+    fam = family(mma="m16n8k8", a_type="bf16", b_type="bf16", d_types=["bf16"])
+    fam_error(tmp_path, fam, FAM, "mma", "got 'm16n8k8'", "does not multiply a_type 'bf16'",
+              "accepted: 'm16n8k16'")
+
+
+@pytest.mark.skip(reason="needs an atom other than m16n8k16, which only the SM70 mainloop (issue 3) implements")
+def test_mma_not_native_in_range_is_fine(tmp_path: Path) -> None:
+    # m8n8k4 is native on sm_70..75 only; emulating it elsewhere is decided later, not here.
+    loaded = load_configs([write(tmp_path, {"families": [family(mma="m8n8k4")]})])
+    assert loaded[0].spec.mma.value == "m8n8k4"
+
+
+def test_mma_must_be_implemented_by_the_mainloop(tmp_path: Path) -> None:
+    fam_error(tmp_path, family(mma="m16n8k8"), FAM, "mma", "got 'm16n8k8'",
+              "accepted: 'm16n8k16' (the atoms the sm80 mainloop implements)")
+
+
+def test_threads_must_cover_whole_tile_rows(tmp_path: Path) -> None:
+    # 1 warp, cta K = 128 at align 2: 64 vectors per A row, more than the 32 threads.
+    fam = family(align=[2], tiles=[tile(cta=[16, 16, 128], warps=[1, 1, 1], stages=2)])
+    fam_error(tmp_path, fam, TILE, "warps", "32 threads", "multiple of the 64 vectors in a row of tile A")
+
+
+def test_b_type_must_equal_a_type(tmp_path: Path) -> None:
+    fam_error(tmp_path, family(b_type="bf16"), FAM, "b_type", "got 'bf16'", "must equal a_type",
+              "accepted: 'f16'")
+
+
+def test_d_type_must_be_a_type_or_f32(tmp_path: Path) -> None:
+    fam_error(tmp_path, family(d_types=["bf16"]), FAM, "d_types[0]", "got 'bf16'", "accepted: 'f16', 'f32'")
+
+
+# ---- tile legality --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tile_kw, field, needles",
+    [
+        ({"stages": 1}, "stages", ["got 1, accepted: an integer >= 2"]),
+        ({"stages": 9}, "stages", ["got 9", "accepted: an integer <= 8"]),
+        ({"cta": [128, 0, 32]}, "cta", ["got [128, 0, 32]", "integers > 0"]),
+        ({"cta": [-128, 128, 32]}, "cta", ["got [-128, 128, 32]", "integers > 0"]),
+        ({"warps": [2, 0, 1]}, "warps", ["got [2, 0, 1]", "integers > 0"]),
+        ({"warps": [3, 2, 1]}, "warps", ["got [3, 2, 1] for cta [128, 128, 32]", "cta M = 128 is not a multiple of 3",
+                                         "accepted: warp counts that divide the cta tile"]),
+        ({"cta": [32, 64, 32], "warps": [4, 2, 1]}, "cta", ["warp tile [8, 32, 32], M = 8",
+                                                            "M is a multiple of the MMA's M 16"]),
+        ({"cta": [64, 32, 32], "warps": [2, 4, 1]}, "cta", ["warp tile [32, 8, 32], N = 8",
+                                                            "N is a multiple of 16: two n8 MMAs per ldmatrix.x4"]),
+        ({"cta": [64, 64, 32], "warps": [2, 2, 4]}, "cta", ["warp tile [32, 32, 8], K = 8",
+                                                            "K is a multiple of the K 16 of mma 'm16n8k16'"]),
+        ({"cta": [256, 256, 64], "warps": [4, 4, 4]}, "warps", ["2048 threads", "at most 32 warps (1024 threads)"]),
+    ],
+)
+def test_tile_rules(tmp_path: Path, tile_kw: dict, field: str, needles: list[str]) -> None:
+    fam_error(tmp_path, family(tiles=[tile(**tile_kw)]), TILE, field, *needles)
+
+
+@pytest.mark.skip(reason="needs an atom other than m16n8k16, which only the SM70 mainloop (issue 3) implements")
+def test_warp_tile_k_uses_the_atom_k(tmp_path: Path) -> None:
+    # m16n8k8: a warp K of 8 is whole MMA steps.
+    fam = family(mma="m16n8k8", tiles=[tile(cta=[64, 64, 32], warps=[2, 2, 4])])
+    assert len(load_configs([write(tmp_path, {"families": [fam]})])) == 1
+
+
+@pytest.mark.skip(reason="needs an atom other than m16n8k16, which only the SM70 mainloop (issue 3) implements")
+def test_cta_k_must_hold_whole_vectors(tmp_path: Path) -> None:
+    # Only reachable with a K-4 atom: cta K = 4 cannot be read 8 elements at a time.
+    fam = family(mma="m8n8k4", align=[8], tiles=[tile(cta=[64, 64, 4], warps=[2, 2, 1])])
+    fam_error(tmp_path, fam, TILE, "align", "got 8", "cta K = 4 is not a multiple of it", "accepted: 4, 2, 1")
+
+
+def test_smem_over_the_largest_limit(tmp_path: Path) -> None:
+    fam = family(tiles=[tile(cta=[256, 256, 64], warps=[2, 4, 1], stages=8)])
+    fam_error(tmp_path, fam, TILE, "stages", "needs 589824 bytes", "limit is 232448 bytes, on sm_90",
+              "arch [80, 90]", "accepted: a tile and stage count within 232448 bytes")
+
+
+def test_smem_limit_is_the_largest_in_range(tmp_path: Path) -> None:
+    # 115200 bytes: too big for sm_86 (101376) alone, fine once sm_87 (166912) is in range.
+    big = tile(cta=[32, 128, 64], warps=[1, 4, 1], stages=5)
+    fam_error(tmp_path, family(arch=[86, 86], tiles=[big]), TILE, "stages", "needs 115200 bytes",
+              "limit is 101376 bytes, on sm_86")
+    assert len(load_configs([write(tmp_path, {"families": [family(arch=[86, 87], tiles=[big])]}, "ok.yaml")])) == 1
+
+
+# ---- lists and duplicates -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["d_types", "b_orders", "align", "tiles"])
+def test_empty_lists(tmp_path: Path, key: str) -> None:
+    fam_error(tmp_path, family(**{key: []}), FAM, key, "got []", "accepted: a non-empty list")
+
+
+def test_empty_families(tmp_path: Path) -> None:
+    error(tmp_path, {"families": []}, None, "families", "got []", "accepted: a non-empty list of families")
+
+
+@pytest.mark.parametrize(
+    "key, value", [("d_types", ["f16", "f16"]), ("b_orders", ["kn", "nk", "kn"]), ("align", [8, 8])]
+)
+def test_repeated_list_items(tmp_path: Path, key: str, value: list) -> None:
+    fam_error(tmp_path, family(**{key: value}), FAM, key, "is listed twice", "without repeats")
+
+
+def test_duplicate_kernel_names_both_sources(tmp_path: Path) -> None:
+    path = display_path(tmp_path / "x.yaml")
+    fam_error(tmp_path, family(tiles=[tile(), tile(stages=3), tile()]), f"{FAM}.tiles[2]", None,
+              "is defined twice", f"{path}:{FAM}.tiles[0]", "gemm_fam_")
+
+
+def test_duplicate_family_names_across_files(tmp_path: Path) -> None:
+    first = write(tmp_path, {"families": [family()]}, "a.yaml")
+    second = write(tmp_path, {"families": [family(name="other"), family(d_types=["f32"])]}, "b.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_configs([first, second])
+    err = info.value
+    assert (err.path, err.entry, err.field) == (display_path(second), "families[1] (fam)", "name")
+    assert f"also the name of {display_path(first)}:families[0] (fam)" in str(err)
+
+
+# ---- order and the default set --------------------------------------------------------
+
+
+def test_expansion_order(tmp_path: Path) -> None:
+    tiles = [tile(), tile(cta=[64, 64, 32])]
+    fam = family(d_types=["f32", "f16"], b_orders=["kn", "nk"], align=[8, 2], tiles=tiles)
+    loaded = load_configs([write(tmp_path, {"families": [fam, family(name="second")]})])
+    got = [(k.spec.family, k.spec.cta[0], k.spec.d_type.value, k.spec.b_order.value, k.spec.align) for k in loaded]
+    expected = [("fam", m, d, b, a) for m in (128, 64) for d in ("f32", "f16") for b in ("kn", "nk") for a in (8, 2)]
+    assert got == expected + [("second", 128, "f16", "nk", 8)]
+    assert loaded[-1].source.endswith(":families[1] (second).tiles[0]")
+
+
+def test_default_configs() -> None:
+    paths = default_config_paths()
+    assert [p.name for p in paths] == ["sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml", "sm80_lowalign.yaml"]
+    loaded = load_configs(paths)
+    assert len(loaded) == 40
+    names = [k.spec.name for k in loaded]
+    assert len(set(names)) == len(names)
+    assert {2, 3, 4, 5, 6} <= {k.spec.stages for k in loaded}
+    assert {k.spec.b_order for k in loaded} == set(BOrder)
+    assert {k.spec.align for k in loaded} == {8, 2, 1}
+    assert all(k.source.startswith("codegen/configs/") for k in loaded)
+    # Loading is deterministic.
+    assert [k.spec for k in load_configs(paths)] == [k.spec for k in loaded]

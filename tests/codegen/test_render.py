@@ -1,0 +1,171 @@
+"""codegen.render and the CLI: deterministic output, minimal rewrites, stale cleanup, NVRTC compile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codegen import params
+from codegen.config import REPO_ROOT, LoadedKernel, default_config_paths, load_configs
+from codegen.render import INCLUDE_DIR, kernel_file, render_kernel, write_generated
+
+
+@pytest.fixture(scope="module")
+def default_set() -> list[LoadedKernel]:
+    return load_configs(default_config_paths())
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _mtimes(root: Path) -> dict[str, int]:
+    return {p.relative_to(root).as_posix(): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def test_render_is_deterministic(default_set: list[LoadedKernel]) -> None:
+    first = [render_kernel(k.spec, k.source) for k in default_set]
+    second = [render_kernel(k.spec, k.source) for k in load_configs(default_config_paths())]
+    assert first == second
+
+
+def test_rendered_content(default_set: list[LoadedKernel]) -> None:
+    k = default_set[0]
+    text = render_kernel(k.spec, k.source)
+    assert f"from {k.source}." in text
+    assert f"extern \"C\" __global__ void __launch_bounds__({k.spec.threads}) {k.spec.name}(" in text
+    assert params.cpp_struct() in text
+    assert f"static_assert(Config::kSmemBytes == {k.spec.smem_bytes}," in text
+    assert f"static_assert(Config::kThreads == {k.spec.threads}," in text
+    assert f'#include "{k.spec.mainloop.header}"' in text
+    assert text.endswith("}\n")
+
+
+def test_write_generated(tmp_path: Path, default_set: list[LoadedKernel]) -> None:
+    out = tmp_path / "generated"
+    result = write_generated(default_set, out)
+    assert len(result.written) == 41 and not result.removed
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["version"] == 1
+    assert [e["name"] for e in manifest["kernels"]] == [k.spec.name for k in default_set]
+    for entry, k in zip(manifest["kernels"], default_set, strict=True):
+        spec = k.spec.to_json()
+        assert entry == {"name": k.spec.name, "file": kernel_file(k.spec), "source": k.source, "spec": spec}
+        assert (out / entry["file"]).read_text() == render_kernel(k.spec, k.source)
+    text = (out / "manifest.json").read_text()
+    assert text.endswith("}\n") and text == json.dumps(manifest, sort_keys=True, indent=2) + "\n"
+    # No temp files left behind.
+    assert not [p for p in out.rglob("*") if p.name.startswith(".")]
+
+    # Same input, second output folder: byte-identical.
+    other = tmp_path / "again"
+    write_generated(load_configs(default_config_paths()), other)
+    assert _tree(other) == _tree(out)
+
+
+def test_second_write_touches_nothing(tmp_path: Path, default_set: list[LoadedKernel]) -> None:
+    out = tmp_path / "generated"
+    write_generated(default_set, out)
+    for p in out.rglob("*"):  # push mtimes into the past so a rewrite would show
+        if p.is_file():
+            os.utime(p, ns=(1_000_000_000, 1_000_000_000))
+    before = _mtimes(out)
+    result = write_generated(default_set, out)
+    assert not result.written and not result.removed
+    assert _mtimes(out) == before
+
+
+def test_changed_kernel_rewrites_only_its_file(tmp_path: Path, default_set: list[LoadedKernel]) -> None:
+    out = tmp_path / "generated"
+    write_generated(default_set, out)
+    victim = out / kernel_file(default_set[3].spec)
+    victim.write_text("// edited by hand\n")
+    result = write_generated(default_set, out)
+    assert result.written == [victim]
+    assert victim.read_text() == render_kernel(default_set[3].spec, default_set[3].source)
+
+
+def test_stale_files_removed_others_kept(tmp_path: Path, default_set: list[LoadedKernel]) -> None:
+    out = tmp_path / "generated"
+    out.mkdir()
+    (out / "README.md").write_text("hands off\n")
+    write_generated(default_set, out)
+    lowalign_f16 = out / "sm80_f16_lowalign"
+    (lowalign_f16 / "notes.txt").write_text("not ours\n")  # keeps its folder alive
+    keep = [k for k in default_set if "lowalign" not in k.spec.family]
+    dropped_one = default_set[0]
+    keep.remove(dropped_one)
+
+    result = write_generated(keep, out)
+    assert not (out / kernel_file(dropped_one.spec)).exists()
+    assert (out / dropped_one.spec.family).is_dir()  # still has other kernels
+    assert not (out / "sm80_bf16_lowalign").exists()  # emptied family folder removed
+    assert sorted(p.name for p in lowalign_f16.iterdir()) == ["notes.txt"]
+    assert (out / "README.md").read_text() == "hands off\n"
+    assert len(result.removed) == 1 + 4 + 4 + 1  # files, files, files, one folder
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["kernels"]) == len(keep)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "codegen", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_bad_config_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = (REPO_ROOT / "codegen/configs/sm80_f16.yaml").read_text().replace("stages: 6", "stages: 1")
+    bad.write_text(text)
+    proc = _cli("--config", str(bad), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    expected = f"{bad.as_posix()}: families[0] (sm80_f16).tiles[3]: field 'stages': got 1, accepted: an integer >= 2"
+    assert expected in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_writes(tmp_path: Path) -> None:
+    config = REPO_ROOT / "codegen/configs/sm80_lowalign.yaml"
+    proc = _cli("--config", str(config), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("8 kernels from 1 files -> ")
+    assert len(json.loads((tmp_path / "out/manifest.json").read_text())["kernels"]) == 8
+
+
+# One kernel per code path the templates select: plain, kn + split-K, fp32 output, register copy.
+NVRTC_KERNELS = [
+    "gemm_sm80_f16_sm80_m16n8k16_af16_bf16_accf32_df16_128x128x32_w2x2x1_s4_nk_align8",
+    "gemm_sm80_bf16_sm80_m16n8k16_abf16_bbf16_accf32_dbf16_16x64x128_w1x2x2_s4_kn_align8",
+    "gemm_sm80_bf16_f32out_sm80_m16n8k16_abf16_bbf16_accf32_df32_128x128x32_w2x2x1_s4_nk_align8",
+    "gemm_sm80_f16_lowalign_sm80_m16n8k16_af16_bf16_accf32_df16_64x64x32_w2x2x1_s3_kn_align1",
+]
+
+
+@pytest.mark.parametrize("name", NVRTC_KERNELS)
+def test_nvrtc_compiles(name: str, default_set: list[LoadedKernel]) -> None:
+    """Catches drift between the template, the headers and codegen (static_asserts included)."""
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    (k,) = [k for k in default_set if k.spec.name == name]
+    src = render_kernel(k.spec, k.source).encode()
+    err, prog = nvrtc.nvrtcCreateProgram(src, f"{name}.cu".encode(), 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    try:
+        opts = [b"--gpu-architecture=sm_80", b"-std=c++17", f"--include-path={INCLUDE_DIR}".encode()]
+        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+        _, ptx_size = nvrtc.nvrtcGetPTXSize(prog)
+        ptx = b" " * ptx_size
+        nvrtc.nvrtcGetPTX(prog, ptx)
+        assert f".entry {name}(".encode() in ptx
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)

@@ -1,0 +1,86 @@
+"""codegen.spec: kernel names are stable and complete; JSON round-trips; smem matches config.cuh."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from codegen.spec import KernelSpec
+from tests.helpers import spec_for
+from codegen.vocabulary import BOrder, DataType, Mainloop, MmaAtom
+
+SPEC = spec_for(family="sm80_f16", arch_min=80, arch_max=90)
+
+# A different value for every field, to show each one reaches the name (or not).
+OTHER: dict[str, Any] = {
+    "family": "sm80_bf16",
+    "mainloop": Mainloop.SM70,
+    "mma": MmaAtom.M16N8K8,
+    "a_type": DataType.BF16,
+    "b_type": DataType.BF16,
+    "acc_type": DataType.F16,
+    "d_type": DataType.F32,
+    "cta": (128, 64, 32),
+    "warps": (2, 1, 1),
+    "stages": 3,
+    "b_order": BOrder.KN,
+    "align": 4,
+    "arch_min": 86,
+    "arch_max": 89,
+}
+NOT_IN_NAME = {"arch_min", "arch_max"}  # where a kernel runs does not change its code
+
+
+def test_name_is_stable() -> None:
+    # Hard-coded on purpose: kernel names are cache keys and symbol names, so a rename
+    # must be a deliberate change to this line.
+    assert SPEC.name == "gemm_sm80_f16_sm80_m16n8k16_af16_bf16_accf32_df16_128x128x32_w2x2x1_s4_nk_align8"
+
+
+def test_every_field_is_covered() -> None:
+    assert set(OTHER) == {f.name for f in dataclasses.fields(KernelSpec)}
+
+
+@pytest.mark.parametrize("field", sorted(OTHER))
+def test_field_changes_name(field: str) -> None:
+    changed = dataclasses.replace(SPEC, **{field: OTHER[field]})
+    assert changed != SPEC
+    if field in NOT_IN_NAME:
+        assert changed.name == SPEC.name
+    else:
+        assert changed.name != SPEC.name
+
+
+@pytest.mark.parametrize("spec", [SPEC, dataclasses.replace(SPEC, **OTHER)])
+def test_json_round_trip(spec: KernelSpec) -> None:
+    data = spec.to_json()
+    assert KernelSpec.from_json(data) == spec
+    assert data["cta"] == list(spec.cta) and data["b_order"] == spec.b_order.value
+
+
+def test_from_json_missing_field() -> None:
+    data = SPEC.to_json()
+    del data["stages"]
+    with pytest.raises(ValueError, match="stages"):
+        KernelSpec.from_json(data)
+
+
+def test_smem_bytes_known_tiles() -> None:
+    # Padded rows (K + 8 halves) per stage: A 128*40*2 = 10240, B nk 128*40*2 = 10240.
+    assert SPEC.smem_bytes == 4 * (10240 + 10240)
+    # kn: B is 32 rows of 128 + 8 halves = 8704 bytes.
+    assert dataclasses.replace(SPEC, b_order=BOrder.KN).smem_bytes == 4 * (10240 + 8704)
+    # Split K: the pipeline (4 * (16*136*2 + 64*136*2) = 87040) beats the reduction (16*64*4).
+    skinny = dataclasses.replace(SPEC, cta=(16, 64, 128), warps=(1, 2, 2))
+    assert skinny.smem_bytes == 87040
+    # A wide split with shallow tiles: the reduction buffer dominates (3 * 64*64*4).
+    wide = dataclasses.replace(SPEC, cta=(64, 64, 64), warps=(1, 1, 4), stages=2)
+    assert wide.smem_bytes == 3 * 64 * 64 * 4
+
+
+def test_derived() -> None:
+    assert SPEC.threads == 128
+    assert SPEC.warp_tile == (64, 64, 32)
+    assert SPEC.archs_that_fit([70, 80, 86, 90]) == [80, 86, 90]

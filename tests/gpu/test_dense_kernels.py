@@ -1,0 +1,95 @@
+"""Every dense kernel in the registry against an fp32 reference on random data.
+
+Shapes have residues against every tile dimension; rows are padded (leading dimension
+> extent) so K and N tails below the vector width are exercised on the fast kernels;
+outputs are NaN-poisoned and their padding must stay untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from codegen.vocabulary import BOrder
+from gemm_runtime.types import torch_dtype
+from tests.gpu.util import rel_err, round_up, shared_gemm, strided
+
+pytestmark = pytest.mark.gpu
+
+M_VALUES = [1, 7, 16, 33, 128, 257, 1000]
+TOL = 1e-2
+
+
+def _kernel_names():
+    if not torch.cuda.is_available():
+        return ["no-gpu"]
+    return [k.name for k in shared_gemm().kernels]
+
+
+def _shapes(spec):
+    """(N, K) pairs with residues against the CTA tile and below the vector width."""
+    cm, cn, ck = spec.cta
+    ns = [2 * cn + spec.align, 3 * cn - 5 if cn > 8 else cn + 3]
+    ks = [ck + 8, 3 * ck - 3, 5]
+    return [(n, k) for n in ns for k in ks]
+
+
+def _operands(spec, m, n, k, gen):
+    dt = torch_dtype(spec.a_type)
+    al = spec.align
+    a = strided(m, k, round_up(k, al) + al, dt, gen=gen)
+    if spec.b_order is BOrder.NK:
+        w = strided(n, k, round_up(k, al), dt, gen=gen)
+        b = w.t()
+    else:
+        b = strided(k, n, round_up(n, al), dt, gen=gen)
+    return a, b
+
+
+@pytest.mark.parametrize("m", M_VALUES)
+@pytest.mark.parametrize("name", _kernel_names())
+def test_kernel_matches_fp32_reference(gemm, name, m):
+    kernel = gemm.registry.get(name)
+    spec = kernel.spec
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, m)) % 2**31)
+    d_dtype = torch_dtype(spec.d_type)
+    failures = []
+    for n, k in _shapes(spec):
+        a, b = _operands(spec, m, n, k, gen)
+        ref = a.float() @ b.float()
+        # Plain product into a NaN-poisoned output whose padding columns must survive.
+        ldd = n + 3
+        out = torch.full((m, ldd), float("nan"), dtype=d_dtype, device="cuda")
+        gemm.matmul(a, b, out=out[:, :n], kernel=name)
+        err = rel_err(out[:, :n], ref)
+        if not err < TOL:
+            failures.append(f"N={n} K={k}: rel err {err}")
+        if not torch.isnan(out[:, n:].float()).all():
+            failures.append(f"N={n} K={k}: wrote outside the output's columns")
+    torch.cuda.synchronize()
+    assert not failures, f"{name} M={m}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("name", _kernel_names())
+def test_kernel_alpha_beta_and_c_aliasing_d(gemm, name):
+    kernel = gemm.registry.get(name)
+    spec = kernel.spec
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    d_dtype = torch_dtype(spec.d_type)
+    for m in (33, 257):
+        n, k = _shapes(spec)[1]
+        a, b = _operands(spec, m, n, k, gen)
+        c = (torch.randn(m, n, device="cuda", generator=gen) * 0.5).to(d_dtype)
+        alpha, beta = 0.75, -1.25
+        ref = alpha * (a.float() @ b.float()) + beta * c.float()
+        # C separate from D.
+        out = torch.full((m, n), float("nan"), dtype=d_dtype, device="cuda")
+        gemm.matmul(a, b, out=out, alpha=alpha, beta=beta, c=c, kernel=name)
+        assert rel_err(out, ref) < TOL, f"{name} M={m}: C != D"
+        # C is D (in place accumulate).
+        inplace = c.clone()
+        gemm.matmul(a, b, out=inplace, alpha=alpha, beta=beta, c=inplace, kernel=name)
+        assert rel_err(inplace, ref) < TOL, f"{name} M={m}: C aliasing D"
+        # beta = 0 must not read C, even when C holds NaN.
+        out2 = torch.full((m, n), float("nan"), dtype=d_dtype, device="cuda")
+        gemm.matmul(a, b, out=out2, alpha=alpha, beta=0.0, c=torch.full_like(c, float("nan")), kernel=name)
+        assert rel_err(out2, alpha * (a.float() @ b.float())) < TOL, f"{name} M={m}: beta=0 read C"

@@ -1,0 +1,172 @@
+"""gemm_runtime.compiler: NVRTC compile, ptxas report parsing and the disk cache (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from codegen.params import cpp_struct
+from gemm_runtime.compiler import (
+    CompileError,
+    cache_key,
+    compile_cubin,
+    nvrtc_version,
+    parse_ptxas_report,
+    supported_archs,
+)
+from gemm_runtime.settings import REPO_ROOT
+
+INCLUDE = REPO_ROOT / "templates" / "include"
+
+GEMM_SOURCE = f"""#include "gemm/kernel_sm80.cuh"
+{cpp_struct()}
+using Cfg = gemm::GemmConfig<gemm::Half, gemm::Half, gemm::Half, 64, 64, 32, 2, 2, 1, 3, gemm::OrderB::kNK, 8>;
+extern "C" __global__ void __launch_bounds__(Cfg::kThreads) gemm_test(const GemmParams p) {{
+  gemm::gemm_sm80<Cfg>(p);
+}}
+"""
+
+# Compiles in a few ms: for the cache mechanics, where the GEMM's ~0.5 s per compile adds nothing.
+TINY_SOURCE = """#include "gemm/numeric.cuh"
+extern "C" __global__ void tiny(float* p) { p[threadIdx.x] = 2.0f * p[threadIdx.x]; }
+"""
+
+
+def _tiny(cache_dir: Path | None, **kw) -> object:
+    args = dict(name="tiny", arch=80, include_dirs=[INCLUDE], cache_dir=cache_dir)
+    args.update(kw)
+    return compile_cubin(TINY_SOURCE, **args)
+
+
+def test_nvrtc_version_and_archs():
+    major, minor = nvrtc_version()
+    assert major >= 12 and minor >= 0
+    assert 80 in supported_archs() and 90 in supported_archs()
+
+
+def test_compile_gemm_parses_ptxas_report(tmp_path):
+    r = compile_cubin(GEMM_SOURCE, name="gemm_test", arch=80, include_dirs=[INCLUDE], cache_dir=tmp_path)
+    assert r.cubin[:4] == b"\x7fELF"
+    assert r.registers > 0
+    assert (r.stack_frame, r.spill_stores, r.spill_loads, r.smem_static) == (0, 0, 0, 0)
+    assert not r.cached
+    assert "Used" in r.log and "gemm_test" in r.log
+
+
+def test_second_compile_is_a_cache_hit(tmp_path):
+    first = compile_cubin(GEMM_SOURCE, name="gemm_test", arch=90, include_dirs=[INCLUDE], cache_dir=tmp_path)
+    second = compile_cubin(GEMM_SOURCE, name="gemm_test", arch=90, include_dirs=[INCLUDE], cache_dir=tmp_path)
+    assert not first.cached and second.cached
+    assert second.cubin == first.cubin and second.report() == first.report() and second.log == first.log
+    assert second.seconds < first.seconds / 10
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".cubin", ".json"]
+
+
+def test_no_cache_dir_never_caches(tmp_path):
+    assert not _tiny(None).cached
+    assert not _tiny(None).cached
+
+
+def test_key_changes_with_headers_options_and_arch(tmp_path):
+    include = tmp_path / "include"
+    shutil.copytree(INCLUDE, include)
+
+    def key(**kw):
+        args = dict(name="tiny", arch=80, include_dirs=[include], options=())
+        args.update(kw)
+        return cache_key(TINY_SOURCE, **args)
+
+    base = key()
+    assert key() == base  # deterministic
+    assert key(arch=90) != base
+    assert key(options=["-lineinfo"]) != base
+    assert key(name="other") != base
+    assert cache_key(TINY_SOURCE + "\n", name="tiny", arch=80, include_dirs=[include]) != base
+
+    # A header the source does not even include still changes the key (the whole tree is hashed).
+    header = include / "gemm" / "warp_mma.cuh"
+    header.write_text(header.read_text() + "\n// edited\n")
+    edited = key()
+    assert edited != base
+    (include / "gemm" / "new.cuh").write_text("#pragma once\n")
+    assert key() not in (base, edited)
+
+
+def test_header_change_recompiles(tmp_path):
+    include = tmp_path / "include"
+    shutil.copytree(INCLUDE, include)
+    cache = tmp_path / "cache"
+    assert not _tiny(cache, include_dirs=[include]).cached
+    assert _tiny(cache, include_dirs=[include]).cached
+    numeric = include / "gemm" / "numeric.cuh"
+    numeric.write_text(numeric.read_text() + "\n// edited\n")
+    assert not _tiny(cache, include_dirs=[include]).cached
+
+
+@pytest.mark.parametrize("damage", ["truncated_json", "missing_json", "missing_cubin", "wrong_cubin"])
+def test_corrupt_cache_entry_is_a_miss(tmp_path, damage):
+    good = _tiny(tmp_path)
+    (json_path,) = tmp_path.glob("*.json")
+    cubin_path = json_path.with_suffix(".cubin")
+    if damage == "truncated_json":
+        json_path.write_text(json_path.read_text()[:20])
+    elif damage == "missing_json":
+        json_path.unlink()
+    elif damage == "missing_cubin":
+        cubin_path.unlink()
+    else:
+        cubin_path.write_bytes(good.cubin[:100])
+
+    again = _tiny(tmp_path)
+    assert not again.cached and again.cubin == good.cubin
+    # The recompile repaired the entry.
+    assert json.loads(json_path.read_text())["registers"] == good.registers
+    assert _tiny(tmp_path).cached
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_compile_error_names_kernel_arch_and_log(tmp_path):
+    source = TINY_SOURCE + "\nextern \"C\" __global__ void broken() { int x = ; }\n"
+    with pytest.raises(CompileError) as info:
+        compile_cubin(source, name="broken_kernel", arch=80, include_dirs=[INCLUDE], cache_dir=tmp_path)
+    e = info.value
+    assert (e.name, e.arch) == ("broken_kernel", 80)
+    assert "expected an expression" in e.log
+    assert "broken_kernel" in str(e) and "sm_80" in str(e) and e.log.strip() in str(e)
+    assert not list(tmp_path.iterdir())  # failures are not cached
+    # It crosses process boundaries (the build compiles in a process pool) intact.
+    again = pickle.loads(pickle.dumps(e))
+    assert (again.name, again.arch, again.log, str(again)) == (e.name, e.arch, e.log, str(e))
+
+
+def test_arch_nvrtc_cannot_target_is_a_compile_error():
+    with pytest.raises(CompileError) as info:
+        _tiny(None, arch=70)
+    assert "sm_70" in str(info.value) and "gpu-architecture" in info.value.log
+
+
+def test_parse_ptxas_report_picks_the_entry_section():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Function properties for helper
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+    16 bytes stack frame, 12 bytes spill stores, 20 bytes spill loads
+ptxas info    : Used 168 registers, used 1 barriers, 2048 bytes smem, 472 bytes cmem[0]
+ptxas info    : Compiling entry function 'other' for 'sm_90'
+ptxas info    : Used 32 registers
+"""
+    assert parse_ptxas_report(log, "k") == {
+        "registers": 168,
+        "stack_frame": 16,
+        "spill_stores": 12,
+        "spill_loads": 20,
+        "smem_static": 2048,
+    }
+    assert parse_ptxas_report("", "k") == dict.fromkeys(
+        ["registers", "stack_frame", "spill_stores", "spill_loads", "smem_static"], 0
+    )

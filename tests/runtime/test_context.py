@@ -1,0 +1,107 @@
+"""Argument validation that needs no GPU: make_problem on CPU tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from codegen.vocabulary import BOrder, DataType, Order
+from gemm_runtime import GemmArgumentError, MatrixLayout, Operation, QuantDesc
+from gemm_runtime.context import ProblemKey, infeasible_reason, make_problem, vector_align
+from tests.helpers import spec_for
+
+CPU = torch.device("cpu")
+
+
+def _call(a, b, d, *, beta=0.0, c=None, op=None, adesc=None, bdesc=None, ddesc=None, cdesc=None):
+    return make_problem(
+        op or Operation(),
+        a,
+        adesc or MatrixLayout.of(a, "a"),
+        b,
+        bdesc or MatrixLayout.of(b, "b"),
+        beta,
+        c,
+        cdesc or (MatrixLayout.of(c, "c") if c is not None else None),
+        d,
+        ddesc or MatrixLayout.of(d, "d"),
+        CPU,
+    )
+
+
+def _mats(m=8, n=16, k=32, dtype=torch.float16):
+    return torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype).t(), torch.empty(m, n, dtype=dtype)
+
+
+def test_valid_problem_key():
+    a, b, d = _mats()
+    p = _call(a, b, d)
+    assert p.key == ProblemKey(DataType.F16, BOrder.NK, DataType.F16, p.key.align, 8, 16, 32)
+    assert p.key.align in (8, 4, 2, 1) and p.lda == 32 and p.ldb == 32 and p.ldd == 16
+
+
+def test_layout_of_rejects_non_unit_inner_stride():
+    with pytest.raises(GemmArgumentError, match=r"a.stride\(\).*row-major"):
+        MatrixLayout.of(torch.randn(8, 8)[:, ::2], "a")
+
+
+@pytest.mark.parametrize(
+    "mutate, pattern",
+    [
+        (lambda a, b, d: dict(a=a.float()), r"Bdesc.type|A.dtype|Adesc.type"),
+        (lambda a, b, d: dict(b=b.to(torch.bfloat16)), r"Bdesc.type: got bf16; accepted: f16"),
+        (lambda a, b, d: dict(b=torch.randn(16, 31, dtype=torch.float16).t()), r"Bdesc.rows: got 31"),
+        (lambda a, b, d: dict(d=torch.empty(8, 15, dtype=torch.float16)), r"Ddesc shape"),
+        (lambda a, b, d: dict(d=torch.empty(8, 16, dtype=torch.bfloat16)), r"Ddesc.type: got bf16; accepted: f16 or f32"),
+        (lambda a, b, d: dict(a=a.t().contiguous().t()), r"Adesc.order: got col"),
+        (lambda a, b, d: dict(d=torch.empty(16, 8, dtype=torch.float16).t()), r"Ddesc.order"),
+        (lambda a, b, d: dict(beta=1.0), r"C: got None; accepted: a matrix"),
+        (lambda a, b, d: dict(beta=1.0, c=torch.empty(8, 16, dtype=torch.float32)), r"Cdesc"),
+        (lambda a, b, d: dict(op=Operation(quant_b=QuantDesc(DataType.U4, 128))), r"operation.quant"),
+        (lambda a, b, d: dict(op="gemm"), r"operation: got str"),
+        (lambda a, b, d: dict(d=a[:, :16]), r"D: got memory overlapping A"),
+    ],
+)
+def test_bad_arguments_name_the_argument(mutate, pattern):
+    a, b, d = _mats()
+    kwargs = dict(a=a, b=b, d=d)
+    kwargs.update(mutate(a, b, d))
+    with pytest.raises(GemmArgumentError, match=pattern):
+        _call(**kwargs)
+
+
+def test_layout_larger_than_storage_is_rejected():
+    a, b, d = _mats()
+    bigger = MatrixLayout(DataType.F16, Order.ROW_MAJOR, 8, 32, 64)
+    with pytest.raises(GemmArgumentError, match=r"^A: got \d+ bytes of storage"):
+        _call(a, b, d, adesc=bigger)
+
+
+def test_ld_below_row_length_is_rejected():
+    a, b, d = _mats()
+    with pytest.raises(GemmArgumentError, match=r"Adesc.ld: got 16; accepted: >= 32"):
+        _call(a, b, d, adesc=MatrixLayout(DataType.F16, Order.ROW_MAJOR, 8, 32, 16))
+
+
+def test_wrong_device_is_rejected():
+    a, b, d = _mats()
+    with pytest.raises(GemmArgumentError, match=r"A.device: got meta"):
+        _call(torch.empty(8, 32, dtype=torch.float16, device="meta"), b, d)
+
+
+def test_vector_alignment():
+    assert vector_align(0x1000, 64, 2, 10) == 8
+    assert vector_align(0x1000, 68, 2, 10) == 4
+    assert vector_align(0x1000, 66, 2, 10) == 2
+    assert vector_align(0x1000, 65, 2, 10) == 1
+    assert vector_align(0x1002, 64, 2, 10) == 1
+    assert vector_align(0x1000, 65, 2, 1) == 8  # one row: ld never matters
+
+
+def test_feasibility_rules():
+    key = ProblemKey(DataType.F16, BOrder.NK, DataType.F16, 2, 10, 100, 100)
+    assert infeasible_reason(spec_for(align=2), key) is None
+    assert "aligned to 8" in infeasible_reason(spec_for(align=8), key)
+    assert "B order" in infeasible_reason(spec_for(b_order=BOrder.KN, align=2), key)
+    assert "output type" in infeasible_reason(spec_for(d_type=DataType.F32, align=2), key)
+    assert "operand type" in infeasible_reason(spec_for(a_type=DataType.BF16, b_type=DataType.BF16, align=2), key)
