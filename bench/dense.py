@@ -16,12 +16,18 @@ from pathlib import Path
 import torch
 import yaml
 
-from bench.timing import median_ms
+from bench.timing import host_us_per_call, median_ms
 from gemm_runtime import Gemm
 from gemm_runtime.context import make_problem
 from gemm_runtime.types import MatrixLayout, Operation
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _short(name: str) -> str:
+    """The tile, warps and stages part of a kernel name."""
+    parts = name.split("_")
+    return "_".join(p for p in parts if "x" in p or (p.startswith("s") and p[1:].isdigit()))
 
 
 def _problem_key(gemm: Gemm, a, b, out):
@@ -73,13 +79,25 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                     print(
                         f"{rows[-1]['dtype']:8s} {model:11s} {layer:8s} M={m:5d} N={n:6d} K={k:6d}  "
                         f"ours {t_ours*1e3:9.1f} us  best {t_best*1e3:9.1f} us  cuBLAS {t_cublas*1e3:9.1f} us  "
-                        f"cuBLAS/ours {t_cublas/t_ours:5.2f}",
+                        f"cuBLAS/ours {t_cublas/t_ours:5.2f}  [{_short(chosen.name)} | best {_short(best_name)}]",
                         flush=True,
                     )
     return rows
 
 
-def markdown(rows: list[dict], device: str) -> str:
+def host_overhead() -> dict:
+    """Host time per call on a tiny problem (the GPU work is negligible)."""
+    gemm = Gemm()
+    a = torch.randn(1, 64, device="cuda", dtype=torch.float16)
+    w = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    out = torch.empty(1, 64, device="cuda", dtype=torch.float16)
+    return {
+        "ours_us": host_us_per_call(lambda: gemm.matmul(a, w.t(), out=out)),
+        "torch_us": host_us_per_call(lambda: torch.matmul(a, w.t(), out=out)),
+    }
+
+
+def markdown(rows: list[dict], device: str, host: dict | None = None) -> str:
     lines = [
         "# Performance",
         "",
@@ -88,20 +106,24 @@ def markdown(rows: list[dict], device: str) -> str:
         "`cuBLAS/ours` above 1 means this project is faster. `best` is the fastest registry "
         "kernel for the problem (exhaustive), `ours` the kernel the heuristic picks.",
         "",
-        "| dtype | model | layer | M | N | K | ours µs | best µs | cuBLAS µs | ours TFLOP/s | cuBLAS TFLOP/s | cuBLAS/ours | cuBLAS/best |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| dtype | model | layer | M | N | K | ours µs | best µs | cuBLAS µs | ours TFLOP/s | cuBLAS TFLOP/s "
+        "| cuBLAS/ours | cuBLAS/best | chosen | best |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['dtype']} | {r['model']} | {r['layer']} | {r['m']} | {r['n']} | {r['k']} | "
             f"{r['ours_ms']*1e3:.1f} | {r['best_ms']*1e3:.1f} | {r['cublas_ms']*1e3:.1f} | "
             f"{r['ours_tflops']:.0f} | {r['cublas_tflops']:.0f} | {r['cublas_ms']/r['ours_ms']:.2f} | "
-            f"{r['cublas_ms']/r['best_ms']:.2f} |"
+            f"{r['cublas_ms']/r['best_ms']:.2f} | {_short(r['chosen'])} | {_short(r['best'])} |"
         )
     ratios = sorted(r["cublas_ms"] / r["ours_ms"] for r in rows)
     if ratios:
         lines += ["", f"Median cuBLAS/ours over {len(rows)} problems: {ratios[len(ratios)//2]:.2f} "
                   f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f})."]
+    if host:
+        lines += ["", f"Host time per call (validation, cached dispatch, launch; tiny problem): "
+                  f"Gemm.matmul {host['ours_us']:.1f} µs, torch.matmul {host['torch_us']:.1f} µs."]
     return "\n".join(lines) + "\n"
 
 
@@ -116,7 +138,9 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = run(args.models, args.m, [getattr(torch, d) for d in args.dtypes], not args.no_oracle)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(rows, torch.cuda.get_device_name()))
+    host = host_overhead()
+    print(f"host per call: Gemm.matmul {host['ours_us']:.1f} us, torch.matmul {host['torch_us']:.1f} us")
+    args.out.write_text(markdown(rows, torch.cuda.get_device_name(), host))
     print(f"wrote {args.out}")
 
 

@@ -23,5 +23,7 @@ def predicted_cost(spec: KernelSpec, ctas_per_sm: int, sms: int, key: ProblemKey
     work = per_sm * cm * cn * padded_k
     # Thin tiles re-read operands from shared memory more per MMA: lower efficiency.
     intensity = cm * cn / (cm + cn)
-    efficiency = intensity / (intensity + 24.0)
-    return waves * work / efficiency * _ALIGN_PENALTY[spec.align]
+    efficiency = intensity / (intensity + 48.0)
+    # Two stages leave no copy in flight while the MMAs of a tile run.
+    depth = 1.5 if spec.stages < 3 else 1.0
+    return waves * work / efficiency * depth * _ALIGN_PENALTY[spec.align]

@@ -377,7 +377,7 @@ def test_default_configs() -> None:
     paths = default_config_paths()
     assert [p.name for p in paths] == ["sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml", "sm80_lowalign.yaml"]
     loaded = load_configs(paths)
-    assert len(loaded) == 40
+    assert len(loaded) == 48
     names = [k.spec.name for k in loaded]
     assert len(set(names)) == len(names)
     assert {2, 3, 4, 5, 6} <= {k.spec.stages for k in loaded}

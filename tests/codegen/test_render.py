@@ -49,7 +49,7 @@ def test_rendered_content(default_set: list[LoadedKernel]) -> None:
 def test_write_generated(tmp_path: Path, default_set: list[LoadedKernel]) -> None:
     out = tmp_path / "generated"
     result = write_generated(default_set, out)
-    assert len(result.written) == 41 and not result.removed
+    assert len(result.written) == len(default_set) + 1 and not result.removed  # + manifest
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["version"] == 1
     assert [e["name"] for e in manifest["kernels"]] == [k.spec.name for k in default_set]
@@ -125,7 +125,7 @@ def test_cli_bad_config_exits_2(tmp_path: Path) -> None:
     proc = _cli("--config", str(bad), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    expected = f"{bad.as_posix()}: families[0] (sm80_f16).tiles[3]: field 'stages': got 1, accepted: an integer >= 2"
+    expected = f"{bad.as_posix()}: families[0] (sm80_f16).tiles[5]: field 'stages': got 1, accepted: an integer >= 2"
     assert expected in proc.stderr
     assert not (tmp_path / "out").exists()
 
