@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -c "import torch" 2>/dev/null || $(VENV)/bin/python -m pip install -q torch==2.13.0
-	$(VENV)/bin/python -m pip install -q -e ".[test]"
+	$(VENV)/bin/python -m pip install -q -e ".[test,volta]"
 	touch $@
 
 generate: $(INSTALL)
@@ -41,6 +41,9 @@ test-gpu: $(INSTALL)
 
 bench: $(INSTALL)
 	$(PY) -m bench.dense
+
+list: $(INSTALL)
+	$(PY) -m gemm_runtime list
 
 clean:
 	rm -rf build generated/*/ generated/manifest.json

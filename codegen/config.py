@@ -316,6 +316,12 @@ def _parse_family(where: _Where, data: Any) -> _Family:
     if mma not in IMPLEMENTED_ATOMS[mainloop]:
         where.reject("mma", mma.value, (_choices(IMPLEMENTED_ATOMS[mainloop]) or "none yet")
                      + f" (the atoms the {mainloop.value} mainloop implements)")
+    if mma.min_arch > arch[0]:
+        where.reject("arch", data["arch"], f"a range starting at sm_{mma.min_arch} or later for mma {mma.value!r}",
+                     f" (mma {mma.value!r} does not exist before sm_{mma.min_arch})")
+    if a_type is DataType.BF16 and arch[0] < 80:
+        where.reject("arch", data["arch"], "a range starting at sm_80 or later for bf16",
+                     " (bf16 arithmetic needs sm_80)")
     b_type = _enum(where, "b_type", data["b_type"], (a_type,), " (b_type must equal a_type for now)")
     acc_type = _enum(where, "acc_type", data["acc_type"], _ACC_TYPES)
 
@@ -344,6 +350,8 @@ def _parse_tile(where: _Where, fam: _Family, data: Any) -> tuple[tuple[int, int,
     _int(where, "stages", stages, f"an integer >= {_MIN_STAGES}", lo=_MIN_STAGES)
     _int(where, "stages", stages, f"an integer <= {_MAX_STAGES} (deeper pipelines only use up shared memory)",
          hi=_MAX_STAGES)
+    if fam.mainloop is Mainloop.SM70 and stages != 2:
+        where.reject("stages", stages, "2 (the sm70 mainloop is a register-staged double buffer)")
 
     got_warps = f"{_show(list(warps))} for cta {_show(list(cta))}"
     for dim, c, w in zip("MNK", cta, warps, strict=True):
@@ -358,7 +366,7 @@ def _parse_tile(where: _Where, fam: _Family, data: Any) -> tuple[tuple[int, int,
     need = {
         "M": (_MMA_M, f"the MMA's M {_MMA_M}"),
         "N": (_LDMATRIX_N, "16: two n8 MMAs per ldmatrix.x4"),
-        "K": (fam.mma.shape[2], f"the K {fam.mma.shape[2]} of mma {fam.mma.value!r}"),
+        "K": (16, "16: every atom is driven in k16 steps"),
     }
     for dim, size in zip("MNK", warp_tile, strict=True):
         mult, why = need[dim]

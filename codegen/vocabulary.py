@@ -86,15 +86,29 @@ class MmaAtom(enum.Enum):
         return {MmaAtom.M16N8K16: (16, 8, 16), MmaAtom.M16N8K8: (16, 8, 8), MmaAtom.M8N8K4: (8, 8, 4)}[self]
 
     @property
+    def cpp(self) -> str:
+        """The device-side atom tag (templates/include/gemm/config.cuh)."""
+        return {
+            MmaAtom.M16N8K16: "gemm::AtomM16N8K16",
+            MmaAtom.M16N8K8: "gemm::AtomM16N8K8",
+            MmaAtom.M8N8K4: "gemm::AtomM8N8K4",
+        }[self]
+
+    @property
+    def min_arch(self) -> int:
+        """The oldest arch whose PTX has the instruction (and its fragment loads)."""
+        return {MmaAtom.M16N8K16: 80, MmaAtom.M16N8K8: 75, MmaAtom.M8N8K4: 70}[self]
+
+    @property
     def native_archs(self) -> tuple[int, int]:
         """Inclusive arch range where the instruction runs in hardware at full rate."""
         return {MmaAtom.M16N8K16: (80, 999), MmaAtom.M16N8K8: (75, 999), MmaAtom.M8N8K4: (70, 75)}[self]
 
     @property
     def supported_types(self) -> tuple[DataType, ...]:
-        if self is MmaAtom.M16N8K16:
-            return (DataType.F16, DataType.BF16)
-        return (DataType.F16,)
+        if self is MmaAtom.M8N8K4:
+            return (DataType.F16,)
+        return (DataType.F16, DataType.BF16)  # bf16 needs sm_80 whatever the atom
 
 
 # Real architectures the project builds for, and the dynamic shared memory a CTA
@@ -115,6 +129,6 @@ def parse_enum(enum_cls: type[enum.Enum], text: object) -> enum.Enum:
 # (mainloop -> MMA atoms) that templates/include implements; a config asking for
 # another pairing is rejected before anything is rendered.
 IMPLEMENTED_ATOMS: dict[Mainloop, tuple[MmaAtom, ...]] = {
-    Mainloop.SM80: (MmaAtom.M16N8K16,),
-    Mainloop.SM70: (),
+    Mainloop.SM80: (MmaAtom.M16N8K16, MmaAtom.M16N8K8),
+    Mainloop.SM70: (MmaAtom.M16N8K16, MmaAtom.M16N8K8, MmaAtom.M8N8K4),
 }

@@ -5,6 +5,10 @@
 Compiles are content-addressed (``<out>/.cache``), so a rebuild with nothing changed
 compiles nothing. The outputs the runtime reads (``<out>/sm_XX/manifest.json`` and the
 cubins it names) are written atomically and only when they change.
+
+Each arch is compiled by the NVRTC ``compiler.backend_for`` picks (CUDA 13's; CUDA 12's
+for sm_70, from the ``[volta]`` extra), and its manifest records which. An arch that no
+available NVRTC targets is skipped with one line saying what to install.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from codegen.spec import KernelSpec
 from codegen.vocabulary import ARCH_SMEM_LIMIT, KNOWN_ARCHS
 from gemm_runtime import compiler
 from codegen.fsutil import atomic_write
-from gemm_runtime.compiler import CompileError, CompileResult
+from gemm_runtime.compiler import ArchUnsupportedError, CompileError, CompileResult
 from gemm_runtime.errors import GemmError
 from gemm_runtime.settings import REPO_ROOT, settings
 
@@ -72,12 +76,14 @@ class ArchReport:
     spills: list[tuple[str, int, int]] = field(default_factory=list)  # (name, stores, loads)
     failed: int = 0
     seconds: float = 0.0
+    nvrtc: str = ""  # version of the NVRTC that compiles this arch, e.g. "13.5" ("12.9" for sm_70)
 
     def summary(self) -> str:
         line = (
             f"sm_{self.arch}: {self.kernels} kernels ({self.compiled} compiled, {self.cached} cached, "
             f"{len(self.skipped)} skipped) in {self.seconds:.1f} s"
         )
+        line += f", NVRTC {self.nvrtc}" if self.nvrtc else ""
         return line + (f"; {self.failed} FAILED, manifest not written" if self.failed else "")
 
 
@@ -175,17 +181,14 @@ def resolve_archs(archs: Sequence[int] | None) -> tuple[list[int], dict[int, str
     unknown = sorted({a for a in archs if a not in KNOWN_ARCHS})
     if unknown:
         raise BuildError(f"unknown arch {', '.join(f'sm_{a}' for a in unknown)}; accepted: {_accepted()}")
-    targets = compiler.supported_archs()
-    major, minor = compiler.nvrtc_version()
     wanted = []
     for a in sorted(set(archs)):
-        if a in targets:
-            wanted.append(a)
+        try:
+            compiler.backend_for(a)
+        except ArchUnsupportedError as e:
+            skipped[a] = f"sm_{a}: skipped: {e.reason}"
         else:
-            skipped[a] = (
-                f"sm_{a}: skipped, NVRTC {major}.{minor} cannot generate code for it "
-                f"(it targets sm_{min(targets)} and newer)"
-            )
+            wanted.append(a)
     return wanted, skipped
 
 
@@ -207,7 +210,12 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 
 
 def _write_arch(
-    out_dir: Path, arch: int, kernels: list[GeneratedKernel], results: dict[str, CompileResult], skipped: list
+    out_dir: Path,
+    arch: int,
+    kernels: list[GeneratedKernel],
+    results: dict[str, CompileResult],
+    skipped: list,
+    nvrtc: str,
 ) -> None:
     arch_dir = out_dir / f"sm_{arch}"
     arch_dir.mkdir(parents=True, exist_ok=True)
@@ -229,11 +237,10 @@ def _write_arch(
                 "threads": k.spec.threads,
             }
         )
-    major, minor = compiler.nvrtc_version()
     manifest = {
         "version": MANIFEST_VERSION,
         "arch": arch,
-        "nvrtc": f"{major}.{minor}",
+        "nvrtc": nvrtc,  # the version of the NVRTC that compiled this arch
         "kernels": records,
         "skipped": [{"name": n, "reason": why} for n, why in sorted(skipped)],
     }
@@ -266,7 +273,7 @@ def build(
     include_dirs = [INCLUDE_DIR]
     sources = {k.name: k.source_file.read_text() for k in kernels}
 
-    reports = {a: ArchReport(a) for a in wanted}
+    reports = {a: ArchReport(a, nvrtc=compiler.backend_for(a).version_text) for a in wanted}
     tasks: list[tuple[GeneratedKernel, int]] = []
     for a in wanted:  # arch-major, so the first arch tends to finish first
         for k in kernels:
@@ -338,7 +345,7 @@ def build(
     for a in wanted:
         rep = reports[a]
         if not rep.failed:  # a failing arch keeps its previous outputs rather than half of new ones
-            _write_arch(out_dir, a, kernels, results[a], rep.skipped)
+            _write_arch(out_dir, a, kernels, results[a], rep.skipped, rep.nvrtc)
             rep.kernels = len(results[a])
         rep.spills = [(n, r.spill_stores, r.spill_loads) for n, r in sorted(results[a].items()) if r.spills]
         rep.skipped.sort()

@@ -1,5 +1,11 @@
 """NVRTC compilation of one kernel source to a cubin, with a content-addressed disk cache.
 
+Two NVRTCs may serve a compile: CUDA 13's (``cuda.bindings.nvrtc``, always installed)
+and CUDA 12's (``gemm_runtime.nvrtc_legacy``, from the optional ``[volta]`` extra), which
+still targets sm_70. ``backend_for(arch)`` picks CUDA 13's whenever it supports the arch,
+else CUDA 12's, else raises ArchUnsupportedError; the cache key holds the version of the
+one that compiled.
+
 ``cuda.bindings.nvrtc`` is imported inside the functions that need it, so importing
 this module (e.g. from the build CLI's argument parsing) stays cheap.
 """
@@ -11,9 +17,9 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from codegen.fsutil import atomic_write
 from gemm_runtime.errors import GemmError
@@ -36,6 +42,20 @@ class CompileError(GemmError):
         # Default exception pickling replays self.args (the message) into __init__,
         # which would break when the error crosses a ProcessPoolExecutor boundary.
         return (CompileError, (self.name, self.arch, self.log))
+
+
+class ArchUnsupportedError(GemmError):
+    """No available NVRTC generates code for the arch; ``reason`` says which were tried
+    (and, where the CUDA 12 NVRTC is missing, to install the ``[volta]`` extra)."""
+
+    def __init__(self, arch: int, reason: str, tried: Sequence[str] = ()) -> None:
+        super().__init__(f"no NVRTC can generate code for sm_{arch}: {reason}")
+        self.arch = arch
+        self.reason = reason
+        self.tried = tuple(tried)  # e.g. ("13.5",) or ("13.5", "12.9")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ArchUnsupportedError, (self.arch, self.reason, self.tried))
 
 
 @dataclass(frozen=True)
@@ -70,7 +90,7 @@ def _check(result: Any, what: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def nvrtc_version() -> tuple[int, int]:
+def _primary_version() -> tuple[int, int]:
     from cuda.bindings import nvrtc
 
     major, minor = _check(nvrtc.nvrtcVersion(), "nvrtcVersion")
@@ -78,11 +98,95 @@ def nvrtc_version() -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def supported_archs() -> tuple[int, ...]:
-    """The real architectures this NVRTC can generate code for (e.g. 75, 80, ... for 13.x)."""
+def _primary_archs() -> tuple[int, ...]:
     from cuda.bindings import nvrtc
 
-    return tuple(int(a) for a in _check(nvrtc.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))
+    return tuple(sorted(int(a) for a in _check(nvrtc.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs")))
+
+
+@dataclass(frozen=True)
+class NvrtcBackend:
+    """One NVRTC library: its version, the real archs it targets and its compile call."""
+
+    label: str  # "CUDA 13" / "CUDA 12"
+    version: tuple[int, int]
+    archs: tuple[int, ...]
+    compile: Callable[[str, str, list[str]], tuple[bool, str, bytes]] = field(repr=False, compare=False)
+
+    @property
+    def version_text(self) -> str:
+        return f"{self.version[0]}.{self.version[1]}"
+
+    def describe(self) -> str:
+        """e.g. "CUDA 13's NVRTC 13.5 (sm_75..sm_121)"."""
+        span = f"sm_{self.archs[0]}..sm_{self.archs[-1]}" if self.archs else "no archs"
+        return f"{self.label}'s NVRTC {self.version_text} ({span})"
+
+
+def primary_backend() -> NvrtcBackend:
+    """The NVRTC of cuda.bindings (CUDA 13, a hard dependency)."""
+    version = _primary_version()
+    return NvrtcBackend(f"CUDA {version[0]}", version, _primary_archs(), _nvrtc_compile)
+
+
+def legacy_backend() -> NvrtcBackend:
+    """The CUDA 12 NVRTC of the ``[volta]`` extra; raises LegacyNvrtcUnavailable without it."""
+    from gemm_runtime import nvrtc_legacy
+
+    lib = nvrtc_legacy.load()
+    return NvrtcBackend(
+        f"CUDA {lib.version[0]}", lib.version, lib.archs, lambda src, name, opts: lib.compile(src, f"{name}.cu", opts)
+    )
+
+
+def _legacy_or_reason() -> tuple[NvrtcBackend | None, str]:
+    from gemm_runtime.nvrtc_legacy import LegacyNvrtcUnavailable
+
+    try:
+        return legacy_backend(), ""
+    except LegacyNvrtcUnavailable as e:
+        return None, str(e)
+
+
+def backends() -> list[NvrtcBackend]:
+    """The NVRTCs available to this process, in order of preference (CUDA 13 first)."""
+    legacy, _ = _legacy_or_reason()
+    return [primary_backend()] + ([legacy] if legacy is not None else [])
+
+
+def backend_for(arch: int) -> NvrtcBackend:
+    """The NVRTC that compiles for ``sm_{arch}``: CUDA 13's when it can, else CUDA 12's
+    (the ``[volta]`` extra) when installed and able; else ArchUnsupportedError."""
+    primary = primary_backend()
+    if arch in primary.archs:
+        return primary
+    legacy, why = _legacy_or_reason()
+    if legacy is not None and arch in legacy.archs:
+        return legacy
+    if legacy is None:
+        from gemm_runtime.nvrtc_legacy import INSTALL_HINT
+
+        reason = (
+            f"{primary.describe()} cannot target sm_{arch}, and the CUDA 12 NVRTC is not available "
+            f"({why}); {INSTALL_HINT}"
+        )
+        raise ArchUnsupportedError(arch, reason, (primary.version_text,))
+    reason = f"neither {primary.describe()} nor {legacy.describe()} can target sm_{arch}"
+    raise ArchUnsupportedError(arch, reason, (primary.version_text, legacy.version_text))
+
+
+def nvrtc_version(arch: int | None = None) -> tuple[int, int]:
+    """The version of the NVRTC that compiles for ``sm_{arch}`` (ArchUnsupportedError if
+    none can); with no arch, that of the primary (CUDA 13) NVRTC."""
+    if arch is None:
+        return _primary_version()
+    return backend_for(arch).version
+
+
+def supported_archs() -> tuple[int, ...]:
+    """The real architectures some available NVRTC can generate code for: CUDA 13's
+    (75, 80, ...) plus, with the ``[volta]`` extra, CUDA 12's (which adds 70)."""
+    return tuple(sorted({a for b in backends() for a in b.archs}))
 
 
 def compile_options(arch: int, include_dirs: Sequence[Path], options: Sequence[str] = ()) -> list[str]:
@@ -103,16 +207,18 @@ def _nvrtc_compile(source: str, name: str, opts: list[str]) -> tuple[bool, str, 
     try:
         raw = [o.encode() for o in opts]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(raw), raw)
+        # Writable buffers: NVRTC writes through the pointer, and a bytes object of
+        # length 1 (an empty log is just its NUL) is CPython's shared b" " singleton.
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        buf = bytearray(max(1, size))
         _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-        log = buf.rstrip(b"\x00").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\x00").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return False, log, b""
         size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytearray(size)
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-        return True, log, cubin
+        return True, log, bytes(cubin)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -182,7 +288,7 @@ def cache_key(source: str, *, name: str, arch: int, include_dirs: Sequence[Path]
         "name": name,
         "arch": arch,
         "options": opts,
-        "nvrtc": list(nvrtc_version()),
+        "nvrtc": list(backend_for(arch).version),  # the NVRTC that compiles it, not just any
         "package": _package_version(),
         "includes": include_digest(include_dirs),
         "source": hashlib.sha256(source.encode()).hexdigest(),
@@ -229,15 +335,18 @@ def compile_cubin(
     options: Sequence[str] = (),
     cache_dir: Path | None,
 ) -> CompileResult:
-    """Compile ``source`` for ``sm_{arch}``; raise CompileError with the NVRTC log on failure."""
+    """Compile ``source`` for ``sm_{arch}`` with the NVRTC ``backend_for(arch)`` picks;
+    raise CompileError with the NVRTC log on failure, ArchUnsupportedError when no
+    available NVRTC targets the arch."""
     t0 = time.perf_counter()
+    backend = backend_for(arch)
     key = None
     if cache_dir is not None:
         key = cache_key(source, name=name, arch=arch, include_dirs=include_dirs, options=options)
         hit = _cache_load(Path(cache_dir), key)
         if hit is not None:
             return hit
-    ok, log, cubin = _nvrtc_compile(source, name, compile_options(arch, include_dirs, options))
+    ok, log, cubin = backend.compile(source, name, compile_options(arch, include_dirs, options))
     if not ok:
         raise CompileError(name, arch, log)
     result = CompileResult(
@@ -249,15 +358,21 @@ def compile_cubin(
 
 
 __all__ = [
+    "ArchUnsupportedError",
     "CompileError",
     "CompileResult",
+    "NvrtcBackend",
     "atomic_write",
+    "backend_for",
+    "backends",
     "cache_key",
     "compile_cubin",
     "compile_options",
     "include_digest",
+    "legacy_backend",
     "lookup",
     "nvrtc_version",
     "parse_ptxas_report",
+    "primary_backend",
     "supported_archs",
 ]

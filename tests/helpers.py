@@ -23,3 +23,26 @@ def spec_for(**overrides) -> KernelSpec:
     )
     fields.update(overrides)
     return KernelSpec(**fields)
+
+
+# A kernel body that compiles in milliseconds for any arch NVRTC targets (sm_70 included):
+# for build/list tests about the machinery rather than the GEMM.
+TINY_KERNEL = 'extern "C" __global__ void {name}(float* p) {{ p[threadIdx.x] = 2.0f * p[threadIdx.x]; }}\n'
+
+
+def write_tiny_generated(out, specs):
+    """A generated/ folder (codegen's manifest format) whose kernel for each spec is
+    TINY_KERNEL under the spec's name; returns ``out``."""
+    from pathlib import Path
+
+    from codegen.config import LoadedKernel
+    from codegen.render import MANIFEST, kernel_file, manifest_text
+
+    out = Path(out)
+    loaded = [LoadedKernel(s, f"tiny.yaml:tiles[{i}]") for i, s in enumerate(specs)]
+    for k in loaded:
+        path = out / kernel_file(k.spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(TINY_KERNEL.format(name=k.spec.name))
+    (out / MANIFEST).write_text(manifest_text(loaded))
+    return out

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from codegen.config import ConfigError, default_config_paths, display_path, load_configs
-from codegen.vocabulary import KNOWN_ARCHS, BOrder
+from codegen.vocabulary import KNOWN_ARCHS, BOrder, Mainloop, MmaAtom
 
 FAMILY: dict[str, Any] = {
     "name": "fam",
@@ -239,21 +239,37 @@ def test_mainloop_needs_higher_arch(tmp_path: Path) -> None:
 
 
 def test_mma_must_multiply_a_type(tmp_path: Path) -> None:
-    fam = family(mma="m16n8k8", a_type="bf16", b_type="bf16", d_types=["bf16"])
-    fam_error(tmp_path, fam, FAM, "mma", "got 'm16n8k8'", "does not multiply a_type 'bf16'",
-              "accepted: 'm16n8k16'")
+    fam = family(mma="m8n8k4", a_type="bf16", b_type="bf16", d_types=["bf16"])
+    fam_error(tmp_path, fam, FAM, "mma", "got 'm8n8k4'", "does not multiply a_type 'bf16'",
+              "accepted: 'm16n8k16', 'm16n8k8'")
 
 
-@pytest.mark.skip(reason="needs an atom other than m16n8k16, which only the SM70 mainloop (issue 3) implements")
 def test_mma_not_native_in_range_is_fine(tmp_path: Path) -> None:
     # m8n8k4 is native on sm_70..75 only; emulating it elsewhere is decided later, not here.
-    loaded = load_configs([write(tmp_path, {"families": [family(mma="m8n8k4")]})])
+    fam = family(mainloop="sm70", mma="m8n8k4", arch=[70, 90], tiles=[tile(stages=2)])
+    loaded = load_configs([write(tmp_path, {"families": [fam]})])
     assert loaded[0].spec.mma.value == "m8n8k4"
 
 
 def test_mma_must_be_implemented_by_the_mainloop(tmp_path: Path) -> None:
-    fam_error(tmp_path, family(mma="m16n8k8"), FAM, "mma", "got 'm16n8k8'",
-              "accepted: 'm16n8k16' (the atoms the sm80 mainloop implements)")
+    fam_error(tmp_path, family(mma="m8n8k4"), FAM, "mma", "got 'm8n8k4'",
+              "accepted: 'm16n8k16', 'm16n8k8' (the atoms the sm80 mainloop implements)")
+
+
+def test_sm70_mainloop_has_two_stages(tmp_path: Path) -> None:
+    fam = family(mainloop="sm70", tiles=[tile(stages=3)])
+    fam_error(tmp_path, fam, TILE, "stages", "got 3", "accepted: 2 (the sm70 mainloop is a register-staged")
+
+
+def test_atom_must_exist_on_the_first_arch(tmp_path: Path) -> None:
+    fam = family(mainloop="sm70", arch=[75, 90], tiles=[tile(stages=2)])
+    fam_error(tmp_path, fam, FAM, "arch", "mma 'm16n8k16' does not exist before sm_80")
+
+
+def test_bf16_needs_sm80(tmp_path: Path) -> None:
+    fam = family(mainloop="sm70", mma="m16n8k8", arch=[75, 90], a_type="bf16", b_type="bf16", d_types=["bf16"],
+                 tiles=[tile(stages=2)])
+    fam_error(tmp_path, fam, FAM, "arch", "bf16 arithmetic needs sm_80")
 
 
 def test_threads_must_cover_whole_tile_rows(tmp_path: Path) -> None:
@@ -289,7 +305,7 @@ def test_d_type_must_be_a_type_or_f32(tmp_path: Path) -> None:
         ({"cta": [64, 32, 32], "warps": [2, 4, 1]}, "cta", ["warp tile [32, 8, 32], N = 8",
                                                             "N is a multiple of 16: two n8 MMAs per ldmatrix.x4"]),
         ({"cta": [64, 64, 32], "warps": [2, 2, 4]}, "cta", ["warp tile [32, 32, 8], K = 8",
-                                                            "K is a multiple of the K 16 of mma 'm16n8k16'"]),
+                                                            "K is a multiple of 16: every atom is driven in k16"]),
         ({"cta": [256, 256, 64], "warps": [4, 4, 4]}, "warps", ["2048 threads", "at most 32 warps (1024 threads)"]),
     ],
 )
@@ -297,18 +313,9 @@ def test_tile_rules(tmp_path: Path, tile_kw: dict, field: str, needles: list[str
     fam_error(tmp_path, family(tiles=[tile(**tile_kw)]), TILE, field, *needles)
 
 
-@pytest.mark.skip(reason="needs an atom other than m16n8k16, which only the SM70 mainloop (issue 3) implements")
-def test_warp_tile_k_uses_the_atom_k(tmp_path: Path) -> None:
-    # m16n8k8: a warp K of 8 is whole MMA steps.
+def test_warp_tile_k_is_whole_k16_steps_for_every_atom(tmp_path: Path) -> None:
     fam = family(mma="m16n8k8", tiles=[tile(cta=[64, 64, 32], warps=[2, 2, 4])])
-    assert len(load_configs([write(tmp_path, {"families": [fam]})])) == 1
-
-
-@pytest.mark.skip(reason="needs an atom other than m16n8k16, which only the SM70 mainloop (issue 3) implements")
-def test_cta_k_must_hold_whole_vectors(tmp_path: Path) -> None:
-    # Only reachable with a K-4 atom: cta K = 4 cannot be read 8 elements at a time.
-    fam = family(mma="m8n8k4", align=[8], tiles=[tile(cta=[64, 64, 4], warps=[2, 2, 1])])
-    fam_error(tmp_path, fam, TILE, "align", "got 8", "cta K = 4 is not a multiple of it", "accepted: 4, 2, 1")
+    fam_error(tmp_path, fam, TILE, "cta", "K = 8", "K is a multiple of 16")
 
 
 def test_smem_over_the_largest_limit(tmp_path: Path) -> None:
@@ -375,9 +382,13 @@ def test_expansion_order(tmp_path: Path) -> None:
 
 def test_default_configs() -> None:
     paths = default_config_paths()
-    assert [p.name for p in paths] == ["sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml", "sm80_lowalign.yaml"]
+    assert [p.name for p in paths] == [
+        "sm70_dense.yaml", "sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml", "sm80_lowalign.yaml"
+    ]
     loaded = load_configs(paths)
-    assert len(loaded) == 48
+    assert len(loaded) == 74
+    assert {k.spec.mma for k in loaded} == set(MmaAtom)
+    assert {k.spec.mainloop for k in loaded} == set(Mainloop)
     names = [k.spec.name for k in loaded]
     assert len(set(names)) == len(names)
     assert {2, 3, 4, 5, 6} <= {k.spec.stages for k in loaded}

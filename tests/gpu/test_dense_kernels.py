@@ -1,4 +1,5 @@
-"""Every dense kernel in the registry against an fp32 reference on random data.
+"""Every dense kernel built for this GPU (emulated MMAs included) against an fp32
+reference on random data.
 
 Shapes have residues against every tile dimension; rows are padded (leading dimension
 > extent) so K and N tails below the vector width are exercised on the fast kernels;
@@ -22,7 +23,7 @@ TOL = 1e-2
 def _kernel_names():
     if not torch.cuda.is_available():
         return ["no-gpu"]
-    return [k.name for k in shared_gemm().kernels]
+    return [k.name for k in shared_gemm(allow_emulated=True).kernels]
 
 
 def _shapes(spec):
@@ -47,7 +48,8 @@ def _operands(spec, m, n, k, gen):
 
 @pytest.mark.parametrize("m", M_VALUES)
 @pytest.mark.parametrize("name", _kernel_names())
-def test_kernel_matches_fp32_reference(gemm, name, m):
+def test_kernel_matches_fp32_reference(gemm_all, name, m):
+    gemm = gemm_all
     kernel = gemm.registry.get(name)
     spec = kernel.spec
     gen = torch.Generator(device="cuda").manual_seed(hash((name, m)) % 2**31)
@@ -70,7 +72,8 @@ def test_kernel_matches_fp32_reference(gemm, name, m):
 
 
 @pytest.mark.parametrize("name", _kernel_names())
-def test_kernel_alpha_beta_and_c_aliasing_d(gemm, name):
+def test_kernel_alpha_beta_and_c_aliasing_d(gemm_all, name):
+    gemm = gemm_all
     kernel = gemm.registry.get(name)
     spec = kernel.spec
     gen = torch.Generator(device="cuda").manual_seed(7)
@@ -93,3 +96,16 @@ def test_kernel_alpha_beta_and_c_aliasing_d(gemm, name):
         out2 = torch.full((m, n), float("nan"), dtype=d_dtype, device="cuda")
         gemm.matmul(a, b, out=out2, alpha=alpha, beta=0.0, c=torch.full_like(c, float("nan")), kernel=name)
         assert rel_err(out2, alpha * (a.float() @ b.float())) < TOL, f"{name} M={m}: beta=0 read C"
+
+
+def test_emulated_kernels_are_absent_from_normal_dispatch(gemm, gemm_all):
+    arch = gemm.registry.device.arch
+    normal = {k.name for k in gemm.kernels}
+    for k in gemm_all.kernels:
+        lo, hi = k.spec.mma.native_archs
+        if lo <= arch <= hi:
+            assert k.name in normal
+        else:
+            assert k.name not in normal
+            assert "emulated" in gemm.registry.filtered[k.name]
+    assert any(k.spec.mainloop.value == "sm70" for k in gemm.kernels), "SM70-mainloop kernels must dispatch natively"

@@ -8,13 +8,14 @@ import torch
 
 
 @functools.lru_cache(maxsize=None)
-def shared_gemm():
-    """One Gemm for the whole session (loading every cubin once)."""
+def shared_gemm(allow_emulated: bool = False):
+    """One Gemm per setting for the whole session (loading every cubin once).
+    ``allow_emulated`` also registers kernels whose MMA this GPU only emulates."""
     from gemm_runtime import Gemm
 
     # fp32 references must not silently use TF32.
     torch.backends.cuda.matmul.allow_tf32 = False
-    return Gemm()
+    return Gemm(allow_emulated=allow_emulated)
 
 
 def strided(rows: int, cols: int, ld: int, dtype: torch.dtype, *, fill: str = "randn", gen=None) -> torch.Tensor:

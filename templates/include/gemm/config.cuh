@@ -6,13 +6,25 @@
 
 namespace gemm {
 
+// std::is_same without the standard library (NVRTC compiles without system headers).
+template <class A, class B>
+inline constexpr bool kSame = false;
+template <class A>
+inline constexpr bool kSame<A, A> = true;
+
+// MMA atoms: the instruction a warp tile is built from.
+struct AtomM16N8K16 {};  // sm_80+
+struct AtomM16N8K8 {};   // sm_75+ (bf16: sm_80+)
+struct AtomM8N8K4 {};    // sm_70/sm_75 native; emulated in software from sm_80 on
+
 // Storage order of B. kNK: N x K row-major (the torch.nn.Linear weight, K contiguous).
 // kKN: K x N row-major (N contiguous).
 enum class OrderB { kNK, kKN };
 
-template <class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
+template <class Atom_, class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
           int WarpsK_, int Stages_, OrderB OrderB_, int Align_>
 struct GemmConfig {
+  using Atom = Atom_;
   using TA = TA_;
   using TB = TB_;
   using TD = TD_;
@@ -51,7 +63,9 @@ struct GemmConfig {
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
   static_assert(kCtaM % kWarpsM == 0 && kCtaN % kWarpsN == 0 && kCtaK % kWarpsK == 0,
                 "CTA tile must split evenly over the warps");
-  static_assert(kWarpTileM % 16 == 0, "warp tile M must be a multiple of the MMA's 16");
+  // NOTE: every atom is driven in k16 steps (m8n8k4 as four k4 MMAs, m16n8k8 as two),
+  // and in 16x16 (m8n8k4: four quad pairs) or 16x8 pieces.
+  static_assert(kWarpTileM % 16 == 0, "warp tile M must be a multiple of 16");
   static_assert(kWarpTileN % 16 == 0, "warp tile N must be a multiple of 16 (two n8 MMAs per ldmatrix.x4)");
   static_assert(kWarpTileK % 16 == 0, "warp tile K must be a multiple of the MMA's 16");
   static_assert(kThreads <= 1024, "at most 1024 threads per CTA");

@@ -1,70 +1,13 @@
-// The SM80 GEMM kernel body: CTA placement, mainloop, K-slice reduction, epilogue.
-// A generated file defines the parameter struct and instantiates this once.
+// Entry of the SM80 (cp.async multi-stage) kernels.
 #pragma once
-#include "gemm/epilogue.cuh"
+#include "gemm/kernel.cuh"
 #include "gemm/mainloop_sm80.cuh"
 
 namespace gemm {
 
-// Sum the accumulators of K-slices 1.. into slice 0 through shared memory.
-// Returns false for the warps that are done (their partial sums were handed over).
-template <class Cfg>
-__device__ __forceinline__ bool reduce_k_slices(WarpMma<Cfg>& warp, char* smem, int warp_mn, int warp_k) {
-  if constexpr (Cfg::kWarpsK == 1) {
-    return true;
-  } else {
-    constexpr int kAcc = WarpMma<Cfg>::kMI * WarpMma<Cfg>::kNI * 4;
-    constexpr int kWarpsMN = Cfg::kWarpsM * Cfg::kWarpsN;
-    const int lane = threadIdx.x & 31;
-    float* red = reinterpret_cast<float*>(smem);
-    __syncthreads();  // the pipeline buffers are free once every warp left the mainloop
-    if (warp_k > 0) {
-      float* dst = red + ((warp_k - 1) * kWarpsMN + warp_mn) * kAcc * 32;
-#pragma unroll
-      for (int mi = 0; mi < WarpMma<Cfg>::kMI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < WarpMma<Cfg>::kNI; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dst[((mi * WarpMma<Cfg>::kNI + ni) * 4 + e) * 32 + lane] = warp.acc[mi][ni][e];
-    }
-    __syncthreads();
-    if (warp_k > 0) return false;
-#pragma unroll
-    for (int s = 0; s < Cfg::kWarpsK - 1; ++s) {
-      const float* src = red + (s * kWarpsMN + warp_mn) * kAcc * 32;
-#pragma unroll
-      for (int mi = 0; mi < WarpMma<Cfg>::kMI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < WarpMma<Cfg>::kNI; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) warp.acc[mi][ni][e] += src[((mi * WarpMma<Cfg>::kNI + ni) * 4 + e) * 32 + lane];
-    }
-    return true;
-  }
-}
-
 template <class Cfg, class Params>
 __device__ __forceinline__ void gemm_sm80(const Params& p) {
-  extern __shared__ __align__(16) char smem[];
-  const int m0 = blockIdx.x * Cfg::kCtaM;
-  const int n0 = blockIdx.y * Cfg::kCtaN;
-  const int warp_id = threadIdx.x >> 5;
-  // Warp order: M fastest, then N, then the K slice.
-  const int warp_m = warp_id % Cfg::kWarpsM;
-  const int warp_n = (warp_id / Cfg::kWarpsM) % Cfg::kWarpsN;
-  const int warp_k = warp_id / (Cfg::kWarpsM * Cfg::kWarpsN);
-
-  MainloopSm80<Cfg> mainloop;
-  mainloop.init(p.A, p.lda, p.B, p.ldb, p.M, p.N, p.K, m0, n0);
-
-  WarpMma<Cfg> warp;
-  warp.clear();
-  const int k_tiles = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
-  mainloop(warp, smem_addr(smem), k_tiles, warp_m * Cfg::kWarpTileM, warp_n * Cfg::kWarpTileN,
-           warp_k * Cfg::kWarpTileK);
-
-  if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k)) return;
-  Epilogue<Cfg>::store(warp, p, m0 + warp_m * Cfg::kWarpTileM, n0 + warp_n * Cfg::kWarpTileN);
+  gemm_kernel<Cfg, MainloopSm80<Cfg>>(p);
 }
 
 }  // namespace gemm

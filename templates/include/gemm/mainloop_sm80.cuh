@@ -15,43 +15,26 @@
 // Warps are laid out (WarpsM x WarpsN x WarpsK); a K-slice of warps multiplies its
 // own share of every CTA K tile, and the slices are summed after the loop.
 #pragma once
-#include "gemm/tile_copy.cuh"
-#include "gemm/warp_mma.cuh"
+#include "gemm/operand_copies.cuh"
+#include "gemm/warp_mma_of.cuh"
 
 namespace gemm {
 
 template <class Cfg>
-struct MainloopSm80 {
-  using CopyA = TileCopy<Cfg::kTileARows, Cfg::kTileACols, Cfg::kLdsA, Cfg::kAlign, Cfg::kThreads>;
-  using CopyB = TileCopy<Cfg::kTileBRows, Cfg::kTileBCols, Cfg::kLdsB, Cfg::kAlign, Cfg::kThreads>;
+struct MainloopSm80 : OperandCopies<Cfg> {
+  using Base = OperandCopies<Cfg>;
+  using typename Base::CopyA;
+  using typename Base::CopyB;
   static constexpr int kSteps = Cfg::kWarpTileK / 16;  // k16 steps per warp per tile
-  static constexpr bool kBAlongRows = Cfg::kOrderB == OrderB::kKN;  // K runs down B's rows
-
-  CopyA copy_a;
-  CopyB copy_b;
-
-  __device__ __forceinline__ void init(const void* A, i64 lda, const void* B, i64 ldb, int M, int N, int K, int m0,
-                                       int n0) {
-    copy_a.init(A, lda, M, K, m0, 0);
-    if constexpr (kBAlongRows) {
-      copy_b.init(B, ldb, K, N, 0, n0);
-    } else {
-      copy_b.init(B, ldb, N, K, n0, 0);
-    }
-  }
 
   // Slice `step` of the copies of K tile `tile` into ring buffer `stage`.
   __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step) const {
     const u32 sa = smem + stage * Cfg::kStageBytes;
     const u32 sb = sa + Cfg::kStageBytesA;
     const int k0 = tile * Cfg::kCtaK;
-    copy_a.issue(sa, 0, k0, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
-    const int b_begin = step * CopyB::kIters / kSteps, b_end = (step + 1) * CopyB::kIters / kSteps;
-    if constexpr (kBAlongRows) {
-      copy_b.issue(sb, k0, 0, b_begin, b_end);
-    } else {
-      copy_b.issue(sb, 0, k0, b_begin, b_end);
-    }
+    this->copy_a.issue(sa, 0, k0, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
+    this->copy_b.issue(sb, Base::b_drow(k0), Base::b_dcol(k0), step * CopyB::kIters / kSteps,
+                       (step + 1) * CopyB::kIters / kSteps);
   }
 
   __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,

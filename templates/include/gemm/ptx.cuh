@@ -76,6 +76,34 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], c
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// mma.sync m16n8k8 (sm_75+; bf16 from sm_80): A 2 regs (rows g and g+8, k 2t..2t+1),
+// B 1 reg (k 2t..2t+1, column g); the same accumulator layout as m16n8k16. A
+// m16n8k16 fragment is exactly two m16n8k8 fragments: (a0,a1;b0) and (a2,a3;b1).
+__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], u32 a0, u32 a1, u32 b0, MmaF16) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(b0));
+}
+
+__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], u32 a0, u32 a1, u32 b0, MmaBF16) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// mma.sync m8n8k4 (sm_70; emulated from sm_80 on). The warp splits into four
+// quad pairs (lanes 4q..4q+3 and 4q+16..4q+19), each an independent 8x8x4 product.
+// Inside a quad pair, j = lane%4 + 4*(lane>=16) holds row j of A (k 0..3) and
+// column j of B (k 0..3); accumulator register i holds row (lane&1) + (i&2) + 4*(lane>=16),
+// column (i&4) + (lane&2) + (i&1).
+__device__ __forceinline__ void mma_m8n8k4(float (&d)[8], u32 a0, u32 a1, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9}, {%10,%11}, "
+      "{%0,%1,%2,%3,%4,%5,%6,%7};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
+}
+
 // ---------------------------------------------------------------------------
 // Plain global/shared accesses for the 2-byte-aligned fallback and the epilogue.
 // ---------------------------------------------------------------------------
@@ -87,6 +115,26 @@ __device__ __forceinline__ u16 ld_global_u16(const void* p) {
 
 __device__ __forceinline__ void st_shared_u16(u32 addr, u16 v) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v));
+}
+
+// Register-staged copies (the SM70 mainloop): one shared store per staged vector.
+__device__ __forceinline__ void st_shared(u32 addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ void st_shared(u32 addr, uint2 v) {
+  asm volatile("st.shared.v2.u32 [%0], {%1,%2};\n" ::"r"(addr), "r"(v.x), "r"(v.y));
+}
+__device__ __forceinline__ void st_shared(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
+__device__ __forceinline__ void st_shared(u32 addr, u16 v) { st_shared_u16(addr, v); }
+
+__device__ __forceinline__ u16 ld_shared_u16(u32 addr) {
+  u16 v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ void ld_shared_v2(u32 (&r)[2], u32 addr) {
+  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
 // ---------------------------------------------------------------------------

@@ -11,6 +11,26 @@
 
 namespace gemm {
 
+// The register type of one vector of `Bytes` bytes.
+template <int Bytes>
+struct VectorOf;
+template <>
+struct VectorOf<16> {
+  using Type = uint4;
+};
+template <>
+struct VectorOf<8> {
+  using Type = uint2;
+};
+template <>
+struct VectorOf<4> {
+  using Type = u32;
+};
+template <>
+struct VectorOf<2> {
+  using Type = u16;
+};
+
 template <int Rows, int Cols, int Lds, int Vec, int Threads>
 struct TileCopy {
   static constexpr int kVecsPerRow = Cols / Vec;
@@ -18,6 +38,7 @@ struct TileCopy {
   static constexpr int kIters = (kVecs + Threads - 1) / Threads;
   static constexpr int kRowStep = Threads / kVecsPerRow;  // rows between a thread's copies
   static constexpr int kBytes = Vec * 2;
+  using Vector = typename VectorOf<kBytes>::Type;
   static_assert(Cols % Vec == 0, "a tile row holds whole vectors");
   static_assert(Threads % kVecsPerRow == 0, "the CTA's threads must cover whole tile rows");
 
@@ -63,6 +84,40 @@ struct TileCopy {
       } else {
         cp_async_zfill<kBytes>(dst_v, src, bytes);
       }
+    }
+  }
+
+  // ---- register-staged path (no cp.async) -------------------------------------------
+  // Global -> registers for the tile displaced by (drow, dcol); the same zero fill as
+  // the cp.async path. A vector cut by the matrix edge is read element by element.
+  __device__ __forceinline__ void load(Vector (&r)[kIters], int drow, int dcol) const {
+    const char* tile_ptr = ptr + drow * ld_bytes + static_cast<i64>(dcol) * 2;
+    int bytes_in_row = (cols - col - dcol) * 2;
+    bytes_in_row = bytes_in_row < 0 ? 0 : (bytes_in_row > kBytes ? kBytes : bytes_in_row);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
+      const int bytes = row + drow + i * kRowStep < rows ? bytes_in_row : 0;
+      const char* src = tile_ptr + i * kRowStep * ld_bytes;
+      if (bytes == kBytes) {
+        r[i] = *reinterpret_cast<const Vector*>(src);
+      } else {
+        union {
+          Vector v;
+          u16 h[Vec];
+        } u;
+#pragma unroll
+        for (int e = 0; e < Vec; ++e) u.h[e] = 2 * e < bytes ? ld_global_u16(src + 2 * e) : u16(0);
+        r[i] = u.v;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(u32 dst, const Vector (&r)[kIters]) const {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
+      st_shared(dst + smem_offset + i * kRowStep * Lds * 2, r[i]);
     }
   }
 };

@@ -1,19 +1,24 @@
-// One warp's share of a CTA tile: fragments loaded from shared memory with
-// ldmatrix and multiplied with mma.sync m16n8k16 into fp32 accumulators.
+// One warp's share of a CTA tile for the m16n8 atoms (m16n8k16, m16n8k8):
+// fragments loaded from shared memory with ldmatrix (sm_75+) and multiplied into
+// fp32 accumulators, one k16 step at a time.
 #pragma once
 #include "gemm/config.cuh"
 
 namespace gemm {
 
 template <class Cfg>
-struct WarpMma {
+struct WarpMmaM16N8 {
   static constexpr int kMI = Cfg::kWarpTileM / 16;  // m16 tiles per warp
   static constexpr int kNI = Cfg::kWarpTileN / 8;   // n8 tiles per warp
   using MmaKind = typename Cfg::TA::MmaKind;
 
+  static constexpr int kAcc = kMI * kNI * 4;  // accumulators per thread
+
   u32 a[2][kMI][4];  // double-buffered along k16 steps
   u32 b[2][kNI][2];
   float acc[kMI][kNI][4];
+
+  __device__ __forceinline__ float* acc_flat() { return &acc[0][0][0]; }
 
   __device__ __forceinline__ void clear() {
 #pragma unroll
@@ -60,7 +65,29 @@ struct WarpMma {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < kNI; ++ni) mma_m16n8k16(acc[mi][ni], a[buf][mi], b[buf][ni], MmaKind{});
+      for (int ni = 0; ni < kNI; ++ni) {
+        if constexpr (kSame<typename Cfg::Atom, AtomM16N8K8>) {
+          // A k16 fragment is two k8 fragments: (a0, a1; b0) then (a2, a3; b1).
+          mma_m16n8k8(acc[mi][ni], a[buf][mi][0], a[buf][mi][1], b[buf][ni][0], MmaKind{});
+          mma_m16n8k8(acc[mi][ni], a[buf][mi][2], a[buf][mi][3], b[buf][ni][1], MmaKind{});
+        } else {
+          mma_m16n8k16(acc[mi][ni], a[buf][mi], b[buf][ni], MmaKind{});
+        }
+      }
+  }
+
+  // Visit the accumulators as pairs of adjacent columns: f(row, col, v[col], v[col + 1]).
+  template <class F>
+  __device__ __forceinline__ void for_each_pair(int row0, int col0, F&& f) const {
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni)
+          f(row0 + mi * 16 + g + h * 8, col0 + ni * 8 + t * 2, acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);
   }
 };
 

@@ -1,0 +1,64 @@
+// SM70 mainloop: for GPUs without cp.async (Volta, Turing). Two shared buffers;
+// while the MMAs of tile t run from one, tile t+1 travels global -> registers (the
+// loads are issued before the MMAs so their latency hides behind them), then
+// registers -> the other buffer. One barrier per tile:
+//
+//   tile t : load tile t+1 into registers | MMAs of tile t from buffer t%2 |
+//            store the registers into buffer (t+1)%2 | barrier
+//
+// NOTE: one barrier suffices. Buffer (t+1)%2 was last read during tile t-1, which
+// ended with a barrier; buffer t%2 is next written during tile t+1, after this one.
+#pragma once
+#include "gemm/operand_copies.cuh"
+#include "gemm/warp_mma_of.cuh"
+
+namespace gemm {
+
+template <class Cfg>
+struct MainloopSm70 : OperandCopies<Cfg> {
+  using Base = OperandCopies<Cfg>;
+  using typename Base::CopyA;
+  using typename Base::CopyB;
+  static constexpr int kSteps = Cfg::kWarpTileK / 16;
+  static_assert(Cfg::kStages == 2, "the SM70 mainloop double-buffers: stages must be 2");
+
+  typename CopyA::Vector staged_a[CopyA::kIters];
+  typename CopyB::Vector staged_b[CopyB::kIters];
+
+  __device__ __forceinline__ void load_tile(int tile) {
+    const int k0 = tile * Cfg::kCtaK;
+    this->copy_a.load(staged_a, 0, k0);
+    this->copy_b.load(staged_b, Base::b_drow(k0), Base::b_dcol(k0));
+  }
+
+  __device__ __forceinline__ void store_tile(u32 smem, int buffer) const {
+    const u32 sa = smem + buffer * Cfg::kStageBytes;
+    this->copy_a.store(sa, staged_a);
+    this->copy_b.store(sa + Cfg::kStageBytesA, staged_b);
+  }
+
+  __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
+                                             int warp_k0) {
+    if (k_tiles > 0) {
+      load_tile(0);
+      store_tile(smem, 0);
+    }
+    __syncthreads();
+    for (int t = 0; t < k_tiles; ++t) {
+      const bool next = t + 1 < k_tiles;
+      if (next) load_tile(t + 1);
+      const u32 sa = smem + (t & 1) * Cfg::kStageBytes;
+      const u32 sb = sa + Cfg::kStageBytesA;
+      warp.load(0, sa, sb, warp_m0, warp_n0, warp_k0);
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) {
+        if (step + 1 < kSteps) warp.load((step + 1) & 1, sa, sb, warp_m0, warp_n0, warp_k0 + (step + 1) * 16);
+        warp.mma(step & 1);
+      }
+      if (next) store_tile(smem, (t + 1) & 1);
+      __syncthreads();
+    }
+  }
+};
+
+}  // namespace gemm
