@@ -32,7 +32,8 @@ def _short(name: str) -> str:
 
 def _problem_key(gemm: Gemm, a, b, out):
     return make_problem(
-        Operation(), a, MatrixLayout.of(a), b, MatrixLayout.of(b), 0.0, None, None, out, MatrixLayout.of(out), gemm.device
+        Operation(), a, MatrixLayout.of(a), b, MatrixLayout.of(b), 0.0, None, None, out, MatrixLayout.of(out),
+        gemm.device, gemm.registry.device.arch,
     ).key
 
 
@@ -52,7 +53,7 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                     chosen = gemm.select(key)
                     t_ours = median_ms(lambda: gemm.matmul(a, b, out=out))
                     t_cublas = median_ms(lambda: torch.matmul(a, b, out=out))
-                    best_name, t_best = chosen.name, t_ours
+                    best_name, t_best = chosen.kernel, t_ours
                     if oracle:
                         for kern in gemm.feasible(key):
                             t = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=kern.name), reps=10)
@@ -72,14 +73,14 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                             cublas_ms=t_cublas,
                             ours_tflops=flop / t_ours / 1e9,
                             cublas_tflops=flop / t_cublas / 1e9,
-                            chosen=chosen.name,
+                            chosen=chosen.kernel,
                             best=best_name,
                         )
                     )
                     print(
                         f"{rows[-1]['dtype']:8s} {model:11s} {layer:8s} M={m:5d} N={n:6d} K={k:6d}  "
                         f"ours {t_ours*1e3:9.1f} us  best {t_best*1e3:9.1f} us  cuBLAS {t_cublas*1e3:9.1f} us  "
-                        f"cuBLAS/ours {t_cublas/t_ours:5.2f}  [{_short(chosen.name)} | best {_short(best_name)}]",
+                        f"cuBLAS/ours {t_cublas/t_ours:5.2f}  [{_short(chosen.kernel)} k{chosen.splits} | best {_short(best_name)}]",
                         flush=True,
                     )
     return rows

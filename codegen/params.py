@@ -39,6 +39,8 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
         ("D", _PTR_OUT),
         ("U", _PTR_IN),  # reserved: per-row scales of A
         ("V", _PTR_IN),  # reserved: group-wise scales / zeros of B
+        ("semaphores", ("int*", "Q")),  # split-K: one per output tile, zero between calls
+        ("partials", ("float*", "Q")),  # split-K: fp32 tile accumulators
         ("lda", _I64),
         ("ldb", _I64),
         ("ldc", _I64),
@@ -48,9 +50,13 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
         ("M", _I32),
         ("N", _I32),
         ("K", _I32),
+        ("tiles_m", _I32),  # output tiles along M and N
+        ("tiles_n", _I32),
+        ("splits", _I32),  # serial split-K slices (gridDim.z)
+        ("k_tiles_per_split", _I32),
+        ("swizzle", _I32),  # log2 of the CTA rasterization group along N
         ("alpha", _F32),
         ("beta", _F32),
-        ("pad0", _I32),  # keeps sizeof a multiple of 8
     ]
 )
 

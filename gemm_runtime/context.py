@@ -19,15 +19,54 @@ _INT32_MAX = 2**31 - 1
 
 
 class ProblemKey(NamedTuple):
-    """Everything that decides which kernels are feasible and which is fastest."""
+    """Everything that decides which kernels are feasible and which is fastest.
+    All fields but ``m`` form the shape key of the dispatch cache (see ``shape``)."""
 
+    arch: int  # 10 * major + minor of the device (0 where none is involved)
     a_type: DataType
+    b_type: DataType
     b_order: BOrder
     d_type: DataType
     align: int  # elements every row of A and B (and their bases) are aligned to
-    m: int
+    quant: str  # "none" for dense problems
+    epilogue: str  # Epilogue value
     n: int
     k: int
+    m: int
+
+    @property
+    def shape(self) -> "ProblemKey":
+        """The key with M erased: what the dispatch cache indexes tuned M values by."""
+        return self._replace(m=0)
+
+    def to_json(self) -> dict:
+        return {
+            f: (v.value if hasattr(v, "value") else v) for f, v in zip(self._fields, self)
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ProblemKey":
+        """Inverse of to_json; ValueError/KeyError/TypeError on malformed input."""
+        kinds = {"a_type": DataType, "b_type": DataType, "d_type": DataType, "b_order": BOrder}
+        values = []
+        for f in cls._fields:
+            v = data[f]
+            if f in kinds:
+                v = kinds[f](v)
+            elif f in ("quant", "epilogue"):
+                if not isinstance(v, str):
+                    raise TypeError(f"{f} must be a string, got {v!r}")
+            elif not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise TypeError(f"{f} must be a non-negative integer, got {v!r}")
+            values.append(v)
+        return cls(*values)
+
+
+def make_key(
+    a_type: DataType, b_order: BOrder, d_type: DataType, m: int, n: int, k: int, *, align: int = 8, arch: int = 0
+) -> ProblemKey:
+    """A dense problem's key (tests, benchmarks, the tuning CLI)."""
+    return ProblemKey(arch, a_type, a_type, b_order, d_type, align, "none", "none", n, k, m)
 
 
 class Problem(NamedTuple):
@@ -104,6 +143,7 @@ def make_problem(
     D: object,
     Ddesc: object,
     device: torch.device,
+    arch: int = 0,
 ) -> Problem:
     if not isinstance(operation, Operation):
         raise GemmArgumentError("operation", type(operation).__name__, "a gemm_runtime.Operation")
@@ -154,13 +194,15 @@ def make_problem(
     elem = a.type.bits // 8
     align = min(vector_align(a_ptr, a.ld, elem, a.outer), vector_align(b_ptr, b.ld, elem, b.outer))
     b_order = BOrder.KN if b.order is Order.ROW_MAJOR else BOrder.NK
-    key = ProblemKey(a.type, b_order, d.type, align, m, n, k)
+    key = ProblemKey(arch, a.type, b.type, b_order, d.type, align, "none", operation.epilogue.value, n, k, m)
     return Problem(key, a_ptr, b_ptr, c_ptr, d_ptr, a.ld, b.ld, ldc, d.ld, read_c)
 
 
 def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
     """Why ``spec`` cannot compute ``key``, or None if it can."""
-    if spec.a_type is not key.a_type or spec.b_type is not key.a_type:
+    if key.quant != "none" or key.epilogue != "none":
+        return "quantized operands and fused epilogues are not built yet"
+    if spec.a_type is not key.a_type or spec.b_type is not key.b_type:
         return f"operand type is not {key.a_type.value}"
     if spec.b_order is not key.b_order:
         return f"B order is not {key.b_order.value}"

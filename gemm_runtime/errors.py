@@ -38,3 +38,29 @@ class CudaError(GemmError, RuntimeError):
         self.call = call
         self.code = code
         super().__init__(f"{call} failed: {code}")
+
+
+class TuneSettingsError(GemmError, ValueError):
+    """A tuning setting (``GEMM_TUNE`` or its CLI twin) is malformed: names the source, the
+    item, what was given and what is accepted."""
+
+    def __init__(self, source: str, item: str, given: object, accepted: str) -> None:
+        self.source = source
+        self.item = item
+        self.given = given
+        self.accepted = accepted
+        super().__init__(f"{source}: item {item!r}: got {given}; accepted: {accepted}")
+
+
+class DispatchCacheError(GemmError, ValueError):
+    """A dispatch cache file cannot be imported: names the file and what is wrong with it.
+    Nothing of the file was applied."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"dispatch cache file {path}: {reason}")
+
+
+class DispatchCacheWarning(UserWarning):
+    """Part of a dispatch cache file was skipped on import (e.g. kernels this build lacks)."""

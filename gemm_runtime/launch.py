@@ -3,15 +3,39 @@
 from __future__ import annotations
 
 import ctypes
+import math
 
 from codegen.params import PARAM_NAMES, PARAM_STRUCT
+from codegen.spec import KernelSpec
 from gemm_runtime.context import Problem
+from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel
 
 _PARAM_INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
 
 
-def pack_params(problem: Problem, alpha: float, beta: float) -> bytes:
+def geometry(spec: KernelSpec, problem: Problem, plan: LaunchSpec) -> tuple[tuple[int, int, int], int, int, int]:
+    """(grid, tiles_m, tiles_n, k_tiles_per_split) of a launch."""
+    key = problem.key
+    cm, cn, ck = spec.cta
+    tiles_m, tiles_n = math.ceil(key.m / cm), math.ceil(key.n / cn)
+    group = 1 << plan.swizzle
+    grid = (tiles_m * group, math.ceil(tiles_n / group), plan.splits)
+    k_tiles = math.ceil(key.k / ck)
+    return grid, tiles_m, tiles_n, math.ceil(k_tiles / plan.splits) if k_tiles else 0
+
+
+def pack_params(
+    problem: Problem,
+    alpha: float,
+    beta: float,
+    *,
+    tiles: tuple[int, int] = (0, 0),
+    plan: LaunchSpec | None = None,
+    k_tiles_per_split: int = 0,
+    semaphores: int = 0,
+    partials: int = 0,
+) -> bytes:
     key = problem.key
     values = [0] * len(PARAM_NAMES)
     for name, value in (
@@ -19,6 +43,8 @@ def pack_params(problem: Problem, alpha: float, beta: float) -> bytes:
         ("B", problem.b),
         ("C", problem.c),
         ("D", problem.d),
+        ("semaphores", semaphores),
+        ("partials", partials),
         ("lda", problem.lda),
         ("ldb", problem.ldb),
         ("ldc", problem.ldc),
@@ -26,6 +52,11 @@ def pack_params(problem: Problem, alpha: float, beta: float) -> bytes:
         ("M", key.m),
         ("N", key.n),
         ("K", key.k),
+        ("tiles_m", tiles[0]),
+        ("tiles_n", tiles[1]),
+        ("splits", plan.splits if plan else 1),
+        ("k_tiles_per_split", k_tiles_per_split),
+        ("swizzle", plan.swizzle if plan else 0),
     ):
         values[_PARAM_INDEX[name]] = value
     values[_PARAM_INDEX["alpha"]] = float(alpha)
@@ -33,15 +64,33 @@ def pack_params(problem: Problem, alpha: float, beta: float) -> bytes:
     return PARAM_STRUCT.pack(*values)
 
 
-def grid_of(kernel: Kernel, problem: Problem) -> tuple[int, int, int]:
-    cm, cn, _ = kernel.spec.cta
-    return (-(-problem.key.m // cm), -(-problem.key.n // cn), 1)
-
-
-def launch(kernel: Kernel, problem: Problem, alpha: float, beta: float, stream: int) -> None:
+def launch(
+    kernel: Kernel,
+    problem: Problem,
+    plan: LaunchSpec,
+    alpha: float,
+    beta: float,
+    stream: int,
+    semaphores: int = 0,
+    partials: int = 0,
+) -> None:
+    """Queue one launch. Split-K (plan.splits > 1) needs the workspace pointers."""
     if problem.key.m == 0 or problem.key.n == 0:
         return  # an empty output: nothing to write
-    packed = ctypes.create_string_buffer(pack_params(problem, alpha, beta), PARAM_STRUCT.size)
-    args = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
     spec = kernel.spec
-    kernel.function.launch(grid_of(kernel, problem), spec.threads, spec.smem_bytes, stream, ctypes.addressof(args))
+    grid, tiles_m, tiles_n, per_split = geometry(spec, problem, plan)
+    packed = ctypes.create_string_buffer(
+        pack_params(
+            problem,
+            alpha,
+            beta,
+            tiles=(tiles_m, tiles_n),
+            plan=plan,
+            k_tiles_per_split=per_split,
+            semaphores=semaphores,
+            partials=partials,
+        ),
+        PARAM_STRUCT.size,
+    )
+    args = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
+    kernel.function.launch(grid, spec.threads, spec.smem_bytes, stream, ctypes.addressof(args))

@@ -36,16 +36,23 @@ class DeviceInfo:
     arch: int  # 10 * major + minor
     sms: int
     smem_optin: int
+    clock_khz: int = 0
+    mem_clock_khz: int = 0
+    bus_bits: int = 0
 
     @classmethod
     def query(cls, index: int) -> "DeviceInfo":
-        major = device_attribute(index, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
-        minor = device_attribute(index, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
+        def attr(name: str) -> int:
+            return device_attribute(index, f"CU_DEVICE_ATTRIBUTE_{name}")
+
         return cls(
             index=index,
-            arch=10 * major + minor,
-            sms=device_attribute(index, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
-            smem_optin=device_attribute(index, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            arch=10 * attr("COMPUTE_CAPABILITY_MAJOR") + attr("COMPUTE_CAPABILITY_MINOR"),
+            sms=attr("MULTIPROCESSOR_COUNT"),
+            smem_optin=attr("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            clock_khz=attr("CLOCK_RATE"),
+            mem_clock_khz=attr("MEMORY_CLOCK_RATE"),
+            bus_bits=attr("GLOBAL_MEMORY_BUS_WIDTH"),
         )
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -101,7 +101,10 @@ class Epilogue(enum.Enum):
 
 
 class DispatchPolicy(enum.Enum):
-    DEFAULT = "default"  # dispatch cache, else the heuristic
+    DEFAULT = "default"  # exact dispatch-cache hit, else the cost model's choice
+    MEASURE = "measure"  # tune now on the caller's data and store the winner
+    REUSE = "reuse"  # the entry tuned for the nearest M at or above this M, else the cost model
+    APPEND = "append"  # an exact entry if there is one, else measure and store
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,21 @@ class Operation:
 
 @dataclass
 class Workspace:
-    """Scratch memory for split-K: barriers and fp32 partials (sizes in bytes)."""
+    """Scratch memory for split-K: per-tile semaphores (int32, zero between calls) and
+    fp32 partial sums. One workspace serves one stream at a time."""
 
     barriers: torch.Tensor | None = None
     partials: torch.Tensor | None = None
-    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def allocate(cls, device: torch.device, barriers_bytes: int = 1 << 20, partials_bytes: int = 32 << 20) -> "Workspace":
+        return cls(
+            torch.zeros(barriers_bytes // 4, dtype=torch.int32, device=device),
+            torch.empty(partials_bytes // 4, dtype=torch.float32, device=device),
+        )
+
+    def sizes(self) -> tuple[int, int]:
+        """(barrier bytes, partial bytes) usable for split-K; (0, 0) without a workspace."""
+        if self.barriers is None or self.partials is None:
+            return 0, 0
+        return self.barriers.numel() * self.barriers.element_size(), self.partials.numel() * self.partials.element_size()

@@ -124,9 +124,9 @@ def test_no_kernel_for_combination_is_a_clear_error(gemm):
 def test_problem_no_kernel_can_serve_says_why(gemm):
     from codegen.vocabulary import BOrder, DataType
     from gemm_runtime import UnsupportedProblemError
-    from gemm_runtime.context import ProblemKey
+    from gemm_runtime.context import make_key
 
     # More CTA columns than the grid allows for every tile width in the registry.
-    key = ProblemKey(DataType.F16, BOrder.NK, DataType.F16, 8, 1, 65535 * 256 + 1, 64)
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 1, 65535 * 256 + 1, 64, align=8)
     with pytest.raises(UnsupportedProblemError, match="CTA columns"):
         gemm.select(key)

@@ -7,7 +7,7 @@ import torch
 
 from codegen.vocabulary import BOrder, DataType, Order
 from gemm_runtime import GemmArgumentError, MatrixLayout, Operation, QuantDesc
-from gemm_runtime.context import ProblemKey, infeasible_reason, make_problem, vector_align
+from gemm_runtime.context import infeasible_reason, make_key, make_problem, vector_align
 from tests.helpers import spec_for
 
 CPU = torch.device("cpu")
@@ -36,7 +36,7 @@ def _mats(m=8, n=16, k=32, dtype=torch.float16):
 def test_valid_problem_key():
     a, b, d = _mats()
     p = _call(a, b, d)
-    assert p.key == ProblemKey(DataType.F16, BOrder.NK, DataType.F16, p.key.align, 8, 16, 32)
+    assert p.key == make_key(DataType.F16, BOrder.NK, DataType.F16, 8, 16, 32, align=p.key.align)
     assert p.key.align in (8, 4, 2, 1) and p.lda == 32 and p.ldb == 32 and p.ldd == 16
 
 
@@ -99,7 +99,7 @@ def test_vector_alignment():
 
 
 def test_feasibility_rules():
-    key = ProblemKey(DataType.F16, BOrder.NK, DataType.F16, 2, 10, 100, 100)
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 10, 100, 100, align=2)
     assert infeasible_reason(spec_for(align=2), key) is None
     assert "aligned to 8" in infeasible_reason(spec_for(align=8), key)
     assert "B order" in infeasible_reason(spec_for(b_order=BOrder.KN, align=2), key)

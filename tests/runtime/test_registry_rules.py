@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from codegen.params import PARAM_STRUCT, cpp_struct
+from types import SimpleNamespace
+
+from codegen.params import PARAM_NAMES, PARAM_STRUCT, cpp_struct
 from codegen.vocabulary import BOrder, DataType, MmaAtom
-from gemm_runtime.context import Problem, ProblemKey
-from gemm_runtime.heuristic import predicted_cost
+from gemm_runtime.context import Problem, make_key
+from gemm_runtime.cost_model import DeviceModel, predict, rank, split_options
 from gemm_runtime.launch import pack_params
+from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import compatible_cubin_archs, filter_reason
 from tests.helpers import spec_for
 
@@ -30,35 +33,89 @@ def test_filter_reasons():
     assert filter_reason(emulated, 70, 98304, False) is None
 
 
-def test_heuristic_prefers_small_tiles_for_decode_and_big_tiles_for_prefill():
+H200 = DeviceModel.of(90, 132, 1980000, 3201000, 6144)
+
+
+def _cost(spec, occ, key, splits=1):
+    return predict(spec, occ, H200, key, splits)
+
+
+def test_cost_model_prefers_small_tiles_for_decode_and_big_tiles_for_prefill():
     small = spec_for(cta=(16, 64, 128), warps=(1, 2, 2))
     big = spec_for(cta=(128, 256, 32), warps=(2, 4, 1), stages=3)
-    decode = ProblemKey(DataType.F16, BOrder.NK, DataType.F16, 8, 1, 4096, 4096)
-    prefill = ProblemKey(DataType.F16, BOrder.NK, DataType.F16, 8, 8192, 8192, 8192)
-    assert predicted_cost(small, 4, 132, decode) < predicted_cost(big, 1, 132, decode)
-    assert predicted_cost(big, 1, 132, prefill) < predicted_cost(small, 4, 132, prefill)
+    decode = make_key(DataType.F16, BOrder.NK, DataType.F16, 1, 4096, 4096, align=8)
+    prefill = make_key(DataType.F16, BOrder.NK, DataType.F16, 8192, 8192, 8192, align=8)
+    assert _cost(small, 4, decode) < _cost(big, 1, decode)
+    assert _cost(big, 1, prefill) < _cost(small, 4, prefill)
 
 
-def test_heuristic_is_monotonic_in_problem_size():
+def test_cost_model_is_monotonic_in_problem_size():
     s = spec_for()
-    costs = [predicted_cost(s, 2, 132, ProblemKey(DataType.F16, BOrder.NK, DataType.F16, 8, m, 4096, 4096))
-             for m in (128, 1024, 4096, 16384)]
+    for dim in ("m", "n", "k"):
+        costs = [_cost(s, 2, make_key(DataType.F16, BOrder.NK, DataType.F16, 512, 4096, 4096)._replace(**{dim: v}))
+                 for v in (128, 1024, 4096, 16384)]
+        assert costs == sorted(costs), dim
+
+
+def test_cost_model_never_beats_the_dram_floor():
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 1, 8192, 28672)
+    floor = 8192 * 28672 * 2 / H200.dram_bytes_per_s
+    for spec in (spec_for(cta=(16, 64, 128), warps=(1, 2, 2)), spec_for()):
+        for splits in (1, 2, 4):
+            assert _cost(spec, 2, key, splits) >= floor
+
+
+def test_split_k_helps_a_problem_with_few_tiles_and_long_k():
+    spec = spec_for(cta=(128, 128, 32))
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 128, 1024, 16384)
+    assert _cost(spec, 2, key, 4) < _cost(spec, 2, key, 1)
+
+
+def test_split_options_respect_k_tiles_and_workspace():
+    spec = spec_for(cta=(64, 64, 32))
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 64, 64, 96)  # 3 K tiles
+    assert split_options(spec, key, 8, 1 << 20, 32 << 20) == [1, 2, 3]
+    big = make_key(DataType.F16, BOrder.NK, DataType.F16, 8192, 8192, 4096)  # 16384 tiles of 16 KiB
+    assert split_options(spec, big, 8, 1 << 20, 32 << 20) == [1]
+
+
+def test_rank_orders_by_cost_and_lists_every_variant():
+    small = spec_for(cta=(16, 64, 128), warps=(1, 2, 2))
+    big = spec_for(cta=(128, 256, 32), warps=(2, 4, 1), stages=3)
+    fakes = [SimpleNamespace(spec=small, ctas_per_sm=4), SimpleNamespace(spec=big, ctas_per_sm=1)]
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 1, 4096, 4096)
+    ranked = rank(fakes, key, H200, max_splits=4, barriers_bytes=1 << 20, partials_bytes=32 << 20)
+    costs = [c for c, _ in ranked]
     assert costs == sorted(costs)
+    assert ranked[0][1].kernel == small.name
+    assert {p.splits for _, p in ranked} == {1, 2, 3, 4}
+    assert len({p for _, p in ranked}) == len(ranked)
 
 
 def test_low_alignment_kernels_rank_last():
-    key = ProblemKey(DataType.F16, BOrder.NK, DataType.F16, 8, 256, 4096, 4096)
-    assert predicted_cost(spec_for(align=8), 2, 132, key) < predicted_cost(spec_for(align=2), 2, 132, key)
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 256, 4096, 4096, align=8)
+    assert _cost(spec_for(align=8), 2, key) < _cost(spec_for(align=2), 2, key)
 
 
 def test_params_pack_matches_the_declared_struct():
-    key = ProblemKey(DataType.F16, BOrder.NK, DataType.F16, 8, 3, 5, 7)
-    packed = pack_params(Problem(key, 1, 2, 3, 4, 11, 12, 13, 14, True), 0.5, 2.0)
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 3, 5, 7, align=8)
+    plan = LaunchSpec("k", 3, 2)
+    packed = pack_params(Problem(key, 1, 2, 3, 4, 11, 12, 13, 14, True), 0.5, 2.0, tiles=(6, 7), plan=plan,
+                         k_tiles_per_split=9, semaphores=21, partials=22)
     assert len(packed) == PARAM_STRUCT.size
-    values = dict(zip([f.split()[-1].rstrip(";") for f in cpp_struct().splitlines()[1:-2]], PARAM_STRUCT.unpack(packed)))
+    values = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(packed)))
     assert (values["A"], values["B"], values["C"], values["D"]) == (1, 2, 3, 4)
+    assert (values["semaphores"], values["partials"]) == (21, 22)
     assert (values["lda"], values["ldb"], values["ldc"], values["ldd"]) == (11, 12, 13, 14)
     assert (values["M"], values["N"], values["K"]) == (3, 5, 7)
+    assert (values["tiles_m"], values["tiles_n"], values["splits"], values["k_tiles_per_split"], values["swizzle"]) == (
+        6, 7, 3, 9, 2)
     assert (values["alpha"], values["beta"]) == (0.5, 2.0)
     no_c = pack_params(Problem(key, 1, 2, 0, 4, 11, 12, 0, 14, False), 0.5, 2.0)
-    assert dict(zip(values, PARAM_STRUCT.unpack(no_c)))["beta"] == 0.0
+    assert dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(no_c)))["beta"] == 0.0
+
+
+def test_cpp_struct_declares_every_field_in_order():
+    text = cpp_struct()
+    positions = [text.index(f" {name};") for name in PARAM_NAMES]
+    assert positions == sorted(positions)

@@ -15,13 +15,14 @@ struct OperandCopies {
   CopyA copy_a;
   CopyB copy_b;
 
+  // (m0, n0): the CTA's output tile; k0: the first K element of its split.
   __device__ __forceinline__ void init(const void* A, i64 lda, const void* B, i64 ldb, int M, int N, int K, int m0,
-                                       int n0) {
-    copy_a.init(A, lda, M, K, m0, 0);
+                                       int n0, int k0) {
+    copy_a.init(A, lda, M, K, m0, k0);
     if constexpr (kBAlongRows) {
-      copy_b.init(B, ldb, K, N, 0, n0);
+      copy_b.init(B, ldb, K, N, k0, n0);
     } else {
-      copy_b.init(B, ldb, N, K, n0, 0);
+      copy_b.init(B, ldb, N, K, n0, k0);
     }
   }
 

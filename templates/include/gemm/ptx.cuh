@@ -138,6 +138,34 @@ __device__ __forceinline__ void ld_shared_v2(u32 (&r)[2], u32 addr) {
 }
 
 // ---------------------------------------------------------------------------
+// Split-K handshake: a per-tile semaphore in global memory (acquire / release at
+// GPU scope), fp32 partials through L2 only (.cg) so no SM reads a stale L1 line,
+// and a named barrier for the warps still running after the K-slice reduction.
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ float ld_cg(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void st_cg(float* p, float v) { asm volatile("st.global.cg.f32 [%0], %1;\n" ::"l"(p), "f"(v)); }
+
+template <int Threads>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(Threads) : "memory");
+}
+
+// ---------------------------------------------------------------------------
 // Conversions between fp32 and the 16-bit storage formats, kept as raw bits so
 // that no CUDA header is needed under NVRTC.
 // ---------------------------------------------------------------------------

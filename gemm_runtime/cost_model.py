@@ -1,0 +1,134 @@
+"""Predicted time of a launch (kernel, split count, swizzle) for ranking candidates:
+waves of CTAs on this GPU's SMs at the kernel's occupancy, MMA work per SM, and the
+bytes the problem must move through DRAM. A ranking aid, not a stopwatch: the tuner
+measures the top of this ranking."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from codegen.spec import KernelSpec
+from codegen.vocabulary import Mainloop
+from gemm_runtime.context import ProblemKey
+from gemm_runtime.plan import LaunchSpec
+
+# mma.sync fp16/bf16 FLOP per clock per SM, by arch (Volta/Turing 1024, Ampere+ 2048).
+_MMA_FLOP_PER_CLOCK = {70: 1024, 75: 1024, 80: 2048, 86: 1024, 87: 2048, 89: 1024, 90: 2048}
+# Lower-alignment kernels move data in narrower pieces; keep them as a last resort.
+_ALIGN_PENALTY = {8: 1.0, 4: 1.5, 2: 3.0, 1: 8.0}
+_LAUNCH_S = 3e-6  # fixed cost of a launch
+_SPLIT_HANDOFF_S = 1.5e-6  # one split waiting for its predecessor's partials
+_SWIZZLES = (0, 1, 2, 3)
+_OVERLAP_LOSS = 0.2
+_SMS_TO_SATURATE = 0.3  # fraction of the SMs whose combined loads saturate DRAM
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    sms: int
+    mma_flops_per_sm: float  # FLOP/s of one SM on mma.sync
+    dram_bytes_per_s: float  # achievable DRAM bandwidth
+
+    @classmethod
+    def of(cls, arch: int, sms: int, sm_clock_khz: int, mem_clock_khz: int, bus_bits: int) -> "DeviceModel":
+        per_clock = _MMA_FLOP_PER_CLOCK.get(arch, 2048 if arch >= 80 else 1024)
+        # Double data rate; ~85% of the theoretical peak is what copies reach.
+        dram = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8 * 0.85
+        return cls(sms, per_clock * sm_clock_khz * 1e3, dram)
+
+
+class _Kernel(Protocol):
+    @property
+    def spec(self) -> KernelSpec: ...
+
+    @property
+    def ctas_per_sm(self) -> int: ...
+
+
+def tiles_of(spec: KernelSpec, key: ProblemKey) -> tuple[int, int]:
+    return math.ceil(key.m / spec.cta[0]), math.ceil(key.n / spec.cta[1])
+
+
+def split_options(spec: KernelSpec, key: ProblemKey, max_splits: int, barriers_bytes: int, partials_bytes: int) -> list[int]:
+    """Split counts this kernel may use for ``key`` with a workspace of the given sizes:
+    each split needs at least one K tile, and the tile semaphores and fp32 partials
+    of the whole output must fit the workspace."""
+    tm, tn = tiles_of(spec, key)
+    tiles = tm * tn
+    k_tiles = max(1, math.ceil(key.k / spec.cta[2]))
+    fits = tiles <= barriers_bytes // 4 and tiles * spec.cta[0] * spec.cta[1] * 4 <= partials_bytes
+    options = [1]
+    if fits:
+        # Only counts that change the K tiles per split (others duplicate a smaller count).
+        seen = {k_tiles}
+        for s in range(2, min(max_splits, k_tiles) + 1):
+            per = math.ceil(k_tiles / s)
+            if per not in seen:
+                seen.add(per)
+                options.append(s)
+    return options
+
+
+def swizzle_options(spec: KernelSpec, key: ProblemKey) -> list[int]:
+    """Rasterization groups that fit the N tiles (a group wider than N does nothing new)."""
+    _, tn = tiles_of(spec, key)
+    return [s for s in _SWIZZLES if s == 0 or (1 << s) <= tn]
+
+
+def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: ProblemKey, splits: int = 1) -> float:
+    """Predicted seconds for one launch."""
+    cm, cn, ck = spec.cta
+    tm, tn = tiles_of(spec, key)
+    k_tiles = max(1, math.ceil(key.k / ck))
+    per_split = math.ceil(k_tiles / splits)
+    ctas = tm * tn * splits
+    resident = max(1, ctas_per_sm)
+    waves = math.ceil(ctas / (device.sms * resident))
+    # MMA time: the resident CTAs of a wave share their SM; thin tiles re-read
+    # operands from shared memory more per MMA, so they run below the SM's peak.
+    per_sm = min(resident, math.ceil(ctas / device.sms))
+    intensity = cm * cn / (cm + cn)
+    efficiency = intensity / (intensity + 48.0)
+    if spec.mainloop is Mainloop.SM70:
+        efficiency *= 0.85  # no copy in flight across the barrier
+    elif spec.stages < 3:
+        efficiency *= 0.7
+    efficiency /= _ALIGN_PENALTY[spec.align]
+    t_mma = waves * per_sm * 2.0 * cm * cn * per_split * ck / (device.mma_flops_per_sm * efficiency)
+    # Memory time, the larger of two bounds: every operand byte once through DRAM,
+    # and each SM fetching its CTAs' tiles at what one SM can pull (about a third of
+    # the SMs together saturate DRAM), which is what limits grids of few CTAs.
+    elem = key.a_type.bits // 8
+    unique = (key.m + key.n) * key.k * elem + key.m * key.n * key.d_type.bits // 8
+    unique += (splits - 1) * tm * tn * cm * cn * 4 * 2
+    t_dram = unique / device.dram_bytes_per_s
+    sm_bytes_per_s = device.dram_bytes_per_s / (_SMS_TO_SATURATE * device.sms)
+    t_sm = waves * per_sm * (cm + cn) * per_split * ck * elem / sm_bytes_per_s
+    t_mem = max(t_dram, t_sm)
+    # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
+    # which also ranks the leaner kernel first among memory-bound ties.
+    return max(t_mma, t_mem) + _OVERLAP_LOSS * min(t_mma, t_mem) + _LAUNCH_S + (splits - 1) * _SPLIT_HANDOFF_S
+
+
+def rank(
+    kernels: Iterable[_Kernel],
+    key: ProblemKey,
+    device: DeviceModel,
+    *,
+    max_splits: int,
+    barriers_bytes: int,
+    partials_bytes: int,
+) -> list[tuple[float, LaunchSpec]]:
+    """Every (kernel, splits, swizzle) candidate, cheapest first (ties: smaller splits,
+    smaller swizzle, name)."""
+    out = []
+    for kern in kernels:
+        spec = kern.spec
+        for splits in split_options(spec, key, max_splits, barriers_bytes, partials_bytes):
+            cost = predict(spec, kern.ctas_per_sm, device, key, splits)
+            for swizzle in swizzle_options(spec, key):
+                out.append((cost, LaunchSpec(spec.name, splits, swizzle)))
+    out.sort(key=lambda item: (item[0], item[1].splits, item[1].swizzle, item[1].kernel))
+    return out

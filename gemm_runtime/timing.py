@@ -1,0 +1,89 @@
+"""GPU timing like triton.testing.do_bench: warm-up, an L2 flush before every
+repetition, one CUDA event pair per repetition, the median.
+
+NOTE: the GPU is kept busy (a sleep kernel) while the host enqueues the start event,
+the call and the end event; otherwise an idle GPU records the start at once and the
+interval includes the host's time to validate and launch, not the kernel's.
+
+torch is imported inside the functions, so importing this module is cheap (the tuner
+imports it; its tests run without a GPU and with a fake timer)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+_flush_buffer: Any = None  # torch.Tensor once allocated
+_FLUSH_BYTES = 256 << 20  # larger than any current L2 (H200: 60 MB)
+_SLEEP_CYCLES = 400_000  # ~0.2 ms at 2 GHz: longer than any host-side launch path
+
+
+def flush_l2() -> None:
+    """Evict the L2 cache of the current device by writing a buffer larger than it."""
+    import torch
+
+    global _flush_buffer
+    if _flush_buffer is None or _flush_buffer.device.index != torch.cuda.current_device():
+        _flush_buffer = torch.empty(_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    _flush_buffer.zero_()
+
+
+def median_ms(
+    fn: Callable[[], object],
+    *,
+    warmup: int = 5,
+    reps: int = 30,
+    max_ms: float = 2000.0,
+    min_reps: int = 3,
+    flush: bool = True,
+) -> float:
+    """Median time of ``fn`` in milliseconds, measured on the current stream.
+
+    ``warmup`` untimed calls, then one timed call estimates the cost; the timed
+    repetitions are then ``reps``, lowered so that they take about ``max_ms`` in all,
+    but never below ``min_reps`` (so a slow ``fn`` costs at most
+    ``warmup + 1 + max(min_reps, ...)`` calls). ``flush`` empties L2 before each
+    repetition, so the operands are read from memory as in a real model step."""
+    import torch
+
+    if reps < 1 or min_reps < 1 or warmup < 0:
+        raise ValueError(f"reps ({reps}) and min_reps ({min_reps}) must be >= 1, warmup ({warmup}) >= 0")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # Bound the total time for slow candidates: estimate from one run.
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    reps = max(min(min_reps, reps), min(reps, int(max_ms / max(start.elapsed_time(end), 1e-3))))
+    times = []
+    for _ in range(reps):
+        if flush:
+            flush_l2()
+        torch.cuda._sleep(_SLEEP_CYCLES)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def host_us_per_call(fn: Callable[[], object], calls: int = 2000) -> float:
+    """Host time of one call (validation, dispatch, launch), in microseconds."""
+    import torch
+
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
