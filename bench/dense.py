@@ -1,7 +1,7 @@
 """Dense fp16/bf16 GEMM: this project's kernels against cuBLAS (torch.matmul) on the
 linear layers of real LLMs, on one GPU in one run.
 
-    python -m bench.dense [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--out docs/PERFORMANCE.md]
+    python -m bench.dense [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--out docs/perf/dense.md]
 
 Columns: time of the kernel the heuristic dispatches, time of the best kernel in the
 registry for that problem (exhaustive), cuBLAS time, and the ratios (cuBLAS / ours:
@@ -134,7 +134,7 @@ def main() -> None:
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128, 1024, 4096])
     ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     ap.add_argument("--no-oracle", action="store_true", help="skip timing every feasible kernel")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "PERFORMANCE.md")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "dense.md")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = run(args.models, args.m, [getattr(torch, d) for d in args.dtypes], not args.no_oracle)

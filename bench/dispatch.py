@@ -2,7 +2,7 @@
 chosen by the cost model alone, by the tuner (MEASURE policy), and the best of an
 exhaustive search over every feasible (kernel, splits, swizzle).
 
-    python -m bench.dispatch [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--out docs/DISPATCH_RESULTS.md]
+    python -m bench.dispatch [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--out docs/perf/dispatch.md]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128, 1024, 4096])
     ap.add_argument("--oracle-reps", type=int, default=5)
     ap.add_argument("--budget", type=float, default=420.0, help="stop starting new problems after this many seconds")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "DISPATCH_RESULTS.md")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "dispatch.md")
     args = ap.parse_args()
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     gemm = Gemm()

@@ -62,6 +62,8 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
 
 PARAM_STRUCT = struct.Struct("=" + "".join(f.fmt for f in PARAM_FIELDS))
 PARAM_NAMES = tuple(f.name for f in PARAM_FIELDS)
+# Byte offset of each field in the packed struct ("=" layout: no padding anywhere).
+PARAM_OFFSETS = {f.name: sum(g.size for g in PARAM_FIELDS[:i]) for i, f in enumerate(PARAM_FIELDS)}
 
 
 def cpp_struct(name: str = "GemmParams") -> str:

@@ -78,6 +78,12 @@ class DispatchCache:
         # shape key -> (sorted tuned M values, {m: LaunchSpec}); both changed under _lock only.
         self._tables: dict[ProblemKey, tuple[list[int], dict[int, LaunchSpec]]] = {}
         self._count = 0
+        self._version = 0  # bumped by every change: launch plans memoized elsewhere check it
+
+    @property
+    def version(self) -> int:
+        """Changes whenever an entry is added, replaced or removed."""
+        return self._version
 
     @property
     def arch(self) -> int:
@@ -150,12 +156,15 @@ class DispatchCache:
         if not isinstance(spec, LaunchSpec):
             raise GemmArgumentError("spec", type(spec).__name__, "a gemm_runtime.plan.LaunchSpec")
         with self._lock:
-            return self._store(key, spec, replace) != "kept"
+            stored = self._store(key, spec, replace) != "kept"
+            self._version += 1
+            return stored
 
     def clear(self) -> None:
         with self._lock:
             self._tables.clear()
             self._count = 0
+            self._version += 1
 
     # --- files ---------------------------------------------------------------------------
 
@@ -197,6 +206,7 @@ class DispatchCache:
         with self._lock:
             for key, spec in usable:
                 counts[self._store(key, spec, replace=True)] += 1
+            self._version += 1
         if skipped:
             examples = ", ".join(sorted(set(skipped))[:3])
             more = "" if len(set(skipped)) <= 3 else f" and {len(set(skipped)) - 3} more"

@@ -64,6 +64,24 @@ def pack_params(
     return PARAM_STRUCT.pack(*values)
 
 
+def prepare(
+    kernel: Kernel, problem: Problem, plan: LaunchSpec, alpha: float, beta: float, semaphores: int = 0, partials: int = 0
+) -> tuple[tuple[int, int, int], bytes]:
+    """The grid and the packed parameter struct of one launch."""
+    grid, tiles_m, tiles_n, per_split = geometry(kernel.spec, problem, plan)
+    packed = pack_params(
+        problem,
+        alpha,
+        beta,
+        tiles=(tiles_m, tiles_n),
+        plan=plan,
+        k_tiles_per_split=per_split,
+        semaphores=semaphores,
+        partials=partials,
+    )
+    return grid, packed
+
+
 def launch(
     kernel: Kernel,
     problem: Problem,
@@ -77,20 +95,7 @@ def launch(
     """Queue one launch. Split-K (plan.splits > 1) needs the workspace pointers."""
     if problem.key.m == 0 or problem.key.n == 0:
         return  # an empty output: nothing to write
-    spec = kernel.spec
-    grid, tiles_m, tiles_n, per_split = geometry(spec, problem, plan)
-    packed = ctypes.create_string_buffer(
-        pack_params(
-            problem,
-            alpha,
-            beta,
-            tiles=(tiles_m, tiles_n),
-            plan=plan,
-            k_tiles_per_split=per_split,
-            semaphores=semaphores,
-            partials=partials,
-        ),
-        PARAM_STRUCT.size,
-    )
-    args = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
-    kernel.function.launch(grid, spec.threads, spec.smem_bytes, stream, ctypes.addressof(args))
+    grid, packed = prepare(kernel, problem, plan, alpha, beta, semaphores, partials)
+    buf = ctypes.create_string_buffer(packed, PARAM_STRUCT.size)
+    args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+    kernel.function.launch(grid, kernel.spec.threads, kernel.spec.smem_bytes, stream, ctypes.addressof(args))

@@ -130,3 +130,43 @@ def test_problem_no_kernel_can_serve_says_why(gemm):
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 1, 65535 * 256 + 1, 64, align=8)
     with pytest.raises(UnsupportedProblemError, match="CTA columns"):
         gemm.select(key)
+
+
+def test_repeated_calls_replay_a_checked_plan(gemm):
+    """The second call of a signature takes the fast path: it must see new pointers,
+    new alpha/beta, still refuse aliasing, and follow changes of the dispatch cache."""
+
+    w = torch.randn(384, 512, device="cuda", dtype=torch.float16)
+    for step in range(3):
+        a = torch.randn(24, 512, device="cuda", dtype=torch.float16)
+        c = torch.randn(24, 384, device="cuda", dtype=torch.float16)
+        out = torch.full((24, 384), float("nan"), device="cuda", dtype=torch.float16)
+        alpha, beta = 1.0 + step, 0.5 - step
+        gemm.matmul(a, w.t(), out=out, alpha=alpha, beta=beta, c=c)
+        assert rel_err(out, alpha * (a.float() @ w.float().t()) + beta * c.float()) < 1e-2
+    big = torch.randn(24 * 512 + 512, device="cuda", dtype=torch.float16)
+    a_view = big[:24 * 512].view(24, 512)
+    gemm.matmul(a_view, w.t(), out=torch.empty(24, 384, device="cuda", dtype=torch.float16))
+    with pytest.raises(GemmArgumentError, match="overlapping"):
+        gemm.matmul(a_view, w.t(), out=big[512:512 + 24 * 384].view(24, 384))
+    # A new cache entry for the problem is used by the very next call.
+    a = torch.randn(24, 512, device="cuda", dtype=torch.float16)
+    key = gemm_key(gemm, a, w)
+    other = [p for _, p in gemm.ranked(key) if p != gemm.select(key)][0]
+    gemm.cache.put(key, other)
+    try:
+        out = gemm.matmul(a, w.t())
+        assert gemm.select(key) == other
+        assert rel_err(out, a.float() @ w.float().t()) < 1e-2
+    finally:
+        gemm.cache.clear()
+
+
+def gemm_key(gemm, a, w):
+    from gemm_runtime.context import make_problem
+    from gemm_runtime.types import MatrixLayout, Operation
+
+    out = torch.empty(a.shape[0], w.shape[0], device="cuda", dtype=a.dtype)
+    b = w.t()
+    return make_problem(Operation(), a, MatrixLayout.of(a), b, MatrixLayout.of(b), 0.0, None, None, out,
+                        MatrixLayout.of(out), gemm.device, gemm.registry.device.arch).key
