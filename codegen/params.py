@@ -41,6 +41,7 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
         ("V", _PTR_IN),  # reserved: group-wise scales / zeros of B
         ("semaphores", ("int*", "Q")),  # split-K: one per output tile, zero between calls
         ("partials", ("float*", "Q")),  # split-K: fp32 tile accumulators
+        ("bias", _PTR_IN),  # per-column bias of the accumulator (N values, D's type)
         ("lda", _I64),
         ("ldb", _I64),
         ("ldc", _I64),
@@ -55,8 +56,10 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
         ("splits", _I32),  # serial split-K slices (gridDim.z)
         ("k_tiles_per_split", _I32),
         ("swizzle", _I32),  # log2 of the CTA rasterization group along N
+        ("epilogue", _I32),  # bit 0: add bias; bit 1: gated SiLU over (gate, up) column pairs
         ("alpha", _F32),
         ("beta", _F32),
+        ("pad0", _I32),  # sizeof stays a multiple of 8, the struct's alignment
     ]
 )
 

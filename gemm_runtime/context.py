@@ -80,6 +80,7 @@ class Problem(NamedTuple):
     ldc: int
     ldd: int
     read_c: bool
+    bias: int = 0  # device pointer of the bias vector (epilogues with bias)
 
 
 def vector_align(ptr: int, ld: int, elem_bytes: int, lines: int) -> int:
@@ -144,6 +145,7 @@ def make_problem(
     Ddesc: object,
     device: torch.device,
     arch: int = 0,
+    bias: object = None,
 ) -> Problem:
     if not isinstance(operation, Operation):
         raise GemmArgumentError("operation", type(operation).__name__, "a gemm_runtime.Operation")
@@ -151,8 +153,9 @@ def make_problem(
         raise GemmArgumentError(
             "operation.quant_a/quant_b", (operation.quant_a, operation.quant_b), "None (quantized operands are not built yet)"
         )
-    if operation.epilogue is not Epilogue.NONE:
-        raise GemmArgumentError("operation.epilogue", operation.epilogue, "Epilogue.NONE")
+    epilogue = operation.epilogue
+    if not isinstance(epilogue, Epilogue):
+        raise GemmArgumentError("operation.epilogue", epilogue, ", ".join(f"Epilogue.{e.name}" for e in Epilogue))
 
     a, b, d = _layout("Adesc", Adesc), _layout("Bdesc", Bdesc), _layout("Ddesc", Ddesc)
     if a.type not in _INPUT_TYPES:
@@ -164,10 +167,14 @@ def make_problem(
     if b.rows != a.cols:
         raise GemmArgumentError("Bdesc.rows", b.rows, f"{a.cols} (= K, the columns of A)")
     m, k, n = a.rows, a.cols, b.cols
+    if epilogue.gated and n % 2:
+        raise GemmArgumentError("Bdesc.cols", n, f"an even N for {epilogue}: (gate, up) column pairs")
+    d_cols = n // 2 if epilogue.gated else n
     if d.order is not Order.ROW_MAJOR:
         raise GemmArgumentError("Ddesc.order", d.order.value, "row")
-    if (d.rows, d.cols) != (m, n):
-        raise GemmArgumentError("Ddesc shape", (d.rows, d.cols), f"({m}, {n}) = (M, N)")
+    if (d.rows, d.cols) != (m, d_cols):
+        what = "(M, N / 2): the gated epilogue halves the columns" if epilogue.gated else "(M, N)"
+        raise GemmArgumentError("Ddesc shape", (d.rows, d.cols), f"({m}, {d_cols}) = {what}")
     if d.type not in (a.type, DataType.F32):
         raise GemmArgumentError("Ddesc.type", d.type.value, f"{a.type.value} or f32")
 
@@ -177,9 +184,9 @@ def make_problem(
         if C is None or Cdesc is None:
             raise GemmArgumentError("C", None, "a matrix (and Cdesc) when beta != 0")
         c = _layout("Cdesc", Cdesc)
-        if c.order is not Order.ROW_MAJOR or (c.rows, c.cols) != (m, n) or c.type is not d.type:
+        if c.order is not Order.ROW_MAJOR or (c.rows, c.cols) != (m, d_cols) or c.type is not d.type:
             raise GemmArgumentError(
-                "Cdesc", c, f"row-major {m} x {n} of type {d.type.value} (C matches D in shape and type)"
+                "Cdesc", c, f"row-major {m} x {d_cols} of type {d.type.value} (C matches D in shape and type)"
             )
         c_ptr, ldc = _pointer("C", C, c, device), c.ld
 
@@ -191,17 +198,41 @@ def make_problem(
         if _overlaps(d_ptr, d_bytes, ptr, desc.span * desc.type.bits // 8):
             raise GemmArgumentError("D", f"memory overlapping {name}", f"an output that does not alias {name}")
 
+    bias_ptr = 0
+    if epilogue.has_bias:
+        bias_ptr = _bias_pointer(bias, n, d.type, device, epilogue)
+    elif bias is not None:
+        raise GemmArgumentError("bias", "a tensor", f"None for {epilogue} (use an epilogue with bias)")
+
     elem = a.type.bits // 8
     align = min(vector_align(a_ptr, a.ld, elem, a.outer), vector_align(b_ptr, b.ld, elem, b.outer))
     b_order = BOrder.KN if b.order is Order.ROW_MAJOR else BOrder.NK
-    key = ProblemKey(arch, a.type, b.type, b_order, d.type, align, "none", operation.epilogue.value, n, k, m)
-    return Problem(key, a_ptr, b_ptr, c_ptr, d_ptr, a.ld, b.ld, ldc, d.ld, read_c)
+    key = ProblemKey(arch, a.type, b.type, b_order, d.type, align, "none", epilogue.value, n, k, m)
+    return Problem(key, a_ptr, b_ptr, c_ptr, d_ptr, a.ld, b.ld, ldc, d.ld, read_c, bias_ptr)
+
+
+def _bias_pointer(bias: object, n: int, dtype: DataType, device: torch.device, epilogue: Epilogue) -> int:
+    """A bias vector of the accumulator's N columns, in D's type."""
+    if isinstance(bias, int) and not isinstance(bias, bool) and bias:
+        return bias
+    if not isinstance(bias, torch.Tensor):
+        raise GemmArgumentError("bias", type(bias).__name__, f"a CUDA tensor of {n} values for {epilogue}")
+    expected = torch_dtype(dtype)
+    if bias.dim() != 1 or bias.shape[0] != n:
+        raise GemmArgumentError("bias.shape", tuple(bias.shape), f"({n},): one value per column of A @ B")
+    if bias.dtype != expected:
+        raise GemmArgumentError("bias.dtype", bias.dtype, f"{expected} (the output's type)")
+    if bias.device != device:
+        raise GemmArgumentError("bias.device", bias.device, f"{device} (the Gemm's device)")
+    if bias.stride(0) != 1 and n > 1:
+        raise GemmArgumentError("bias.stride()", bias.stride(), "(1,): contiguous")
+    return bias.data_ptr()
 
 
 def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
     """Why ``spec`` cannot compute ``key``, or None if it can."""
-    if key.quant != "none" or key.epilogue != "none":
-        return "quantized operands and fused epilogues are not built yet"
+    if key.quant != "none":
+        return "quantized operands are not built yet"
     if spec.a_type is not key.a_type or spec.b_type is not key.b_type:
         return f"operand type is not {key.a_type.value}"
     if spec.b_order is not key.b_order:

@@ -3,6 +3,7 @@ dispatch policy, and launch it on the caller's stream."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from pathlib import Path
@@ -20,7 +21,7 @@ from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel, Registry
 from gemm_runtime.settings import settings, tuning_seq
 from gemm_runtime.tuner import Measurement, Measurer, tune
-from gemm_runtime.types import DispatchPolicy, MatrixLayout, Operation, Workspace, data_type_of
+from gemm_runtime.types import DispatchPolicy, Epilogue, MatrixLayout, Operation, Workspace, data_type_of
 
 
 def _device_of(device: object) -> torch.device:
@@ -136,6 +137,7 @@ class Gemm:
         stream: object = None,
         *,
         kernel: str | LaunchSpec | None = None,
+        bias: object = None,
     ) -> None:
         """Queue ``D = alpha * (A @ B) + beta * C``; no host synchronization (except while
         the MEASURE / APPEND policies tune a new problem).
@@ -144,15 +146,16 @@ class Gemm:
         U and V are reserved for scale operands and must be None for dense problems.
         ``kernel`` forces a registry kernel (by name, or a full LaunchSpec).
         ``workspace`` serves split-K; without one, a per-stream workspace is used.
+        ``bias`` (N values in D's type) is read by the epilogues with bias.
         """
-        self._run(operation, alpha, A, Adesc, U, V, B, Bdesc, beta, C, Cdesc, D, Ddesc, workspace, stream, kernel)
+        self._run(operation, alpha, A, Adesc, U, V, B, Bdesc, beta, C, Cdesc, D, Ddesc, workspace, stream, kernel, bias)
 
-    def _run(self, operation, alpha, A, Adesc, U, V, B, Bdesc, beta, C, Cdesc, D, Ddesc, workspace, stream, kernel):
+    def _run(self, operation, alpha, A, Adesc, U, V, B, Bdesc, beta, C, Cdesc, D, Ddesc, workspace, stream, kernel, bias):
         """The validated slow path of ``run``; returns what it launched (for the fast path)."""
         if U is not None or V is not None:
             raise GemmArgumentError("U/V", "scale operands", "None for dense fp16/bf16 problems")
         problem = make_problem(
-            operation, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, self.device, self.registry.device.arch
+            operation, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, self.device, self.registry.device.arch, bias
         )
         if problem.key.m == 0 or problem.key.n == 0:
             return None  # an empty output: nothing to compute, nothing to choose
@@ -177,13 +180,20 @@ class Gemm:
         beta: float = 0.0,
         c: torch.Tensor | None = None,
         out_dtype: torch.dtype | None = None,
+        bias: torch.Tensor | None = None,
         operation: Operation | None = None,
         workspace: Workspace | None = None,
         stream: object = None,
         kernel: str | LaunchSpec | None = None,
     ) -> torch.Tensor:
-        """``alpha * (a @ b) + beta * c`` like ``torch.matmul``: a is (..., K), b is (K, N)
-        either row-major or column-major (pass ``weight.t()`` for an nn.Linear weight)."""
+        """``alpha * (a @ b) + bias + beta * c`` like ``torch.matmul``: a is (..., K), b is
+        (K, N) either row-major or column-major (pass ``weight.t()`` for an nn.Linear
+        weight). ``bias`` switches the operation's epilogue to its bias form; with a
+        gated epilogue (``operation=Operation(epilogue=Epilogue.GATED_SILU)``) the
+        output has N / 2 columns."""
+        operation = operation or Operation()
+        if bias is not None and not operation.epilogue.has_bias:
+            operation = dataclasses.replace(operation, epilogue=operation.epilogue.with_bias())
         if not isinstance(a, torch.Tensor) or a.dim() < 1:
             raise GemmArgumentError("a", type(a).__name__, "a tensor of shape (..., K)")
         if not isinstance(b, torch.Tensor) or b.dim() != 2:
@@ -192,7 +202,7 @@ class Gemm:
             raise GemmArgumentError("b.shape", tuple(b.shape), f"({a.shape[-1]}, N): K must match a.shape[-1]")
         lead = a.shape[:-1]
         a2 = a.reshape(math.prod(lead), a.shape[-1])
-        n = b.shape[1]
+        n = b.shape[1] // 2 if operation.epilogue.gated else b.shape[1]
         if out is None:
             dtype = out_dtype or a.dtype
             data_type_of(dtype, "out_dtype")
@@ -205,11 +215,11 @@ class Gemm:
             if tuple(c.shape) != tuple(out.shape):
                 raise GemmArgumentError("c.shape", tuple(c.shape), f"{tuple(out.shape)} (the output's shape)")
             c2 = _as_rows(c, "c")
-        operation = operation or Operation()
         read_c = float(beta) != 0.0
         sig = None
         if operation.dispatch in _REPLAYABLE and a2.numel() and d2.numel():
-            extra = (operation, self._stream_handle(stream), _workspace_signature(workspace), kernel)
+            bias_sig = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
+            extra = (operation, self._stream_handle(stream), _workspace_signature(workspace), kernel, bias_sig)
             sig = fast_path.signature(a2, b, d2, c2, read_c, extra)
             fast = self._fast.get(sig, self.cache.version)
             if fast is not None:
@@ -220,6 +230,7 @@ class Gemm:
                     d2.data_ptr(),
                     float(alpha),
                     float(beta) if read_c else 0.0,
+                    bias.data_ptr() if bias is not None else 0,
                 )
                 return out
         version = self.cache.version
@@ -240,6 +251,7 @@ class Gemm:
             workspace,
             stream,
             kernel,
+            bias,
         )
         if sig is not None and done is not None:
             self._remember(sig, version, *done)
@@ -256,7 +268,7 @@ class Gemm:
                 (key.m, key.k, problem.lda, key.a_type.bits),
                 (key.n if key.b_order.value == "nk" else key.k, key.k if key.b_order.value == "nk" else key.n,
                  problem.ldb, key.b_type.bits),
-                (key.m, key.n, problem.ldd, key.d_type.bits),
+                (key.m, key.n // 2 if key.epilogue in _GATED else key.n, problem.ldd, key.d_type.bits),
             )
         ]
         self._fast.put(
@@ -371,6 +383,8 @@ def _workspace_signature(ws: object) -> object:
         return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else id(t) for t in (ws.barriers, ws.partials))
     return id(ws)  # not a Workspace: the slow path will say so
 
+
+_GATED = {e.value for e in Epilogue if e.gated}
 
 # Policies whose decision for a signature cannot change until the dispatch cache does.
 _REPLAYABLE = (DispatchPolicy.DEFAULT, DispatchPolicy.REUSE)

@@ -10,8 +10,10 @@ from codegen.spec import KernelSpec
 from gemm_runtime.context import Problem
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel
+from gemm_runtime.types import Epilogue
 
 _PARAM_INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
+_EPILOGUE_CODES = {e.value: e.code for e in Epilogue}
 
 
 def geometry(spec: KernelSpec, problem: Problem, plan: LaunchSpec) -> tuple[tuple[int, int, int], int, int, int]:
@@ -45,6 +47,8 @@ def pack_params(
         ("D", problem.d),
         ("semaphores", semaphores),
         ("partials", partials),
+        ("bias", problem.bias),
+        ("epilogue", _EPILOGUE_CODES[key.epilogue]),
         ("lda", problem.lda),
         ("ldb", problem.ldb),
         ("ldc", problem.ldc),

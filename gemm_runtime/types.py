@@ -97,7 +97,35 @@ class QuantDesc:
 
 
 class Epilogue(enum.Enum):
-    NONE = "none"  # D = alpha * acc + beta * C
+    """What happens between the accumulator and D (acc = A @ B, N columns):
+
+    NONE            : D = alpha * acc + beta * C
+    BIAS            : D = alpha * acc + bias + beta * C           (bias: N values)
+    GATED_SILU      : v = alpha * acc; D[:, j] = silu(v[:, 2j]) * v[:, 2j+1] + beta * C[:, j]
+    BIAS_GATED_SILU : the same with v = alpha * acc + bias
+    The gated forms take (gate, up) weights interleaved by output column, so D and C
+    have N / 2 columns (see gemm_runtime.nn.interleave_gate_up)."""
+
+    NONE = "none"
+    BIAS = "bias"
+    GATED_SILU = "gated_silu"
+    BIAS_GATED_SILU = "bias_gated_silu"
+
+    @property
+    def has_bias(self) -> bool:
+        return self in (Epilogue.BIAS, Epilogue.BIAS_GATED_SILU)
+
+    @property
+    def gated(self) -> bool:
+        return self in (Epilogue.GATED_SILU, Epilogue.BIAS_GATED_SILU)
+
+    @property
+    def code(self) -> int:
+        """The kernel's epilogue flags (templates/include/gemm/epilogue.cuh)."""
+        return (1 if self.has_bias else 0) | (2 if self.gated else 0)
+
+    def with_bias(self) -> "Epilogue":
+        return Epilogue.BIAS_GATED_SILU if self.gated else Epilogue.BIAS
 
 
 class DispatchPolicy(enum.Enum):

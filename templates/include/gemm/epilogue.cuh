@@ -1,10 +1,19 @@
 // D = alpha * acc + beta * C, straight from the accumulator registers: the warp MMA
 // hands out pairs of adjacent columns, whatever its atom's register layout.
 // C may alias D: every element is read and written by the same thread.
+//
+// Fused LLM epilogues (runtime flags, uniform per launch):
+//   bias       : v = alpha * acc + bias[col]
+//   gated SiLU : the accumulator's columns are interleaved (gate, up) pairs; output
+//                column c/2 = silu(v[c]) * v[c + 1], so D has N/2 columns. A pair is
+//                always held by one thread (even column first), so no exchange is needed.
 #pragma once
 #include "gemm/numeric.cuh"
 
 namespace gemm {
+
+constexpr int kEpilogueBias = 1;
+constexpr int kEpilogueGatedSilu = 2;
 
 template <class Cfg>
 struct Epilogue {
@@ -24,6 +33,9 @@ struct Epilogue {
     const bool paired = addr_bits % kPairBytes == 0 && p.ldd % 2 == 0 && (!read_c || p.ldc % 2 == 0);
     const float alpha = p.alpha, beta = p.beta;
     const int M = p.M, N = p.N;
+    const bool add_bias = (p.epilogue & kEpilogueBias) != 0;
+    const bool gated = (p.epilogue & kEpilogueGatedSilu) != 0;
+    const Storage* bias = static_cast<const Storage*>(p.bias);
     warp.for_each_pair(row0, col0, [&](int r, int c, float acc0, float acc1) {
       if (r >= M || c >= N) return;
       Storage* d_row = D + static_cast<i64>(r) * p.ldd;
@@ -31,6 +43,17 @@ struct Epilogue {
       float v0 = alpha * acc0;
       float v1 = alpha * acc1;
       const bool pair = c + 1 < N;
+      if (add_bias) {
+        v0 += TD::to_f32(bias[c]);
+        if (pair) v1 += TD::to_f32(bias[c + 1]);
+      }
+      if (gated) {
+        // N is even (checked by the runtime): the pair is whole.
+        float out = v0 / (1.f + __expf(-v0)) * v1;
+        if (read_c) out += beta * TD::to_f32(c_row[c >> 1]);
+        d_row[c >> 1] = TD::from_f32(out);
+        return;
+      }
       if (paired && pair) {
         if (read_c) {
           float c0, c1;
