@@ -51,9 +51,15 @@ def test_epilogue_errors(gemm):
         gemm.matmul(a, w.t(), bias=torch.randn(29, device="cuda", dtype=torch.float16))
     with pytest.raises(GemmArgumentError, match=r"bias.dtype"):
         gemm.matmul(a, w.t(), bias=torch.randn(30, device="cuda", dtype=torch.float32))
-    with pytest.raises(GemmArgumentError, match=r"Ddesc shape"):
+    with pytest.raises(GemmArgumentError, match=r"out.shape: got \(8, 30\); accepted: \(8, 15\)"):
         gemm.matmul(a, w.t(), out=torch.empty(8, 30, device="cuda", dtype=torch.float16),
                     operation=Operation(epilogue=Epilogue.GATED_SILU))
+    from gemm_runtime import MatrixLayout
+
+    d = torch.empty(8, 30, device="cuda", dtype=torch.float16)
+    with pytest.raises(GemmArgumentError, match=r"Ddesc shape.*gated epilogue halves"):
+        gemm.run(Operation(epilogue=Epilogue.GATED_SILU), 1.0, a, MatrixLayout.of(a), None, None, w.t(),
+                 MatrixLayout.of(w.t()), None, None, 0.0, None, None, d, MatrixLayout.of(d))
     with pytest.raises(GemmArgumentError, match=r"even N"):
         gemm.matmul(a, w[:29].t(), operation=Operation(epilogue=Epilogue.GATED_SILU))
 
