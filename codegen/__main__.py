@@ -19,13 +19,19 @@ from codegen.render import write_generated
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen", description="Render YAML kernel sets into .cu files.")
     parser.add_argument(
-        "--config", action="append", type=Path, metavar="YAML",
-        help="a kernel-set YAML file; repeat for several (default: codegen/configs/*.yaml)",
+        "--config", action="extend", nargs="+", type=Path, metavar="YAML",
+        help="kernel-set YAML files; repeat or list several (default: codegen/configs/*.yaml)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--with-defaults", action="store_true",
+        help="load codegen/configs/*.yaml first, then the --config files (extend the default set)",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "generated", help="output folder (default: generated/)")
     args = parser.parse_args(argv)
 
     paths: list[Path] = args.config or default_config_paths()
+    if args.with_defaults and args.config:
+        paths = default_config_paths() + args.config
     try:
         loaded = load_configs(paths)
     except ConfigError as e:

@@ -169,3 +169,14 @@ def test_nvrtc_compiles(name: str, default_set: list[LoadedKernel]) -> None:
         assert f".entry {name}(".encode() in ptx
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def test_cli_extends_the_default_set(tmp_path: Path) -> None:
+    extra = tmp_path / "extra.yaml"
+    text = (REPO_ROOT / "codegen/configs/sm80_f16.yaml").read_text().replace("name: sm80_f16", "name: my_f16")
+    extra.write_text(text)
+    proc = _cli("--with-defaults", "--config", str(extra), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    families = {k["spec"]["family"] for k in manifest["kernels"]}
+    assert "my_f16" in families and "sm80_f16" in families and "sm70_f16_m8n8k4" in families
