@@ -3,7 +3,7 @@ linear layers of real LLMs, on one GPU in one run.
 
     python -m bench.dense [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--out docs/perf/dense.md]
 
-Columns: time of the kernel the heuristic dispatches, time of the best kernel in the
+Columns: time of the launch default dispatch picks (the cost model), time of the best kernel in the
 registry for that problem (exhaustive), cuBLAS time, and the ratios (cuBLAS / ours:
 above 1 means we are faster)."""
 
@@ -105,7 +105,7 @@ def markdown(rows: list[dict], device: str, host: dict | None = None) -> str:
         f"Measured {datetime.date.today().isoformat()} on {device} by `python -m bench.dense` "
         "(CUDA events, L2 flushed before each repetition, median). Times in microseconds; "
         "`cuBLAS/ours` above 1 means this project is faster. `best` is the fastest registry "
-        "kernel for the problem (exhaustive), `ours` the kernel the heuristic picks.",
+        "kernel for the problem (exhaustive), `ours` the launch default dispatch picks (cost model, no tuning).",
         "",
         "| dtype | model | layer | M | N | K | ours µs | best µs | cuBLAS µs | ours TFLOP/s | cuBLAS TFLOP/s "
         "| cuBLAS/ours | cuBLAS/best | chosen | best |",

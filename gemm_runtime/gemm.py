@@ -61,7 +61,7 @@ class Gemm:
         self.measurer = measurer or Measurer(reps=tune_settings.reps, max_time=tune_settings.max_time)
         self._by_name = {k.name: k for k in self.registry.kernels}
         self._lock = threading.Lock()
-        self._heuristic: dict[ProblemKey, LaunchSpec] = {}  # cost-model choices (never exported)
+        self._predicted: dict[ProblemKey, LaunchSpec] = {}  # cost-model choices (never exported)
         self._workspaces: dict[int, Workspace] = {}  # per stream handle
         self._fast = fast_path.FastPlans()  # matmul call signature -> ready launch
 
@@ -99,11 +99,11 @@ class Gemm:
     def predicted(self, key: ProblemKey) -> LaunchSpec:
         """The cost model's choice (memoized)."""
         with self._lock:
-            hit = self._heuristic.get(key)
+            hit = self._predicted.get(key)
         if hit is None:
             hit = self.ranked(key)[0][1]
             with self._lock:
-                self._heuristic[key] = hit
+                self._predicted[key] = hit
         return hit
 
     def select(self, key: ProblemKey, policy: DispatchPolicy = DispatchPolicy.DEFAULT) -> LaunchSpec:

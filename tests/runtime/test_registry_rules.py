@@ -1,4 +1,4 @@
-"""Registry rules and the heuristic, with fake specs: no GPU needed."""
+"""Registry rules, the cost model and parameter packing, with fake specs: no GPU needed."""
 
 from __future__ import annotations
 
