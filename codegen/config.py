@@ -41,7 +41,16 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 
 from codegen.spec import KernelSpec
-from codegen.vocabulary import ARCH_SMEM_LIMIT, IMPLEMENTED_ATOMS, KNOWN_ARCHS, BOrder, DataType, Mainloop, MmaAtom
+from codegen.vocabulary import (
+    ARCH_SMEM_LIMIT,
+    IMPLEMENTED_ATOMS,
+    KNOWN_ARCHS,
+    QUANT_TYPES,
+    BOrder,
+    DataType,
+    Mainloop,
+    MmaAtom,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -322,7 +331,16 @@ def _parse_family(where: _Where, data: Any) -> _Family:
     if a_type is DataType.BF16 and arch[0] < 80:
         where.reject("arch", data["arch"], "a range starting at sm_80 or later for bf16",
                      " (bf16 arithmetic needs sm_80)")
-    b_type = _enum(where, "b_type", data["b_type"], (a_type,), " (b_type must equal a_type for now)")
+    b_type = _enum(where, "b_type", data["b_type"], (a_type, *QUANT_TYPES),
+                   " (b_type is a_type, or u4 / u8 for weight-only quantization)")
+    if b_type in QUANT_TYPES:
+        if mainloop is not Mainloop.SM80:
+            where.reject("mainloop", mainloop.value, "'sm80' (quantized B is built on the sm80 mainloop only, so far)")
+        if mma not in (MmaAtom.M16N8K16, MmaAtom.M16N8K8):
+            where.reject("mma", mma.value, "'m16n8k16', 'm16n8k8' for quantized B")
+        if b_type is DataType.U8 and a_type is DataType.BF16:
+            where.reject("b_type", b_type.value, "u4 with bf16 (8-bit weights are exact in the bf16 conversion "
+                         "trick only below 128; u8 + bf16 is not built yet)")
     acc_type = _enum(where, "acc_type", data["acc_type"], _ACC_TYPES)
 
     d_types = [
@@ -380,6 +398,13 @@ def _parse_tile(where: _Where, fam: _Family, data: Any) -> tuple[tuple[int, int,
 def _check_kernel(where: _Where, spec: KernelSpec) -> None:
     """The checks that depend on b_order and align, i.e. on the whole kernel."""
     _, n, k = spec.cta
+    if spec.quantized:
+        if spec.b_order is not BOrder.NK:
+            where.reject("b_orders", spec.b_order.value, "'nk' (quantized weights are N x K, packed along K)")
+        if spec.align != 8:
+            where.reject("align", spec.align, "8 (quantized kernels read 16-byte vectors of packed weights)")
+        if k % 32:
+            where.reject("cta", list(spec.cta), "a cta K that is a multiple of 32 (the smallest quantization group)")
     rows = {"cta K": k} if spec.b_order is BOrder.NK else {"cta K": k, "cta N": n}
     for what, size in rows.items():
         if size % spec.align:
@@ -390,6 +415,8 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
     m, _, _ = spec.cta
     tile_rows = {"A (cta K)": k, "B (cta K)" if spec.b_order is BOrder.NK else "B (cta N)":
                  k if spec.b_order is BOrder.NK else n}
+    if spec.quantized:
+        tile_rows = {"A (cta K)": k, "B (packed cta K)": k * spec.b_type.bits // 16, "V (cta N)": n}
     for what, width in tile_rows.items():
         per_row = width // spec.align if width % spec.align == 0 else 0
         if per_row and spec.threads % per_row:

@@ -56,7 +56,9 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
         ("splits", _I32),  # serial split-K slices (gridDim.z)
         ("k_tiles_per_split", _I32),
         ("swizzle", _I32),  # log2 of the CTA rasterization group along N
-        ("epilogue", _I32),  # bit 0: add bias; bit 1: gated SiLU over (gate, up) column pairs
+        ("epilogue", _I32),
+        ("groups", _I32),  # quantized B: rows of scales (and of zeros) in V
+        ("group_shift", _I32),  # quantized B: the group of K index k is k >> group_shift  # bit 0: add bias; bit 1: gated SiLU over (gate, up) column pairs
         ("alpha", _F32),
         ("beta", _F32),
         ("pad0", _I32),  # sizeof stays a multiple of 8, the struct's alignment

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, Mainloop, MmaAtom, parse_enum
+from codegen.vocabulary import ARCH_SMEM_LIMIT, QUANT_TYPES, BOrder, DataType, Mainloop, MmaAtom, parse_enum
 
 _SMEM_PAD = 8  # elements of padding per shared row; mirrors GemmConfig::kPad
 
@@ -82,6 +82,11 @@ class KernelSpec:
 
     # ---- derived quantities (mirrors templates/include/gemm/config.cuh) -------------
     @property
+    def quantized(self) -> bool:
+        """B holds 4- or 8-bit integers with group-wise scales and zeros (the V operand)."""
+        return self.b_type in QUANT_TYPES
+
+    @property
     def threads(self) -> int:
         wm, wn, wk = self.warps
         return 32 * wm * wn * wk
@@ -95,11 +100,16 @@ class KernelSpec:
         """Dynamic shared memory: the stage ring, or the K-slice reduction if larger."""
         m, n, k = self.cta
         a_bytes = m * (k + _SMEM_PAD) * 2
-        if self.b_order is BOrder.NK:
+        v_bytes = 0
+        if self.quantized:
+            # Packed integers in 16-bit units per row, plus scale and zero rows per stage.
+            b_bytes = n * (k * self.b_type.bits // 16 + _SMEM_PAD) * 2
+            v_bytes = 2 * max(1, k // 32) * (n + _SMEM_PAD) * 2
+        elif self.b_order is BOrder.NK:
             b_bytes = n * (k + _SMEM_PAD) * 2
         else:
             b_bytes = k * (n + _SMEM_PAD) * 2
-        pipeline = self.stages * (a_bytes + b_bytes)
+        pipeline = self.stages * (a_bytes + b_bytes + v_bytes)
         reduce = (self.warps[2] - 1) * m * n * 4
         return max(pipeline, reduce)
 

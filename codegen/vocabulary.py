@@ -29,7 +29,15 @@ class DataType(enum.Enum):
 
 
 _DTYPE_BITS = {DataType.F16: 16, DataType.BF16: 16, DataType.F32: 32, DataType.U4: 4, DataType.U8: 8}
-_DTYPE_CPP = {DataType.F16: "gemm::Half", DataType.BF16: "gemm::BFloat16", DataType.F32: "gemm::Float32"}
+_DTYPE_CPP = {
+    DataType.F16: "gemm::Half",
+    DataType.BF16: "gemm::BFloat16",
+    DataType.F32: "gemm::Float32",
+    DataType.U4: "gemm::U4",
+    DataType.U8: "gemm::U8",
+}
+# Weight types of quantized B (weight-only quantization: A stays fp16 / bf16).
+QUANT_TYPES = (DataType.U4, DataType.U8)
 
 
 class Order(enum.Enum):

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import torch
 
 from codegen.spec import KernelSpec
-from codegen.vocabulary import BOrder, DataType, Order
+from codegen.vocabulary import QUANT_TYPES, BOrder, DataType, Order
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.types import Epilogue, MatrixLayout, Operation, torch_dtype
 
@@ -81,6 +81,10 @@ class Problem(NamedTuple):
     ldd: int
     read_c: bool
     bias: int = 0  # device pointer of the bias vector (epilogues with bias)
+    v: int = 0  # quantized B: scales then zeros, [2 * groups, N]
+    ldv: int = 0
+    groups: int = 0
+    group_shift: int = 0
 
 
 def vector_align(ptr: int, ld: int, elem_bytes: int, lines: int) -> int:
@@ -146,13 +150,13 @@ def make_problem(
     device: torch.device,
     arch: int = 0,
     bias: object = None,
+    V: object = None,
+    Vdesc: object = None,
 ) -> Problem:
     if not isinstance(operation, Operation):
         raise GemmArgumentError("operation", type(operation).__name__, "a gemm_runtime.Operation")
-    if operation.quant_a is not None or operation.quant_b is not None:
-        raise GemmArgumentError(
-            "operation.quant_a/quant_b", (operation.quant_a, operation.quant_b), "None (quantized operands are not built yet)"
-        )
+    if operation.quant_a is not None:
+        raise GemmArgumentError("operation.quant_a", operation.quant_a, "None (A is fp16 / bf16)")
     epilogue = operation.epilogue
     if not isinstance(epilogue, Epilogue):
         raise GemmArgumentError("operation.epilogue", epilogue, ", ".join(f"Epilogue.{e.name}" for e in Epilogue))
@@ -162,7 +166,13 @@ def make_problem(
         raise GemmArgumentError("Adesc.type", a.type.value, "f16, bf16")
     if a.order is not Order.ROW_MAJOR:
         raise GemmArgumentError("Adesc.order", a.order.value, "row (A is M x K with K contiguous)")
-    if b.type is not a.type:
+    quant = operation.quant_b
+    if quant is not None:
+        if b.type is not quant.type or b.type not in QUANT_TYPES:
+            raise GemmArgumentError("Bdesc.type", b.type.value, "u4 or u8, as operation.quant_b says")
+        if b.order is not Order.COL_MAJOR or b.ld % 32:
+            raise GemmArgumentError("Bdesc", b, "column-major K x N (an N x K weight) with ld a multiple of 32")
+    elif b.type is not a.type:
         raise GemmArgumentError("Bdesc.type", b.type.value, f"{a.type.value} (the type of A)")
     if b.rows != a.cols:
         raise GemmArgumentError("Bdesc.rows", b.rows, f"{a.cols} (= K, the columns of A)")
@@ -191,11 +201,16 @@ def make_problem(
         c_ptr, ldc = _pointer("C", C, c, device), c.ld
 
     a_ptr = _pointer("A", A, a, device)
-    b_ptr = _pointer("B", B, b, device)
+    v_ptr = ldv = groups = shift = 0
+    if quant is not None:
+        b_ptr = _packed_pointer(B, b, device)
+        v_ptr, ldv, groups, shift = _scales_pointer(V, Vdesc, a.type, n, k, quant, device)
+    else:
+        b_ptr = _pointer("B", B, b, device)
     d_ptr = _pointer("D", D, d, device)
     d_bytes = d.span * d.type.bits // 8
     for name, ptr, desc in (("A", a_ptr, a), ("B", b_ptr, b)):
-        if _overlaps(d_ptr, d_bytes, ptr, desc.span * desc.type.bits // 8):
+        if _overlaps(d_ptr, d_bytes, ptr, desc.span * desc.type.bits // 8 or (1 if desc.span else 0)):
             raise GemmArgumentError("D", f"memory overlapping {name}", f"an output that does not alias {name}")
 
     bias_ptr = 0
@@ -207,8 +222,48 @@ def make_problem(
     elem = a.type.bits // 8
     align = min(vector_align(a_ptr, a.ld, elem, a.outer), vector_align(b_ptr, b.ld, elem, b.outer))
     b_order = BOrder.KN if b.order is Order.ROW_MAJOR else BOrder.NK
-    key = ProblemKey(arch, a.type, b.type, b_order, d.type, align, "none", epilogue.value, n, k, m)
-    return Problem(key, a_ptr, b_ptr, c_ptr, d_ptr, a.ld, b.ld, ldc, d.ld, read_c, bias_ptr)
+    quant_name = "none" if quant is None else f"{quant.type.value}g{quant.group_size}"
+    key = ProblemKey(arch, a.type, b.type, b_order, d.type, align, quant_name, epilogue.value, n, k, m)
+    # The kernels address packed B in 16-bit units.
+    ldb = b.ld * b.type.bits // 16 if quant is not None else b.ld
+    return Problem(key, a_ptr, b_ptr, c_ptr, d_ptr, a.ld, ldb, ldc, d.ld, read_c, bias_ptr, v_ptr, ldv, groups, shift)
+
+
+def _packed_pointer(B: object, b: MatrixLayout, device: torch.device) -> int:
+    """Packed quantized B: a uint8 tensor [N, ld * bits / 8] (gemm_runtime.quant.pack_for_gemm)."""
+    row_bytes = b.ld * b.type.bits // 8
+    if isinstance(B, int) and not isinstance(B, bool):
+        ptr = B
+    elif isinstance(B, torch.Tensor):
+        if B.device != device:
+            raise GemmArgumentError("B.device", B.device, f"{device} (the Gemm's device)")
+        if B.dtype != torch.uint8 or B.dim() != 2 or B.shape[0] != b.cols or B.stride() != (row_bytes, 1):
+            raise GemmArgumentError("B", f"{B.dtype} {tuple(B.shape)} strides {B.stride()}",
+                                    f"a contiguous uint8 tensor ({b.cols}, {row_bytes}) from quant.pack_for_gemm")
+        ptr = B.data_ptr()
+    else:
+        raise GemmArgumentError("B", type(B).__name__, "a CUDA uint8 tensor of packed weights")
+    if ptr % 16:
+        raise GemmArgumentError("B address", hex(ptr), "a multiple of 16 bytes")
+    return ptr
+
+
+def _scales_pointer(V: object, Vdesc: object, a_type: DataType, n: int, k: int, quant, device) -> tuple[int, int, int, int]:
+    """V = scales then zeros, [2 * groups, N] in A's type; returns (ptr, ld, groups, shift)."""
+    v = _layout("Vdesc", Vdesc)
+    groups = -(-k // quant.group_size) if 0 < quant.group_size < k else 1
+    if v.type is not a_type or v.order is not Order.ROW_MAJOR or (v.rows, v.cols) != (2 * groups, n):
+        raise GemmArgumentError("Vdesc", v, f"row-major {2 * groups} x {n} of {a_type.value}: scales, then zeros")
+    if v.ld % 8:
+        raise GemmArgumentError("Vdesc.ld", v.ld, "a multiple of 8 (16-byte rows; quant.pack_for_gemm pads N)")
+    size = quant.group_size if groups > 1 else 0
+    if groups > 1 and (size < 32 or size & (size - 1)):
+        raise GemmArgumentError("operation.quant_b.group_size", size, "32, 64, 128 (powers of two >= 32) or K")
+    shift = size.bit_length() - 1 if groups > 1 else 30
+    ptr = _pointer("V", V, v, device)
+    if ptr % 16:
+        raise GemmArgumentError("V address", hex(ptr), "a multiple of 16 bytes")
+    return ptr, v.ld, groups, shift
 
 
 def _bias_pointer(bias: object, n: int, dtype: DataType, device: torch.device, epilogue: Epilogue) -> int:
@@ -231,8 +286,6 @@ def _bias_pointer(bias: object, n: int, dtype: DataType, device: torch.device, e
 
 def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
     """Why ``spec`` cannot compute ``key``, or None if it can."""
-    if key.quant != "none":
-        return "quantized operands are not built yet"
     if spec.a_type is not key.a_type or spec.b_type is not key.b_type:
         return f"operand type is not {key.a_type.value}"
     if spec.b_order is not key.b_order:

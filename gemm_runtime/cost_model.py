@@ -100,12 +100,12 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     # Memory time, the larger of two bounds: every operand byte once through DRAM,
     # and each SM fetching its CTAs' tiles at what one SM can pull (about a third of
     # the SMs together saturate DRAM), which is what limits grids of few CTAs.
-    elem = key.a_type.bits // 8
-    unique = (key.m + key.n) * key.k * elem + key.m * key.n * key.d_type.bits // 8
+    a_bits, b_bits = key.a_type.bits, key.b_type.bits  # b: 4 or 8 for quantized weights
+    unique = (key.m * a_bits + key.n * b_bits) * key.k // 8 + key.m * key.n * key.d_type.bits // 8
     unique += (splits - 1) * tm * tn * cm * cn * 4 * 2
     t_dram = unique / device.dram_bytes_per_s
     sm_bytes_per_s = device.dram_bytes_per_s / (_SMS_TO_SATURATE * device.sms)
-    t_sm = waves * per_sm * (cm + cn) * per_split * ck * elem / sm_bytes_per_s
+    t_sm = waves * per_sm * (cm * a_bits + cn * b_bits) * per_split * ck / 8 / sm_bytes_per_s
     t_mem = max(t_dram, t_sm)
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
     # which also ranks the leaner kernel first among memory-bound ties.

@@ -21,7 +21,18 @@ from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel, Registry
 from gemm_runtime.settings import settings, tuning_seq
 from gemm_runtime.tuner import Measurement, Measurer, tune
-from gemm_runtime.types import DispatchPolicy, Epilogue, MatrixLayout, Operation, Workspace, data_type_of
+from gemm_runtime.quant import PackedWeight
+from gemm_runtime.types import (
+    DataType,
+    DispatchPolicy,
+    Epilogue,
+    MatrixLayout,
+    Operation,
+    Order,
+    QuantDesc,
+    Workspace,
+    data_type_of,
+)
 
 
 def _device_of(device: object) -> torch.device:
@@ -148,14 +159,22 @@ class Gemm:
         ``workspace`` serves split-K; without one, a per-stream workspace is used.
         ``bias`` (N values in D's type) is read by the epilogues with bias.
         """
-        self._run(operation, alpha, A, Adesc, U, V, B, Bdesc, beta, C, Cdesc, D, Ddesc, workspace, stream, kernel, bias)
+        self._run(
+            operation, alpha, A, Adesc, U, V, Vdesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, workspace, stream, kernel, bias
+        )
 
-    def _run(self, operation, alpha, A, Adesc, U, V, B, Bdesc, beta, C, Cdesc, D, Ddesc, workspace, stream, kernel, bias):
+    def _run(
+        self, operation, alpha, A, Adesc, U, V, Vdesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, workspace, stream, kernel,
+        bias,
+    ):  # fmt: skip
         """The validated slow path of ``run``; returns what it launched (for the fast path)."""
-        if U is not None or V is not None:
-            raise GemmArgumentError("U/V", "scale operands", "None for dense fp16/bf16 problems")
+        if U is not None:
+            raise GemmArgumentError("U", "per-row scales of A", "None (A is fp16 / bf16)")
+        if V is not None and operation.quant_b is None:
+            raise GemmArgumentError("V", "scale operands", "None unless operation.quant_b describes a quantized B")
         problem = make_problem(
-            operation, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, self.device, self.registry.device.arch, bias
+            operation, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, self.device, self.registry.device.arch, bias,
+            V, Vdesc,
         )
         if problem.key.m == 0 or problem.key.n == 0:
             return None  # an empty output: nothing to compute, nothing to choose
@@ -194,6 +213,8 @@ class Gemm:
         operation = operation or Operation()
         if bias is not None and not operation.epilogue.has_bias:
             operation = dataclasses.replace(operation, epilogue=operation.epilogue.with_bias())
+        if isinstance(b, PackedWeight):
+            return self._matmul_packed(a, b, out, alpha, beta, c, bias, operation, workspace, stream, kernel)
         if not isinstance(a, torch.Tensor) or a.dim() < 1:
             raise GemmArgumentError("a", type(a).__name__, "a tensor of shape (..., K)")
         if not isinstance(b, torch.Tensor) or b.dim() != 2:
@@ -241,6 +262,7 @@ class Gemm:
             MatrixLayout.of(a2, "a"),
             None,
             None,
+            None,
             b,
             MatrixLayout.of(b, "b"),
             beta,
@@ -278,6 +300,32 @@ class Gemm:
                 version, (ws.barriers, ws.partials) if plan.splits > 1 else (),
             ),
         )
+
+    def _matmul_packed(self, a, w: PackedWeight, out, alpha, beta, c, bias, operation, workspace, stream, kernel):
+        """``a @ dequant(w).T`` for a weight packed by ``quant.pack_for_gemm``."""
+        if not isinstance(a, torch.Tensor) or a.dim() < 1 or a.shape[-1] != w.k:
+            raise GemmArgumentError("a.shape", tuple(getattr(a, "shape", ())), f"(..., {w.k}): K of the weight")
+        operation = dataclasses.replace(
+            operation, quant_b=QuantDesc(DataType.U4 if w.bits == 4 else DataType.U8, w.group_size, w.symmetric)
+        )
+        lead = a.shape[:-1]
+        a2 = a.reshape(math.prod(lead), w.k)
+        n = w.n // 2 if operation.epilogue.gated else w.n
+        if out is None:
+            out = torch.empty(*lead, n, dtype=a.dtype, device=a.device)
+        elif tuple(out.shape) != (*lead, n):
+            raise GemmArgumentError("out.shape", tuple(out.shape), f"{(*lead, n)}")
+        d2 = _as_rows(out, "out")
+        c2 = _as_rows(c, "c") if c is not None else None
+        kp = w.b.shape[1] * 8 // w.bits
+        bdesc = MatrixLayout(DataType.U4 if w.bits == 4 else DataType.U8, Order.COL_MAJOR, w.k, w.n, kp)
+        vdesc = MatrixLayout(data_type_of(w.v.dtype, "w.v.dtype"), Order.ROW_MAJOR, w.v.shape[0], w.n, w.v.shape[1])
+        self._run(
+            operation, alpha, a2, MatrixLayout.of(a2, "a"), None, w.v, vdesc, w.b, bdesc,
+            beta, c2, MatrixLayout.of(c2, "c") if c2 is not None else None, d2, MatrixLayout.of(d2, "out"),
+            workspace, stream, kernel, bias,
+        )  # fmt: skip
+        return out
 
     # ---- the dispatch cache ---------------------------------------------------------
     def export_cache(self, path: str | Path) -> None:

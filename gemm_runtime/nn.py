@@ -69,11 +69,16 @@ class Linear(torch.nn.Module):
 
 
 def replace_linear(
-    model: torch.nn.Module, *, gemm=None, predicate: Callable[[str, torch.nn.Linear], bool] | None = None
+    model: torch.nn.Module,
+    *,
+    gemm=None,
+    predicate: Callable[[str, torch.nn.Linear], bool] | None = None,
+    quantize: dict | None = None,
 ) -> list[str]:
     """Swap, in place, every ``torch.nn.Linear`` of ``model`` whose weight is a CUDA
-    fp16/bf16 tensor (and for which ``predicate(name, module)`` holds) for ``Linear``.
-    Returns the qualified names of the replaced modules."""
+    fp16/bf16 tensor (and for which ``predicate(name, module)`` holds) for ``Linear``,
+    or for ``QuantLinear`` quantized with ``quantize`` (e.g. ``{"bits": 4,
+    "group_size": 128}``). Returns the qualified names of the replaced modules."""
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
@@ -84,7 +89,10 @@ def replace_linear(
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             if predicate is not None and not predicate(name, child):
                 continue
-            setattr(parent, child_name, Linear.from_float(child, gemm))
+            if quantize is not None:
+                setattr(parent, child_name, QuantLinear.from_float(child, gemm=gemm, **quantize))
+            else:
+                setattr(parent, child_name, Linear.from_float(child, gemm))
             replaced.append(name)
     return replaced
 
@@ -114,3 +122,69 @@ class GatedMLPProjection(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gemm = self._gemm if self._gemm is not None else default_gemm(self.weight.device)
         return gemm.matmul(x, self.weight.t(), bias=self.bias, operation=Operation(epilogue=Epilogue.GATED_SILU))
+
+
+class QuantLinear(torch.nn.Module):
+    """``y = x @ dequant(W).T + bias`` with W stored as 4- or 8-bit integers and
+    group-wise scales and zeros (weight-only quantization, W4A16 / W8A16).
+
+    Act-order checkpoints (GPTQ with g_idx) are reordered once at load time so groups
+    are contiguous; the forward pass then permutes x's features the same way."""
+
+    def __init__(self, packed, bias: torch.Tensor | None = None, perm: torch.Tensor | None = None, gemm=None):
+        super().__init__()
+        self.packed = packed
+        self.register_buffer("qweight", packed.b, persistent=True)
+        self.register_buffer("scales_zeros", packed.v, persistent=True)
+        self.register_buffer("perm", perm, persistent=True)
+        self.bias = bias
+        self.in_features, self.out_features = packed.k, packed.n
+        self._gemm = gemm
+
+    @classmethod
+    def from_quantized(cls, qw, bias: torch.Tensor | None = None, gemm=None) -> "QuantLinear":
+        from gemm_runtime.quant import pack_for_gemm
+
+        perm = None
+        if qw.g_idx is not None:
+            qw, perm = qw.reordered()
+        return cls(pack_for_gemm(qw), bias, perm, gemm)
+
+    @classmethod
+    def from_float(
+        cls, linear: torch.nn.Linear, *, bits: int = 4, group_size: int = 128, symmetric: bool = False, gemm=None
+    ) -> "QuantLinear":
+        from gemm_runtime.quant import quantize
+
+        qw = quantize(linear.weight.detach(), bits=bits, group_size=group_size, symmetric=symmetric)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        return cls.from_quantized(qw, bias, gemm)
+
+    @classmethod
+    def from_awq(cls, qweight, qzeros, scales, *, group_size: int, bias=None, gemm=None) -> "QuantLinear":
+        from gemm_runtime.quant import from_awq
+
+        return cls.from_quantized(from_awq(qweight, qzeros, scales, group_size=group_size), bias, gemm)
+
+    @classmethod
+    def from_gptq(
+        cls, qweight, qzeros, scales, g_idx=None, *, bits: int = 4, group_size: int = 128, zero_point_offset: int = 1,
+        bias=None, gemm=None,
+    ) -> "QuantLinear":  # fmt: skip
+        from gemm_runtime.quant import from_gptq
+
+        qw = from_gptq(qweight, qzeros, scales, g_idx, bits=bits, group_size=group_size,
+                       zero_point_offset=zero_point_offset)
+        return cls.from_quantized(qw, bias, gemm)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != self.packed.dtype:
+            raise GemmArgumentError("x.dtype", x.dtype, f"{self.packed.dtype} (the layer's scale type)")
+        if self.perm is not None:
+            x = x.index_select(-1, self.perm)
+        gemm = self._gemm if self._gemm is not None else default_gemm(self.qweight.device)
+        return gemm.matmul(x, self.packed, bias=self.bias)
+
+    def extra_repr(self) -> str:
+        p = self.packed
+        return f"in_features={p.k}, out_features={p.n}, bits={p.bits}, group_size={p.group_size}"

@@ -488,3 +488,57 @@ def from_gptq(
         q=q, scales=scales, zeros=zeros, bits=bits, group_size=group_size,
         symmetric=_infer_symmetric(zeros, bits, symmetric), g_idx=g_idx,
     )
+
+
+# --- the kernels' form ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class PackedWeight:
+    """A QuantizedWeight in the layout the quantized kernels read.
+
+    ``b``: uint8 [N, Kp * bits / 8], each row the weight's K integers packed little-endian
+    (4-bit: element 2j in the low nibble of byte j), K padded with zeros to Kp, a multiple
+    of 32, so every row starts on a 16-byte boundary. ``v``: [2 * groups, Np] in the
+    activations' dtype, the scales then the zero points, N padded to Np (a multiple of 8)
+    for the same reason. ``group_shift``: the group of K index k is k >> group_shift (30
+    for one group spanning all of K)."""
+
+    b: torch.Tensor
+    v: torch.Tensor
+    bits: int
+    group_size: int
+    k: int
+    n: int
+    groups: int
+    group_shift: int
+    symmetric: bool
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.v.dtype
+
+
+def pack_for_gemm(qw: QuantizedWeight) -> PackedWeight:
+    """The kernel layout of ``qw``. Act-order weights (with g_idx) must be reordered
+    first (``qw.reordered()``), permuting the activations' columns the same way."""
+    if qw.g_idx is not None:
+        raise GemmArgumentError("qw.g_idx", "an act-order g_idx", "None: call qw.reordered() and permute A by its perm")
+    n, k = qw.shape
+    groups = qw.num_groups
+    if groups == 1:
+        shift = 30  # every K index of a realistic matrix maps to group 0
+    elif qw.group_size & (qw.group_size - 1) == 0:
+        shift = qw.group_size.bit_length() - 1
+    else:
+        raise GemmArgumentError("qw.group_size", qw.group_size, "a power of two, or one group over all of K")
+    kp = -(-k // 32) * 32
+    q = F.pad(qw.q, (0, kp - k)) if kp != k else qw.q
+    if qw.bits == 4:
+        b = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8).contiguous()
+    else:
+        b = q.to(torch.uint8).contiguous()
+    v = torch.cat([qw.scales, qw.zeros.to(qw.scales.dtype)], dim=0)
+    np_ = -(-n // 8) * 8
+    v = (F.pad(v, (0, np_ - n)) if np_ != n else v).contiguous()
+    return PackedWeight(b, v, qw.bits, qw.group_size, k, n, groups, shift, qw.symmetric)

@@ -278,9 +278,21 @@ def test_threads_must_cover_whole_tile_rows(tmp_path: Path) -> None:
     fam_error(tmp_path, fam, TILE, "warps", "32 threads", "multiple of the 64 vectors in a row of tile A")
 
 
-def test_b_type_must_equal_a_type(tmp_path: Path) -> None:
-    fam_error(tmp_path, family(b_type="bf16"), FAM, "b_type", "got 'bf16'", "must equal a_type",
-              "accepted: 'f16'")
+def test_b_type_is_a_type_or_a_quantized_type(tmp_path: Path) -> None:
+    fam_error(tmp_path, family(b_type="bf16"), FAM, "b_type", "got 'bf16'", "u4 / u8 for weight-only",
+              "accepted: 'f16', 'u4', 'u8'")
+
+
+def test_quantized_families_rules(tmp_path: Path) -> None:
+    quant = dict(b_type="u4", b_orders=["nk"], tiles=[tile(cta=[64, 64, 64], warps=[2, 2, 1], stages=3)])
+    assert load_configs([write(tmp_path, {"families": [family(**quant)]})])[0].spec.quantized
+    fam_error(tmp_path, family(**{**quant, "b_orders": ["kn"]}), TILE, "b_orders", "'nk' (quantized weights")
+    fam_error(tmp_path, family(**{**quant, "mainloop": "sm70", "tiles": [tile(stages=2)]}), FAM, "mainloop",
+              "quantized B is built on the sm80 mainloop only")
+    fam_error(tmp_path, family(**{**quant, "b_type": "u8", "a_type": "bf16", "d_types": ["bf16"]}), FAM, "b_type",
+              "u8 + bf16 is not built yet")
+    fam_error(tmp_path, family(**{**quant, "tiles": [tile(cta=[64, 64, 16], warps=[2, 2, 1], stages=3)]}), TILE,
+              "cta", "multiple of 32")
 
 
 def test_d_type_must_be_a_type_or_f32(tmp_path: Path) -> None:
@@ -383,10 +395,12 @@ def test_expansion_order(tmp_path: Path) -> None:
 def test_default_configs() -> None:
     paths = default_config_paths()
     assert [p.name for p in paths] == [
-        "sm70_dense.yaml", "sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml", "sm80_lowalign.yaml"
+        "sm70_dense.yaml", "sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml", "sm80_lowalign.yaml",
+        "sm80_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 74
+    assert len(loaded) == 82
+    assert {k.spec.b_type.value for k in loaded if k.spec.quantized} == {"u4", "u8"}
     assert {k.spec.mma for k in loaded} == set(MmaAtom)
     assert {k.spec.mainloop for k in loaded} == set(Mainloop)
     names = [k.spec.name for k in loaded]

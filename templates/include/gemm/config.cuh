@@ -45,21 +45,31 @@ struct GemmConfig {
   // (32 bytes), so consecutive rows start on an odd multiple of 16 bytes apart, so the 8 row addresses of
   // one ldmatrix phase hit 8 distinct 16-byte bank groups: no conflicts, no swizzle math.
   static constexpr int kPad = 8;
+  // Quantized B (u4/u8, N x K, K packed): a row of the B tile holds CtaK * bits / 16
+  // 16-bit units; scales and zeros ([groups, N] each) ride along, kGroupRows rows per
+  // stage: every group a K tile can touch (groups are 32, 64, 128 or all of K).
+  static constexpr int kBitsB = QuantBits<TB>::value;
+  static constexpr bool kQuantB = kBitsB > 0;
   static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
   static constexpr int kTileBRows = kOrderB == OrderB::kNK ? kCtaN : kCtaK;
-  static constexpr int kTileBCols = kOrderB == OrderB::kNK ? kCtaK : kCtaN;
+  static constexpr int kTileBCols = kQuantB ? kCtaK * kBitsB / 16 : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);
   static constexpr int kLdsA = kTileACols + kPad;
   static constexpr int kLdsB = kTileBCols + kPad;
+  static constexpr int kGroupRows = kQuantB ? (kCtaK / 32 > 1 ? kCtaK / 32 : 1) : 0;
+  static constexpr int kLdsV = kCtaN + kPad;
   static constexpr int kStageBytesA = kTileARows * kLdsA * 2;
   static constexpr int kStageBytesB = kTileBRows * kLdsB * 2;
-  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kStageBytesV = 2 * kGroupRows * kLdsV * 2;  // scales, then zeros
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB + kStageBytesV;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   // Warps of K-slices other than the first hand their accumulators over in shared memory.
   static constexpr int kReduceBytes = (kWarpsK - 1) * kCtaM * kCtaN * 4;
   static constexpr int kSmemBytes = kPipelineBytes > kReduceBytes ? kPipelineBytes : kReduceBytes;
 
   static_assert(sizeof(typename TA::Storage) == 2 && sizeof(typename TB::Storage) == 2,
-                "A and B are 16-bit types");
+                "A and B are 16-bit types (quantized B in 16-bit units)");
+  static_assert(!kQuantB || (kOrderB == OrderB::kNK && kCtaK % 32 == 0),
+                "quantized B is N x K with a CTA K tile of a multiple of 32");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
   static_assert(kCtaM % kWarpsM == 0 && kCtaN % kWarpsN == 0 && kCtaK % kWarpsK == 0,
                 "CTA tile must split evenly over the warps");

@@ -97,7 +97,7 @@ __device__ __forceinline__ void gemm_kernel(const Params& p) {
   k_tiles = k_tiles < 0 ? 0 : (k_tiles > p.k_tiles_per_split ? p.k_tiles_per_split : k_tiles);
 
   Mainloop mainloop;
-  mainloop.init(p.A, p.lda, p.B, p.ldb, p.M, p.N, p.K, m0, n0, k_tile0 * Cfg::kCtaK);
+  mainloop.init(p, m0, n0, k_tile0 * Cfg::kCtaK);
 
   WarpMma<Cfg> warp;
   warp.clear();

@@ -21,6 +21,7 @@ struct MainloopSm70 : OperandCopies<Cfg> {
   using typename Base::CopyB;
   static constexpr int kSteps = Cfg::kWarpTileK / 16;
   static_assert(Cfg::kStages == 2, "the SM70 mainloop double-buffers: stages must be 2");
+  static_assert(!Cfg::kQuantB, "quantized B is not implemented in the SM70 mainloop yet");
 
   typename CopyA::Vector staged_a[CopyA::kIters];
   typename CopyB::Vector staged_b[CopyB::kIters];

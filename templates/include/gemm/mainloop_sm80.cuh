@@ -35,6 +35,29 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     this->copy_a.issue(sa, 0, k0, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
     this->copy_b.issue(sb, Base::b_drow(k0), Base::b_dcol(k0), step * CopyB::kIters / kSteps,
                        (step + 1) * CopyB::kIters / kSteps);
+    if constexpr (Cfg::kQuantB) {
+      // The scale and zero rows of the groups this tile touches ride in the same stage.
+      if (step == 0) {
+        const u32 sv = sb + Cfg::kStageBytesB;
+        const int g0 = this->group_of(k0);
+        this->copy_scales.issue(sv, g0, 0, 0, Base::CopyV::kIters);
+        this->copy_zeros.issue(sv + Cfg::kGroupRows * Cfg::kLdsV * 2, g0, 0, 0, Base::CopyV::kIters);
+      }
+    }
+  }
+
+  // Fragments of k16 step `kk` (K offset inside the tile) of tile `tile` from `stage`.
+  __device__ __forceinline__ void load_step(WarpMma<Cfg>& warp, int buf, u32 smem, int stage, int tile, int kk,
+                                            int warp_m0, int warp_n0) const {
+    const u32 sa = smem + stage * Cfg::kStageBytes;
+    const u32 sb = sa + Cfg::kStageBytesA;
+    if constexpr (Cfg::kQuantB) {
+      const int k0 = tile * Cfg::kCtaK;
+      warp.load_quant(buf, sa, sb, sb + Cfg::kStageBytesB, this->group_of(k0 + kk) - this->group_of(k0), warp_m0,
+                      warp_n0, kk);
+    } else {
+      warp.load(buf, sa, sb, warp_m0, warp_n0, kk);
+    }
   }
 
   __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
@@ -53,14 +76,12 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 
     int read = 0;
     int write = S - 1;
-    warp.load(0, smem, smem + Cfg::kStageBytesA, warp_m0, warp_n0, warp_k0);
+    load_step(warp, 0, smem, 0, 0, warp_k0, warp_m0, warp_n0);
     for (int t = 0; t < k_tiles; ++t) {
-      const u32 sa = smem + read * Cfg::kStageBytes;
-      const u32 sb = sa + Cfg::kStageBytesA;
       const bool refill = t + S - 1 < k_tiles;
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
-        if (step + 1 < kSteps) warp.load((step + 1) & 1, sa, sb, warp_m0, warp_n0, warp_k0 + (step + 1) * 16);
+        if (step + 1 < kSteps) load_step(warp, (step + 1) & 1, smem, read, t, warp_k0 + (step + 1) * 16, warp_m0, warp_n0);
         if (refill) issue_tile(smem, write, t + S - 1, step);
         warp.mma(step & 1);
         if (step + 1 == kSteps) {
@@ -71,10 +92,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           write = write + 1 == S ? 0 : write + 1;
           // Step 0 of the next tile always reads buffer 0; a finished MMA no longer
           // needs its registers, so this is safe even when kSteps is odd.
-          if (t + 1 < k_tiles) {
-            const u32 na = smem + read * Cfg::kStageBytes;
-            warp.load(0, na, na + Cfg::kStageBytesA, warp_m0, warp_n0, warp_k0);
-          }
+          if (t + 1 < k_tiles) load_step(warp, 0, smem, read, t + 1, warp_k0, warp_m0, warp_n0);
         }
       }
     }

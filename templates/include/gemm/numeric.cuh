@@ -28,6 +28,31 @@ struct Float32 {
   __device__ __forceinline__ static Storage from_f32(float v) { return v; }
 };
 
+// Weight-only quantized B: unsigned 4- or 8-bit integers packed along K. Storage is
+// counted in 16-bit units so the tile copies move them like any 16-bit operand.
+struct U4 {
+  using Storage = u16;
+  static constexpr int kBits = 4;
+};
+
+struct U8 {
+  using Storage = u16;
+  static constexpr int kBits = 8;
+};
+
+template <class T>
+struct QuantBits {
+  static constexpr int value = 0;  // not quantized
+};
+template <>
+struct QuantBits<U4> {
+  static constexpr int value = 4;
+};
+template <>
+struct QuantBits<U8> {
+  static constexpr int value = 8;
+};
+
 // Two adjacent output elements as one store: 4 bytes for 16-bit types, 8 for fp32.
 template <class T>
 struct Pair;

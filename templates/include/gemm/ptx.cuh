@@ -127,6 +127,25 @@ __device__ __forceinline__ void st_shared(u32 addr, uint2 v) {
 __device__ __forceinline__ void st_shared(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
 __device__ __forceinline__ void st_shared(u32 addr, u16 v) { st_shared_u16(addr, v); }
 
+__device__ __forceinline__ u32 ld_shared_u8(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// Packed half2 / bfloat162 fused multiply-add (one rounding for the pair).
+__device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c, MmaF16) {
+  u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c, MmaBF16) {
+  u32 d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 __device__ __forceinline__ u16 ld_shared_u16(u32 addr) {
   u16 v;
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));

@@ -3,6 +3,7 @@
 // fp32 accumulators, one k16 step at a time.
 #pragma once
 #include "gemm/config.cuh"
+#include "gemm/dequant.cuh"
 
 namespace gemm {
 
@@ -58,6 +59,41 @@ struct WarpMmaM16N8 {
       b[buf][ni][1] = r[1];
       b[buf][ni + 1][0] = r[2];
       b[buf][ni + 1][1] = r[3];
+    }
+  }
+
+  // Quantized B: the A fragments as usual; each B fragment from two loads of packed
+  // integers (the K pairs 2t, 2t+1 and 2t+8, 2t+9 of column g), dequantized with the
+  // scale and zero of group row `group_row` of the stage's V tile at `smem_v`.
+  __device__ __forceinline__ void load_quant(int buf, u32 smem_a, u32 smem_b, u32 smem_v, int group_row,
+                                             int warp_m0, int warp_n0, int k0) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi) {
+      const int row = warp_m0 + mi * 16 + (lane & 15);
+      const int col = k0 + (lane >> 4) * 8;
+      ldmatrix_x4(a[buf][mi], smem_a + (row * Cfg::kLdsA + col) * 2);
+    }
+    using T = typename Cfg::TA;
+    constexpr int kBits = Cfg::kBitsB;
+    constexpr u32 kZerosOffset = Cfg::kGroupRows * Cfg::kLdsV * 2;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni) {
+      const int n = warp_n0 + ni * 8 + g;
+      const u32 v = smem_v + (group_row * Cfg::kLdsV + n) * 2;
+      const auto consts = GroupConsts<T>::make(ld_shared_u16(v), ld_shared_u16(v + kZerosOffset));
+      const u32 row = smem_b + n * Cfg::kLdsB * 2;
+      u32 x0, x1;
+      if constexpr (kBits == 4) {
+        x0 = ld_shared_u8(row + k0 / 2 + t);
+        x1 = ld_shared_u8(row + k0 / 2 + t + 4);
+      } else {
+        x0 = ld_shared_u16(row + k0 + 2 * t);
+        x1 = ld_shared_u16(row + k0 + 2 * t + 8);
+      }
+      b[buf][ni][0] = dequant2<T, kBits>(x0, consts);
+      b[buf][ni][1] = dequant2<T, kBits>(x1, consts);
     }
   }
 

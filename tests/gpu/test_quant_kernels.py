@@ -1,0 +1,124 @@
+"""Every quantized kernel against the fp32 product with the dequantized weight; group
+boundaries at and across the CTA K tile; act-order GPTQ; fused epilogues; QuantLinear."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gemm_runtime import Epilogue, GemmArgumentError, Operation
+from gemm_runtime.nn import QuantLinear, replace_linear
+from gemm_runtime.quant import QuantizedWeight, pack_for_gemm, quantize
+from gemm_runtime.types import torch_dtype
+from tests.gpu.util import rel_err, shared_gemm
+
+pytestmark = pytest.mark.gpu
+
+
+def _quant_kernels():
+    if not torch.cuda.is_available():
+        return ["no-gpu"]
+    return [k.name for k in shared_gemm().kernels if k.spec.quantized]
+
+
+def _weight(n, k, dtype, bits, group_size, gen):
+    w = torch.randn(n, k, device="cuda", generator=gen).to(dtype) * 0.05
+    return quantize(w, bits=bits, group_size=group_size)
+
+
+@pytest.mark.parametrize("group_size", [32, 128, -1])
+@pytest.mark.parametrize("name", _quant_kernels())
+def test_quant_kernel_matches_dequantized_reference(gemm, name, group_size):
+    spec = gemm.registry.get(name).spec
+    dt = torch_dtype(spec.a_type)
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, group_size)) % 2**31)
+    cm, cn, ck = spec.cta
+    failures = []
+    # K: a group boundary inside and across CTA K tiles, and a K tail that is not a
+    # multiple of the CTA K tile; N with a residue against the CTA N tile.
+    for n, k in ((2 * cn + 8, 2 * ck + 32), (cn + 24, 3 * 128 + 96)):
+        qw = _weight(n, k, dt, spec.b_type.bits, group_size, gen)
+        packed = pack_for_gemm(qw)
+        ref_w = qw.dequantize().float()
+        for m in (1, 7, 33, 257):
+            a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
+            gemm.matmul(a, packed, out=out, kernel=name)
+            err = rel_err(out, a.float() @ ref_w.t())
+            if not err < 1e-2:
+                failures.append(f"M={m} N={n} K={k}: {err}")
+    assert not failures, f"{name} group {group_size}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("name", _quant_kernels())
+def test_quant_kernel_epilogues_and_split_k(gemm, name):
+    from gemm_runtime.plan import LaunchSpec
+
+    spec = gemm.registry.get(name).spec
+    dt = torch_dtype(spec.a_type)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    n, k = 2 * spec.cta[1] + 16, 4 * spec.cta[2]
+    qw = _weight(n, k, dt, spec.b_type.bits, 64, gen)
+    packed = pack_for_gemm(qw)
+    a = torch.randn(19, k, device="cuda", dtype=dt, generator=gen)
+    bias = torch.randn(n, device="cuda", dtype=dt, generator=gen)
+    v = a.float() @ qw.dequantize().float().t() + bias.float()
+    out = gemm.matmul(a, packed, bias=bias, kernel=LaunchSpec(name, 3, 1))
+    assert rel_err(out, v) < 1e-2
+    gated = gemm.matmul(a, packed, bias=bias, kernel=name, operation=Operation(epilogue=Epilogue.GATED_SILU))
+    assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
+
+
+def test_qwen2_72b_tp4_down_projection_k7392_group32(gemm):
+    """K = 7392 (qwen2-72b down under 4-way tensor parallelism) is not a multiple of 128."""
+    qw = _weight(1024, 7392, torch.float16, 4, 32, torch.Generator(device="cuda").manual_seed(1))
+    a = torch.randn(5, 7392, device="cuda", dtype=torch.float16)
+    out = gemm.matmul(a, pack_for_gemm(qw))
+    assert rel_err(out, a.float() @ qw.dequantize().float().t()) < 1e-2
+
+
+def test_act_order_weights_match_the_dequantized_reference(gemm):
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    base = _weight(256, 512, torch.float16, 4, 128, gen)
+    # An act-order checkpoint: each K row belongs to a shuffled group.
+    g_idx = (torch.arange(512, device="cuda") // 128)[torch.randperm(512, device="cuda", generator=gen)].int()
+    qw = QuantizedWeight(base.q, base.scales, base.zeros, 4, 128, base.symmetric, g_idx)
+    layer = QuantLinear.from_quantized(qw, gemm=gemm)
+    a = torch.randn(9, 512, device="cuda", dtype=torch.float16)
+    assert rel_err(layer(a), a.float() @ qw.dequantize().float().t()) < 1e-2
+
+
+def test_quant_errors(gemm):
+    qw = _weight(64, 128, torch.float16, 4, 32, torch.Generator(device="cuda").manual_seed(3))
+    packed = pack_for_gemm(qw)
+    with pytest.raises(GemmArgumentError, match="a.shape"):
+        gemm.matmul(torch.randn(3, 96, device="cuda", dtype=torch.float16), packed)
+    with pytest.raises(GemmArgumentError, match="Vdesc"):
+        gemm.matmul(torch.randn(3, 128, device="cuda", dtype=torch.bfloat16), packed)
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self, d=512, ff=1024):
+        super().__init__()
+        self.gate, self.up = torch.nn.Linear(d, ff, bias=False), torch.nn.Linear(d, ff, bias=False)
+        self.down = torch.nn.Linear(ff, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+@pytest.mark.parametrize("bits,tol", [(8, 2e-2), (4, 0.12)])
+def test_replace_linear_with_quantized_layers(gemm, bits, tol):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_MLP(), _MLP()).cuda().half()
+    x = torch.randn(2, 17, 512, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        ref = model.float()(x.float())
+        model.half()
+        names = replace_linear(model, gemm=gemm, quantize={"bits": bits, "group_size": 128})
+        out = model(x)
+    assert len(names) == 6 and all(isinstance(model.get_submodule(n), QuantLinear) for n in names)
+    assert rel_err(out, ref) < tol
