@@ -30,17 +30,23 @@ struct WarpMmaM16N8 {
         for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
   }
 
-  // Fragments of k16 step `kk` (in elements of the CTA K tile) into buffer `buf`.
-  // warp_m0 / warp_n0: the warp's offset inside the CTA tile.
-  __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_b, int warp_m0, int warp_n0, int k0) {
+  // A fragments of the k16 step at `k0`: matrices 0..3 = (rows 0-7, k 0-7),
+  // (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+  __device__ __forceinline__ void load_a(int buf, u32 smem_a, int warp_m0, int k0) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
-      // Matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
       const int row = warp_m0 + mi * 16 + (lane & 15);
       const int col = k0 + (lane >> 4) * 8;
       ldmatrix_x4(a[buf][mi], smem_a + (row * Cfg::kLdsA + col) * 2);
     }
+  }
+
+  // Fragments of k16 step `kk` (in elements of the CTA K tile) into buffer `buf`.
+  // warp_m0 / warp_n0: the warp's offset inside the CTA tile.
+  __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_b, int warp_m0, int warp_n0, int k0) {
+    const int lane = threadIdx.x & 31;
+    load_a(buf, smem_a, warp_m0, k0);
 #pragma unroll
     for (int ni = 0; ni < kNI; ni += 2) {
       u32 r[4];
@@ -68,12 +74,7 @@ struct WarpMmaM16N8 {
   __device__ __forceinline__ void load_quant(int buf, u32 smem_a, u32 smem_b, u32 smem_v, int group_row,
                                              int warp_m0, int warp_n0, int k0) {
     const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi) {
-      const int row = warp_m0 + mi * 16 + (lane & 15);
-      const int col = k0 + (lane >> 4) * 8;
-      ldmatrix_x4(a[buf][mi], smem_a + (row * Cfg::kLdsA + col) * 2);
-    }
+    load_a(buf, smem_a, warp_m0, k0);
     using T = typename Cfg::TA;
     constexpr int kBits = Cfg::kBitsB;
     constexpr u32 kZerosOffset = Cfg::kGroupRows * Cfg::kLdsV * 2;
