@@ -399,7 +399,7 @@ def test_default_configs() -> None:
         "sm80_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 84
+    assert len(loaded) == 82
     assert {k.spec.b_type.value for k in loaded if k.spec.quantized} == {"u4", "u8"}
     assert {k.spec.mma for k in loaded} == set(MmaAtom)
     assert {k.spec.mainloop for k in loaded} == set(Mainloop)
