@@ -105,3 +105,44 @@ def test_feasibility_rules():
     assert "B order" in infeasible_reason(spec_for(b_order=BOrder.KN, align=2), key)
     assert "output type" in infeasible_reason(spec_for(d_type=DataType.F32, align=2), key)
     assert "operand type" in infeasible_reason(spec_for(a_type=DataType.BF16, b_type=DataType.BF16, align=2), key)
+
+
+# --- quantized B -------------------------------------------------------------------------
+
+
+def _quant_call(qb=None, vdesc=None, v=None, bdesc=None, b=None, k=256, n=24):
+    from gemm_runtime.quant import pack_for_gemm, quantize
+
+    a = torch.randn(4, k, dtype=torch.float16)
+    p = pack_for_gemm(quantize(torch.randn(n, k), bits=4, group_size=64, scale_dtype=torch.float16))
+    d = torch.empty(4, n, dtype=torch.float16)
+    qb = qb or QuantDesc(DataType.U4, 64)
+    bdesc = bdesc or MatrixLayout(DataType.U4, Order.COL_MAJOR, k, n, p.b.shape[1] * 2)
+    vdesc = vdesc or MatrixLayout(DataType.F16, Order.ROW_MAJOR, p.v.shape[0], n, p.v.shape[1])
+    return make_problem(
+        Operation(quant_b=qb), a, MatrixLayout.of(a), p.b if b is None else b, bdesc, 0.0, None, None, d,
+        MatrixLayout.of(d), CPU, 90, None, p.v if v is None else v, vdesc,
+    )
+
+
+def test_quantized_problem_key_and_pointers():
+    p = _quant_call()
+    assert p.key.quant == "u4g64" and p.key.b_type is DataType.U4
+    assert p.groups == 4 and p.group_shift == 6 and p.ldb == 256 * 4 // 16 and p.ldv == 24
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(qb=QuantDesc(DataType.U8, 64)), r"Bdesc.type: got u4; accepted: u4 or u8, as operation.quant_b says"),
+        (dict(vdesc=MatrixLayout(DataType.F16, Order.ROW_MAJOR, 4, 24, 24)), r"Vdesc.*scales, then zeros"),
+        (dict(vdesc=MatrixLayout(DataType.BF16, Order.ROW_MAJOR, 8, 24, 24)), r"Vdesc.*of f16"),
+        (dict(vdesc=MatrixLayout(DataType.F16, Order.ROW_MAJOR, 8, 20, 20), n=20), r"Vdesc.ld: got 20"),
+        (dict(qb=QuantDesc(DataType.U4, 48)), r"Vdesc|group_size"),
+        (dict(b=torch.zeros(24, 100, dtype=torch.uint8)), r"^B: got torch.uint8 \(24, 100\)"),
+        (dict(bdesc=MatrixLayout(DataType.U4, Order.COL_MAJOR, 256, 24, 264)), r"ld a multiple of 32"),
+    ],
+)
+def test_quantized_problem_errors(kwargs, pattern):
+    with pytest.raises(GemmArgumentError, match=pattern):
+        _quant_call(**kwargs)

@@ -624,3 +624,49 @@ def test_quantize_and_import_stay_on_the_device():
     tensors = [t.cuda() for t in gptq_encode(ref, 1)]
     imported = from_gptq(*tensors, group_size=32)
     assert imported.q.is_cuda and torch.equal(imported.dequantize().cpu(), ref.dequantize())
+
+
+# --- the kernels' form ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("k,group_size", [(256, 32), (200, 64), (7392, 32), (100, -1)])
+def test_pack_for_gemm_layout(bits, k, group_size):
+    from gemm_runtime.quant import pack_for_gemm
+
+    torch.manual_seed(k + bits)
+    n = 13
+    qw = quantize(torch.randn(n, k), bits=bits, group_size=group_size)
+    p = pack_for_gemm(qw)
+    kp = -(-k // 32) * 32
+    assert p.b.dtype == torch.uint8 and p.b.shape == (n, kp * bits // 8) and p.b.is_contiguous()
+    # Little-endian along K, written out element by element.
+    q = qw.q.tolist()
+    for r in range(n):
+        row = p.b[r].tolist()
+        for kk in range(kp):
+            byte = row[kk * bits // 8]
+            value = (byte >> (4 * (kk % 2))) & 0xF if bits == 4 else byte
+            assert value == (q[r][kk] if kk < k else 0), (r, kk)
+    groups = qw.num_groups
+    assert p.groups == groups and p.v.shape == (2 * groups, 16)
+    assert torch.equal(p.v[:groups, :n], qw.scales) and torch.equal(p.v[groups:, :n], qw.zeros.to(qw.scales.dtype))
+    assert torch.all(p.v[:, n:] == 0)
+    if groups == 1:
+        assert p.group_shift == 30
+    else:
+        assert 1 << p.group_shift == qw.group_size
+    # Every K index maps to its group through the shift.
+    assert all((kk >> p.group_shift) == (kk // qw.group_size if groups > 1 else 0) for kk in range(k))
+
+
+def test_pack_for_gemm_refuses_act_order():
+    from gemm_runtime.quant import pack_for_gemm
+
+    qw = quantize(torch.randn(8, 64), bits=4, group_size=32)
+    g_idx = torch.tensor([1, 0] * 32, dtype=torch.int32)
+    act = QuantizedWeight(qw.q, qw.scales, qw.zeros, 4, 32, qw.symmetric, g_idx)
+    with pytest.raises(GemmArgumentError, match="qw.g_idx"):
+        pack_for_gemm(act)
+    flat, perm = act.reordered()
+    assert pack_for_gemm(flat).k == 64 and perm.shape == (64,)
