@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from gemm_runtime.context import Problem, ProblemKey, infeasible_reason, make_problem
-from gemm_runtime.cost_model import DeviceModel, rank
+from gemm_runtime.cost_model import DeviceModel, fits_workspace, rank
 from gemm_runtime.cuda_driver import ensure_context
 from gemm_runtime.dispatch_cache import DispatchCache
 from gemm_runtime.errors import GemmArgumentError, UnsupportedProblemError
@@ -352,7 +352,7 @@ class Gemm:
                 self.cache.put(key, result.best, replace=policy is DispatchPolicy.MEASURE)
                 return self.cache.get(key) or result.best
         plan = self.select(key, policy)
-        if plan.splits > 1 and not _fits(self._by_name[plan.kernel].spec, key, plan, sizes):
+        if plan.splits > 1 and not fits_workspace(self._by_name[plan.kernel].spec, key, *sizes):
             plan = LaunchSpec(plan.kernel, 1, plan.swizzle)  # the caller's workspace is smaller
         return plan
 
@@ -395,7 +395,7 @@ class Gemm:
             raise GemmArgumentError("kernel", plan.kernel, f"a kernel that can serve {_describe(problem.key)} ({reason})")
         if not 0 <= plan.swizzle <= 5:
             raise GemmArgumentError("kernel.swizzle", plan.swizzle, "0..5")
-        if plan.splits < 1 or (plan.splits > 1 and not _fits(k.spec, problem.key, plan, sizes)):
+        if plan.splits < 1 or (plan.splits > 1 and not fits_workspace(k.spec, problem.key, *sizes)):
             raise GemmArgumentError("kernel.splits", plan.splits, "1, or a split count whose semaphores and partials fit the workspace")
         if math.ceil(math.ceil(problem.key.n / k.spec.cta[1]) / (1 << plan.swizzle)) > 65535:
             raise GemmArgumentError("kernel.swizzle", plan.swizzle, "a group size that keeps the grid within 65535 rows")
@@ -436,11 +436,6 @@ _GATED = {e.value for e in Epilogue if e.gated}
 
 # Policies whose decision for a signature cannot change until the dispatch cache does.
 _REPLAYABLE = (DispatchPolicy.DEFAULT, DispatchPolicy.REUSE)
-
-
-def _fits(spec, key: ProblemKey, plan: LaunchSpec, sizes: tuple[int, int]) -> bool:
-    tiles = math.ceil(key.m / spec.cta[0]) * math.ceil(key.n / spec.cta[1])
-    return tiles * 4 <= sizes[0] and tiles * spec.cta[0] * spec.cta[1] * 4 <= sizes[1]
 
 
 def _check_workspace(ws: Workspace, device: torch.device) -> tuple[int, int]:

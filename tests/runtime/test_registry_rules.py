@@ -119,3 +119,13 @@ def test_cpp_struct_declares_every_field_in_order():
     text = cpp_struct()
     positions = [text.index(f" {name};") for name in PARAM_NAMES]
     assert positions == sorted(positions)
+
+
+def test_fits_workspace_counts_semaphores_and_partials():
+    from gemm_runtime.cost_model import fits_workspace
+
+    spec = spec_for(cta=(64, 64, 32))
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 128, 128, 512)  # 4 tiles of 16 KiB partials
+    assert fits_workspace(spec, key, 16, 4 * 64 * 64 * 4)
+    assert not fits_workspace(spec, key, 12, 4 * 64 * 64 * 4)
+    assert not fits_workspace(spec, key, 16, 4 * 64 * 64 * 4 - 1)
