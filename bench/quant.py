@@ -1,7 +1,8 @@
-"""W4A16 (group 128) against fp16 torch.matmul on the llama3-70b linear layers, and the
-effective weight bandwidth at M = 1 against the GPU's measured copy bandwidth.
+"""W4A16 and W8A16 (group 128) against fp16 torch.matmul on the llama3-70b linear layers,
+the effective weight bandwidth against the GPU's measured copy bandwidth, and the error
+statistics of the quantized kernels.
 
-    python -m bench.quant [--m 1 16 128] [--out docs/perf/quant.md]
+    python -m bench.quant [--m 1 16 128] [--bits 4 8] [--out docs/perf/quant.md]
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import torch
 import yaml
 
 from gemm_runtime import DispatchPolicy, Gemm, Operation
-from gemm_runtime.quant import pack_for_gemm, quantize
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
 from gemm_runtime.timing import median_ms
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,43 +30,87 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 2 / (t * 1e-3)
 
 
+def describe_choice(gemm: Gemm, before: set) -> str:
+    """The tile, mainloop and split count of the launch the tuner just added to the cache."""
+    new = [spec for key, spec in gemm.cache.entries() if key not in before]
+    if not new:
+        return "-"
+    spec = gemm.registry.get(new[0].kernel).spec
+    cta, warps = "x".join(map(str, spec.cta)), "x".join(map(str, spec.warps))
+    return f"{spec.mainloop.value} {cta} w{warps} s{spec.stages} ({new[0].splits})"
+
+
+def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(norm-wise relative error, max abs error over max |ref|) of ``out`` against ``ref``."""
+    diff = (out.float() - ref).abs()
+    return (diff.norm() / ref.norm()).item(), (diff.max() / ref.abs().max()).item()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="llama3-70b")
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128])
+    ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "quant.md")
     args = ap.parse_args()
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"][args.model]
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references
     gemm = Gemm()
     bw = copy_bandwidth()
     print(f"copy bandwidth: {bw / 1e12:.2f} TB/s")
     lines = [
-        "# W4A16 against fp16",
+        "# Weight-only quantized GEMM against fp16",
         "",
         f"Measured {datetime.date.today().isoformat()} on {torch.cuda.get_device_name()} by `python -m bench.quant`: "
-        f"{args.model} layers, 4-bit weights in groups of 128 (tuned dispatch) against fp16 `torch.matmul` "
-        f"(cuBLAS). Copy bandwidth (read + write) measured in the same run: {bw / 1e12:.2f} TB/s. "
-        "`weight BW` = packed weight bytes (with scales and zeros) / time; `of copy` = that over the copy bandwidth.",
+        f"{args.model} layers, weights in groups of 128 (tuned dispatch) against fp16 `torch.matmul` "
+        f"(cuBLAS) on the unquantized weight. Copy bandwidth (read + write) measured in the same run: "
+        f"{bw / 1e12:.2f} TB/s. `weight BW` = packed weight bytes (with scales and zeros) / time; `of copy` = that "
+        "over the copy bandwidth. Every time is the median of L2-flushed runs.",
         "",
-        "| layer | M | N | K | W4A16 µs | fp16 cuBLAS µs | speedup | weight BW TB/s | of copy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| bits | layer | M | N | K | kernel (splits) | ours µs | fp16 cuBLAS µs | speedup | weight BW TB/s | of copy |",
+        "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for layer, (n, k) in shapes.items():
-        w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
-        packed = pack_for_gemm(quantize(w, bits=4, group_size=128))
-        weight_bytes = packed.b.numel() + packed.v.numel() * 2
-        for m in args.m:
-            a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-            gemm.matmul(a, packed, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
-            t_q = median_ms(lambda: gemm.matmul(a, packed, out=out))
-            t_h = median_ms(lambda: torch.matmul(a, w.t(), out=out))
-            wbw = weight_bytes / (t_q * 1e-3)
-            lines.append(f"| {layer} | {m} | {n} | {k} | {t_q*1e3:.1f} | {t_h*1e3:.1f} | {t_h/t_q:.2f} | "
-                         f"{wbw/1e12:.2f} | {wbw/bw:.0%} |")
-            print(lines[-1], flush=True)
+    errors = [
+        "",
+        "## Error statistics",
+        "",
+        "fp16 activations, M = 16. `kernel` compares our output with the fp32 product of the same",
+        "activations and the dequantized weight (`QuantizedWeight.dequantize()`): it is the kernel's own error",
+        "(fp32 accumulation order and the output's rounding), next to fp16 cuBLAS on that dequantized weight. `quantization`",
+        "compares the fp32 product with the dequantized weight against the fp32 product with the original weight:",
+        "what 4 or 8 bits cost the layer, independent of any kernel. `rel` = ‖out − ref‖ / ‖ref‖, `max` = max |out − ref| / max |ref|.",
+        "",
+        "| bits | layer | kernel rel | kernel max | cuBLAS (dequantized) rel | cuBLAS max | quantization rel | quantization max |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for bits in args.bits:
+        for layer, (n, k) in shapes.items():
+            w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
+            qw = quantize(w, bits=bits, group_size=128)
+            packed = pack_for_gemm(qw)
+            weight_bytes = packed.b.numel() + packed.v.numel() * 2
+            for m in args.m:
+                a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+                out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+                before = {key for key, _ in gemm.cache.entries()}
+                gemm.matmul(a, packed, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
+                choice = describe_choice(gemm, before)
+                t_q = median_ms(lambda: gemm.matmul(a, packed, out=out))
+                t_h = median_ms(lambda: torch.matmul(a, w.t(), out=out))
+                wbw = weight_bytes / (t_q * 1e-3)
+                lines.append(f"| {bits} | {layer} | {m} | {n} | {k} | {choice} | {t_q*1e3:.1f} | "
+                             f"{t_h*1e3:.1f} | {t_h/t_q:.2f} | {wbw/1e12:.2f} | {wbw/bw:.0%} |")
+                print(lines[-1], flush=True)
+            a = torch.randn(16, k, device="cuda", dtype=torch.float16)
+            w_dq = qw.dequantize()
+            ref = a.float() @ w_dq.float().t()
+            ours = error_stats(gemm.matmul(a, packed), ref)
+            cublas = error_stats(a @ w_dq.t(), ref)
+            quant = error_stats(ref, a.float() @ w.float().t())
+            errors.append(f"| {bits} | {layer} | " + " | ".join(f"{x:.2e}" for x in (*ours, *cublas, *quant)) + " |")
+            print(errors[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
+    args.out.write_text("\n".join(lines + errors) + "\n")
 
 
 if __name__ == "__main__":

@@ -333,14 +333,9 @@ def _parse_family(where: _Where, data: Any) -> _Family:
                      " (bf16 arithmetic needs sm_80)")
     b_type = _enum(where, "b_type", data["b_type"], (a_type, *QUANT_TYPES),
                    " (b_type is a_type, or u4 / u8 for weight-only quantization)")
-    if b_type in QUANT_TYPES:
-        if mainloop is not Mainloop.SM80:
-            where.reject("mainloop", mainloop.value, "'sm80' (quantized B is built on the sm80 mainloop only, so far)")
-        if mma not in (MmaAtom.M16N8K16, MmaAtom.M16N8K8):
-            where.reject("mma", mma.value, "'m16n8k16', 'm16n8k8' for quantized B")
-        if b_type is DataType.U8 and a_type is DataType.BF16:
-            where.reject("b_type", b_type.value, "u4 with bf16 (8-bit weights are exact in the bf16 conversion "
-                         "trick only below 128; u8 + bf16 is not built yet)")
+    if b_type in QUANT_TYPES and mma not in (MmaAtom.M16N8K16, MmaAtom.M16N8K8):
+        where.reject("mma", mma.value, "'m16n8k16', 'm16n8k8' for quantized B",
+                     " (the packed weight layout is the m16n8 B fragment's)")
     acc_type = _enum(where, "acc_type", data["acc_type"], _ACC_TYPES)
 
     d_types = [
@@ -403,8 +398,9 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
             where.reject("b_orders", spec.b_order.value, "'nk' (quantized weights are N x K, packed along K)")
         if spec.align != 8:
             where.reject("align", spec.align, "8 (quantized kernels read 16-byte vectors of packed weights)")
-        if k % 32:
-            where.reject("cta", list(spec.cta), "a cta K that is a multiple of 32 (the smallest quantization group)")
+        if spec.warp_tile[2] % 32:
+            where.reject("cta", list(spec.cta), "a warp tile K (cta K / warps K) that is a multiple of 32",
+                         f" (quantized B is dequantized in k32 blocks; warps {list(spec.warps)})")
     rows = {"cta K": k} if spec.b_order is BOrder.NK else {"cta K": k, "cta N": n}
     for what, size in rows.items():
         if size % spec.align:
@@ -416,7 +412,7 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
     tile_rows = {"A (cta K)": k, "B (cta K)" if spec.b_order is BOrder.NK else "B (cta N)":
                  k if spec.b_order is BOrder.NK else n}
     if spec.quantized:
-        tile_rows = {"A (cta K)": k, "B (packed cta K)": k * spec.b_type.bits // 16, "V (cta N)": n}
+        tile_rows = {"A (cta K)": k, "B (packed cta K)": k // 32 * spec.quant_block_units, "V (cta N)": n}
     for what, width in tile_rows.items():
         per_row = width // spec.align if width % spec.align == 0 else 0
         if per_row and spec.threads % per_row:

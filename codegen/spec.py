@@ -87,6 +87,11 @@ class KernelSpec:
         return self.b_type in QUANT_TYPES
 
     @property
+    def quant_block_units(self) -> int:
+        """16-bit units of one n8 x k32 block of packed quantized B (0 when dense)."""
+        return 16 * self.b_type.bits if self.quantized else 0
+
+    @property
     def threads(self) -> int:
         wm, wn, wk = self.warps
         return 32 * wm * wn * wk
@@ -102,8 +107,8 @@ class KernelSpec:
         a_bytes = m * (k + _SMEM_PAD) * 2
         v_bytes = 0
         if self.quantized:
-            # Packed integers in 16-bit units per row, plus scale and zero rows per stage.
-            b_bytes = n * (k * self.b_type.bits // 16 + _SMEM_PAD) * 2
+            # Fragment-ordered rows of 8 columns, plus scale and zero rows per stage.
+            b_bytes = n // 8 * (k // 32 * self.quant_block_units + _SMEM_PAD) * 2
             v_bytes = 2 * max(1, k // 32) * (n + _SMEM_PAD) * 2
         elif self.b_order is BOrder.NK:
             b_bytes = n * (k + _SMEM_PAD) * 2

@@ -224,22 +224,23 @@ def make_problem(
     b_order = BOrder.KN if b.order is Order.ROW_MAJOR else BOrder.NK
     quant_name = "none" if quant is None else f"{quant.type.value}g{quant.group_size}"
     key = ProblemKey(arch, a.type, b.type, b_order, d.type, align, quant_name, epilogue.value, n, k, m)
-    # The kernels address packed B in 16-bit units.
-    ldb = b.ld * b.type.bits // 16 if quant is not None else b.ld
+    # The kernels address packed B in 16-bit units, a row per 8 columns of N.
+    ldb = b.ld * b.type.bits // 2 if quant is not None else b.ld
     return Problem(key, a_ptr, b_ptr, c_ptr, d_ptr, a.ld, ldb, ldc, d.ld, read_c, bias_ptr, v_ptr, ldv, groups, shift)
 
 
 def _packed_pointer(B: object, b: MatrixLayout, device: torch.device) -> int:
-    """Packed quantized B: a uint8 tensor [N, ld * bits / 8] (gemm_runtime.quant.pack_for_gemm)."""
-    row_bytes = b.ld * b.type.bits // 8
+    """Packed quantized B: uint8 [ceil(N / 8), ld * bits], the fragment-ordered tiles of
+    gemm_runtime.packed_weight.pack_for_gemm (ld: K padded to a multiple of 32)."""
+    tiles, row_bytes = -(-b.cols // 8), b.ld * b.type.bits
     if isinstance(B, int) and not isinstance(B, bool):
         ptr = B
     elif isinstance(B, torch.Tensor):
         if B.device != device:
             raise GemmArgumentError("B.device", B.device, f"{device} (the Gemm's device)")
-        if B.dtype != torch.uint8 or B.dim() != 2 or B.shape[0] != b.cols or B.stride() != (row_bytes, 1):
+        if B.dtype != torch.uint8 or B.dim() != 2 or B.shape[0] != tiles or B.stride() != (row_bytes, 1):
             raise GemmArgumentError("B", f"{B.dtype} {tuple(B.shape)} strides {B.stride()}",
-                                    f"a contiguous uint8 tensor ({b.cols}, {row_bytes}) from quant.pack_for_gemm")
+                                    f"a contiguous uint8 tensor ({tiles}, {row_bytes}) from pack_for_gemm")
         ptr = B.data_ptr()
     else:
         raise GemmArgumentError("B", type(B).__name__, "a CUDA uint8 tensor of packed weights")

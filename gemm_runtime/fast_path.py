@@ -28,6 +28,7 @@ assert PARAM_OFFSETS["beta"] == PARAM_OFFSETS["alpha"] + 4
 _ALPHA = PARAM_OFFSETS["alpha"]
 _POINTER = struct.Struct("=Q")
 _BIAS = PARAM_OFFSETS["bias"]
+_V = PARAM_OFFSETS["V"]
 _MAX_PLANS = 4096
 
 
@@ -58,13 +59,14 @@ class FastPlan(NamedTuple):
     version: int
     keep: tuple  # the workspace tensors the template points at
 
-    def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int) -> None:
+    def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int, v: int = 0) -> None:
         if (d < a + self.a_bytes and a < d + self.d_bytes) or (d < b + self.b_bytes and b < d + self.d_bytes):
             raise GemmArgumentError("D", "memory overlapping A or B", "an output that does not alias its inputs")
         buf = bytearray(self.template)
         _POINTERS.pack_into(buf, 0, a, b, c, d)
         _SCALARS.pack_into(buf, _ALPHA, alpha, beta)
         _POINTER.pack_into(buf, _BIAS, bias)
+        _POINTER.pack_into(buf, _V, v)
         packed = (ctypes.c_char * len(buf)).from_buffer(buf)
         args = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
         self.launch(self.grid, self.threads, self.smem, self.stream, ctypes.addressof(args))

@@ -7,6 +7,7 @@ import dataclasses
 import math
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -21,11 +22,10 @@ from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel, Registry
 from gemm_runtime.settings import settings, tuning_seq
 from gemm_runtime.tuner import Measurement, Measurer, tune
-from gemm_runtime.quant import PackedWeight
+from gemm_runtime.packed_weight import PackedWeight
 from gemm_runtime.types import (
     DataType,
     DispatchPolicy,
-    Epilogue,
     MatrixLayout,
     Operation,
     Order,
@@ -214,22 +214,17 @@ class Gemm:
         if bias is not None and not operation.epilogue.has_bias:
             operation = dataclasses.replace(operation, epilogue=operation.epilogue.with_bias())
         if isinstance(b, PackedWeight):
-            return self._matmul_packed(a, b, out, alpha, beta, c, bias, operation, workspace, stream, kernel)
-        if not isinstance(a, torch.Tensor) or a.dim() < 1:
-            raise GemmArgumentError("a", type(a).__name__, "a tensor of shape (..., K)")
-        if not isinstance(b, torch.Tensor) or b.dim() != 2:
-            raise GemmArgumentError("b.shape", getattr(b, "shape", type(b).__name__), "a 2-D (K, N) tensor")
-        if a.shape[-1] != b.shape[0]:
-            raise GemmArgumentError("b.shape", tuple(b.shape), f"({a.shape[-1]}, N): K must match a.shape[-1]")
-        lead = a.shape[:-1]
-        a2 = a.reshape(math.prod(lead), a.shape[-1])
-        n = b.shape[1] // 2 if operation.epilogue.gated else b.shape[1]
+            ops = _packed_operands(a, b, operation)
+        else:
+            ops = _dense_operands(a, b, operation)
+        operation = ops.operation
+        a2 = ops.a
         if out is None:
             dtype = out_dtype or a.dtype
             data_type_of(dtype, "out_dtype")
-            out = torch.empty(*lead, n, dtype=dtype, device=a.device)
-        elif tuple(out.shape) != (*lead, n):
-            raise GemmArgumentError("out.shape", tuple(out.shape), f"{(*lead, n)}")
+            out = torch.empty(*ops.lead, ops.n_out, dtype=dtype, device=a.device)
+        elif tuple(out.shape) != (*ops.lead, ops.n_out):
+            raise GemmArgumentError("out.shape", tuple(out.shape), f"{(*ops.lead, ops.n_out)}")
         d2 = _as_rows(out, "out")
         c2 = None
         if c is not None:
@@ -237,62 +232,45 @@ class Gemm:
                 raise GemmArgumentError("c.shape", tuple(c.shape), f"{tuple(out.shape)} (the output's shape)")
             c2 = _as_rows(c, "c")
         read_c = float(beta) != 0.0
+        v_ptr = ops.v.data_ptr() if ops.v is not None else 0
         sig = None
         if operation.dispatch in _REPLAYABLE and a2.numel() and d2.numel():
             bias_sig = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
-            extra = (operation, self._stream_handle(stream), _workspace_signature(workspace), kernel, bias_sig)
-            sig = fast_path.signature(a2, b, d2, c2, read_c, extra)
+            extra = (operation, self._stream_handle(stream), _workspace_signature(workspace), kernel, bias_sig,
+                     ops.v_signature)  # fmt: skip
+            sig = fast_path.signature(a2, ops.b, d2, c2, read_c, extra)
             fast = self._fast.get(sig, self.cache.version)
             if fast is not None:
                 fast.run(
                     a2.data_ptr(),
-                    b.data_ptr(),
+                    ops.b.data_ptr(),
                     c2.data_ptr() if read_c and c2 is not None else 0,
                     d2.data_ptr(),
                     float(alpha),
                     float(beta) if read_c else 0.0,
                     bias.data_ptr() if bias is not None else 0,
+                    v_ptr,
                 )
                 return out
         version = self.cache.version
+        adesc, ddesc = MatrixLayout.of(a2, "a"), MatrixLayout.of(d2, "out")
         done = self._run(
-            operation,
-            alpha,
-            a2,
-            MatrixLayout.of(a2, "a"),
-            None,
-            None,
-            None,
-            b,
-            MatrixLayout.of(b, "b"),
-            beta,
-            c2,
-            MatrixLayout.of(c2, "c") if c2 is not None else None,
-            d2,
-            MatrixLayout.of(d2, "out"),
-            workspace,
-            stream,
-            kernel,
-            bias,
-        )
+            operation, alpha, a2, adesc, None, ops.v, ops.vdesc, ops.b, ops.bdesc, beta, c2,
+            MatrixLayout.of(c2, "c") if c2 is not None else None, d2, ddesc, workspace, stream, kernel, bias,
+        )  # fmt: skip
         if sig is not None and done is not None:
-            self._remember(sig, version, *done)
+            spans = (adesc.span * adesc.type.bits // 8, ops.b_bytes, ddesc.span * ddesc.type.bits // 8)
+            self._remember(sig, version, spans, *done)
         return out
 
-    def _remember(self, sig: tuple, version: int, problem: Problem, plan: LaunchSpec, ws: Workspace, handle: int) -> None:
+    def _remember(
+        self, sig: tuple, version: int, spans: tuple[int, int, int], problem: Problem, plan: LaunchSpec,
+        ws: Workspace, handle: int,
+    ) -> None:  # fmt: skip
+        """Keep the launch of a validated call for replay by later calls of its signature."""
         kern = self._by_name[plan.kernel]
         pointers = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
         grid, template = prepare(kern, problem, plan, 1.0, 0.0, *pointers)
-        key = problem.key
-        spans = [
-            ((rows - 1) * ld + cols) * bits // 8 if rows and cols else 0
-            for rows, cols, ld, bits in (
-                (key.m, key.k, problem.lda, key.a_type.bits),
-                (key.n if key.b_order.value == "nk" else key.k, key.k if key.b_order.value == "nk" else key.n,
-                 problem.ldb, key.b_type.bits),
-                (key.m, key.n // 2 if key.epilogue in _GATED else key.n, problem.ldd, key.d_type.bits),
-            )
-        ]
         self._fast.put(
             sig,
             fast_path.FastPlan(
@@ -300,32 +278,6 @@ class Gemm:
                 version, (ws.barriers, ws.partials) if plan.splits > 1 else (),
             ),
         )
-
-    def _matmul_packed(self, a, w: PackedWeight, out, alpha, beta, c, bias, operation, workspace, stream, kernel):
-        """``a @ dequant(w).T`` for a weight packed by ``quant.pack_for_gemm``."""
-        if not isinstance(a, torch.Tensor) or a.dim() < 1 or a.shape[-1] != w.k:
-            raise GemmArgumentError("a.shape", tuple(getattr(a, "shape", ())), f"(..., {w.k}): K of the weight")
-        operation = dataclasses.replace(
-            operation, quant_b=QuantDesc(DataType.U4 if w.bits == 4 else DataType.U8, w.group_size, w.symmetric)
-        )
-        lead = a.shape[:-1]
-        a2 = a.reshape(math.prod(lead), w.k)
-        n = w.n // 2 if operation.epilogue.gated else w.n
-        if out is None:
-            out = torch.empty(*lead, n, dtype=a.dtype, device=a.device)
-        elif tuple(out.shape) != (*lead, n):
-            raise GemmArgumentError("out.shape", tuple(out.shape), f"{(*lead, n)}")
-        d2 = _as_rows(out, "out")
-        c2 = _as_rows(c, "c") if c is not None else None
-        kp = w.b.shape[1] * 8 // w.bits
-        bdesc = MatrixLayout(DataType.U4 if w.bits == 4 else DataType.U8, Order.COL_MAJOR, w.k, w.n, kp)
-        vdesc = MatrixLayout(data_type_of(w.v.dtype, "w.v.dtype"), Order.ROW_MAJOR, w.v.shape[0], w.n, w.v.shape[1])
-        self._run(
-            operation, alpha, a2, MatrixLayout.of(a2, "a"), None, w.v, vdesc, w.b, bdesc,
-            beta, c2, MatrixLayout.of(c2, "c") if c2 is not None else None, d2, MatrixLayout.of(d2, "out"),
-            workspace, stream, kernel, bias,
-        )  # fmt: skip
-        return out
 
     # ---- the dispatch cache ---------------------------------------------------------
     def export_cache(self, path: str | Path) -> None:
@@ -424,6 +376,51 @@ class Gemm:
         raise GemmArgumentError("stream", type(stream).__name__, "None, a torch.cuda.Stream, a CUstream handle (int)")
 
 
+class _Operands(NamedTuple):
+    """What ``matmul`` passes on for A and B (and V for a packed weight)."""
+
+    a: torch.Tensor  # (M, K)
+    lead: tuple[int, ...]  # a's leading dimensions, the output's too
+    n_out: int  # output columns
+    b: torch.Tensor
+    bdesc: MatrixLayout
+    b_bytes: int  # B's span, for the aliasing check of replayed calls
+    v: torch.Tensor | None
+    vdesc: MatrixLayout | None
+    v_signature: tuple | None  # what validation looks at in V, beyond B's tensor
+    operation: Operation
+
+
+def _dense_operands(a: object, b: object, operation: Operation) -> _Operands:
+    if not isinstance(a, torch.Tensor) or a.dim() < 1:
+        raise GemmArgumentError("a", type(a).__name__, "a tensor of shape (..., K)")
+    if not isinstance(b, torch.Tensor) or b.dim() != 2:
+        raise GemmArgumentError("b.shape", getattr(b, "shape", type(b).__name__), "a 2-D (K, N) tensor")
+    if a.shape[-1] != b.shape[0]:
+        raise GemmArgumentError("b.shape", tuple(b.shape), f"({a.shape[-1]}, N): K must match a.shape[-1]")
+    lead = tuple(a.shape[:-1])
+    n_out = b.shape[1] // 2 if operation.epilogue.gated else b.shape[1]
+    bdesc = MatrixLayout.of(b, "b")
+    b_bytes = bdesc.span * bdesc.type.bits // 8
+    return _Operands(a.reshape(math.prod(lead), a.shape[-1]), lead, n_out, b, bdesc, b_bytes, None, None, None,
+                     operation)  # fmt: skip
+
+
+def _packed_operands(a: object, w: PackedWeight, operation: Operation) -> _Operands:
+    """``a @ dequant(w).T`` for a weight packed by ``packed_weight.pack_for_gemm``."""
+    if not isinstance(a, torch.Tensor) or a.dim() < 1 or a.shape[-1] != w.k:
+        raise GemmArgumentError("a.shape", tuple(getattr(a, "shape", ())), f"(..., {w.k}): K of the weight")
+    b_type = DataType.U4 if w.bits == 4 else DataType.U8
+    operation = dataclasses.replace(operation, quant_b=QuantDesc(b_type, w.group_size, w.symmetric))
+    lead = tuple(a.shape[:-1])
+    n_out = w.n // 2 if operation.epilogue.gated else w.n
+    bdesc = MatrixLayout(b_type, Order.COL_MAJOR, w.k, w.n, w.padded_k)
+    vdesc = MatrixLayout(data_type_of(w.v.dtype, "w.v.dtype"), Order.ROW_MAJOR, w.v.shape[0], w.n, w.v.shape[1])
+    v_sig = (w.v.shape, w.v.stride(), w.v.dtype, w.v.device, w.v.data_ptr() & 15, w.k, w.n, w.group_size)
+    return _Operands(a.reshape(math.prod(lead), w.k), lead, n_out, w.b, bdesc, w.b.numel(), w.v, vdesc, v_sig,
+                     operation)  # fmt: skip
+
+
 def _workspace_signature(ws: object) -> object:
     if ws is None:
         return None
@@ -431,8 +428,6 @@ def _workspace_signature(ws: object) -> object:
         return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else id(t) for t in (ws.barriers, ws.partials))
     return id(ws)  # not a Workspace: the slow path will say so
 
-
-_GATED = {e.value for e in Epilogue if e.gated}
 
 # Policies whose decision for a signature cannot change until the dispatch cache does.
 _REPLAYABLE = (DispatchPolicy.DEFAULT, DispatchPolicy.REUSE)

@@ -143,7 +143,7 @@ class QuantLinear(torch.nn.Module):
 
     @classmethod
     def from_quantized(cls, qw, bias: torch.Tensor | None = None, gemm=None) -> "QuantLinear":
-        from gemm_runtime.quant import pack_for_gemm
+        from gemm_runtime.packed_weight import pack_for_gemm
 
         perm = None
         if qw.g_idx is not None:

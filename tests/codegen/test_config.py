@@ -287,13 +287,19 @@ def test_quantized_families_rules(tmp_path: Path) -> None:
     quant = dict(b_type="u4", b_orders=["nk"], tiles=[tile(cta=[64, 64, 64], warps=[2, 2, 1], stages=3)])
     assert load_configs([write(tmp_path, {"families": [family(**quant)]})])[0].spec.quantized
     fam_error(tmp_path, family(**{**quant, "b_orders": ["kn"]}), TILE, "b_orders", "'nk' (quantized weights")
-    fam_error(tmp_path, family(**{**quant, "mainloop": "sm70", "tiles": [tile(stages=2)]}), FAM, "mainloop",
-              "quantized B is built on the sm80 mainloop only")
-    fam_error(tmp_path, family(**{**quant, "b_type": "u8", "a_type": "bf16", "d_types": ["bf16"]}), FAM, "b_type",
-              "u8 + bf16 is not built yet")
+    # Both mainloops take quantized B, with either m16n8 atom, and u8 with bf16 too.
+    sm70 = family(**{**quant, "mainloop": "sm70", "mma": "m16n8k8", "arch": [75, 90], "tiles": [tile(stages=2)]})
+    assert load_configs([write(tmp_path, {"families": [sm70]})])[0].spec.quantized
+    u8_bf16 = family(**{**quant, "b_type": "u8", "a_type": "bf16", "d_types": ["bf16"]})
+    assert load_configs([write(tmp_path, {"families": [u8_bf16]})])[0].spec.b_type.value == "u8"
+    fam_error(tmp_path, family(**{**quant, "mainloop": "sm70", "mma": "m8n8k4", "arch": [70, 90],
+                                  "tiles": [tile(stages=2)]}), FAM, "mma",
+              "'m16n8k16', 'm16n8k8' for quantized B", "the m16n8 B fragment")
+    # The warp tile's K, not only the CTA's, must hold whole k32 blocks.
     fam_error(tmp_path, family(**{**quant, "tiles": [tile(cta=[64, 64, 16], warps=[2, 2, 1], stages=3)]}), TILE,
               "cta", "multiple of 32")
-
+    fam_error(tmp_path, family(**{**quant, "tiles": [tile(cta=[64, 64, 64], warps=[2, 2, 4], stages=3)]}), TILE,
+              "cta", "warp tile K (cta K / warps K) that is a multiple of 32")
 
 def test_d_type_must_be_a_type_or_f32(tmp_path: Path) -> None:
     fam_error(tmp_path, family(d_types=["bf16"]), FAM, "d_types[0]", "got 'bf16'", "accepted: 'f16', 'f32'")
@@ -395,12 +401,17 @@ def test_expansion_order(tmp_path: Path) -> None:
 def test_default_configs() -> None:
     paths = default_config_paths()
     assert [p.name for p in paths] == [
-        "sm70_dense.yaml", "sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml", "sm80_lowalign.yaml",
-        "sm80_quant.yaml",
+        "sm70_dense.yaml", "sm70_quant.yaml", "sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml",
+        "sm80_lowalign.yaml", "sm80_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 82
-    assert {k.spec.b_type.value for k in loaded if k.spec.quantized} == {"u4", "u8"}
+    assert len(loaded) == 91
+    quantized = [k.spec for k in loaded if k.spec.quantized]
+    # Every (activation, weight) pair, on both mainloops, with decode and prefill tiles.
+    assert {(s.a_type.value, s.b_type.value) for s in quantized} == {
+        ("f16", "u4"), ("bf16", "u4"), ("f16", "u8"), ("bf16", "u8")}
+    assert {s.mainloop.value for s in quantized} == {"sm70", "sm80"}
+    assert {s.cta[0] for s in quantized} >= {16, 128}
     assert {k.spec.mma for k in loaded} == set(MmaAtom)
     assert {k.spec.mainloop for k in loaded} == set(Mainloop)
     names = [k.spec.name for k in loaded]

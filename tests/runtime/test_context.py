@@ -111,13 +111,14 @@ def test_feasibility_rules():
 
 
 def _quant_call(qb=None, vdesc=None, v=None, bdesc=None, b=None, k=256, n=24):
-    from gemm_runtime.quant import pack_for_gemm, quantize
+    from gemm_runtime.packed_weight import pack_for_gemm
+    from gemm_runtime.quant import quantize
 
     a = torch.randn(4, k, dtype=torch.float16)
     p = pack_for_gemm(quantize(torch.randn(n, k), bits=4, group_size=64, scale_dtype=torch.float16))
     d = torch.empty(4, n, dtype=torch.float16)
     qb = qb or QuantDesc(DataType.U4, 64)
-    bdesc = bdesc or MatrixLayout(DataType.U4, Order.COL_MAJOR, k, n, p.b.shape[1] * 2)
+    bdesc = bdesc or MatrixLayout(DataType.U4, Order.COL_MAJOR, k, n, p.padded_k)
     vdesc = vdesc or MatrixLayout(DataType.F16, Order.ROW_MAJOR, p.v.shape[0], n, p.v.shape[1])
     return make_problem(
         Operation(quant_b=qb), a, MatrixLayout.of(a), p.b if b is None else b, bdesc, 0.0, None, None, d,
@@ -128,7 +129,8 @@ def _quant_call(qb=None, vdesc=None, v=None, bdesc=None, b=None, k=256, n=24):
 def test_quantized_problem_key_and_pointers():
     p = _quant_call()
     assert p.key.quant == "u4g64" and p.key.b_type is DataType.U4
-    assert p.groups == 4 and p.group_shift == 6 and p.ldb == 256 * 4 // 16 and p.ldv == 24
+    # ldb in 16-bit units per row of 8 columns: 8 * 256 four-bit codes.
+    assert p.groups == 4 and p.group_shift == 6 and p.ldb == 8 * 256 * 4 // 16 and p.ldv == 24
 
 
 @pytest.mark.parametrize(
@@ -139,7 +141,8 @@ def test_quantized_problem_key_and_pointers():
         (dict(vdesc=MatrixLayout(DataType.BF16, Order.ROW_MAJOR, 8, 24, 24)), r"Vdesc.*of f16"),
         (dict(vdesc=MatrixLayout(DataType.F16, Order.ROW_MAJOR, 8, 20, 20), n=20), r"Vdesc.ld: got 20"),
         (dict(qb=QuantDesc(DataType.U4, 48)), r"Vdesc|group_size"),
-        (dict(b=torch.zeros(24, 100, dtype=torch.uint8)), r"^B: got torch.uint8 \(24, 100\)"),
+        (dict(b=torch.zeros(24, 100, dtype=torch.uint8)), r"^B: got torch.uint8 \(24, 100\).*\(3, 1024\)"),
+        (dict(b=torch.zeros(24, 128, dtype=torch.uint8)), r"^B: got torch.uint8 \(24, 128\)"),  # the old N x K/2 form
         (dict(bdesc=MatrixLayout(DataType.U4, Order.COL_MAJOR, 256, 24, 264)), r"ld a multiple of 32"),
     ],
 )

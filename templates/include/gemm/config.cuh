@@ -45,14 +45,17 @@ struct GemmConfig {
   // (32 bytes), so consecutive rows start on an odd multiple of 16 bytes apart, so the 8 row addresses of
   // one ldmatrix phase hit 8 distinct 16-byte bank groups: no conflicts, no swizzle math.
   static constexpr int kPad = 8;
-  // Quantized B (u4/u8, N x K, K packed): a row of the B tile holds CtaK * bits / 16
-  // 16-bit units; scales and zeros ([groups, N] each) ride along, kGroupRows rows per
-  // stage: every group a K tile can touch (groups are 32, 64, 128 or all of K).
+  // Quantized B (u4/u8) is stored fragment-ordered (gemm_runtime.quant.pack_for_gemm):
+  // one row per 8 columns of N, holding for each k32 block the 32 lanes' words in lane
+  // order, 8 * 32 * bits / 16 16-bit units per block. Scales and zeros ([groups, N]
+  // each) ride along, kGroupRows rows per stage: every group a K tile can touch
+  // (groups are 32, 64, 128 or all of K).
   static constexpr int kBitsB = QuantBits<TB>::value;
   static constexpr bool kQuantB = kBitsB > 0;
+  static constexpr int kQuantBlockUnits = 16 * kBitsB;  // one n8 x k32 block
   static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
-  static constexpr int kTileBRows = kOrderB == OrderB::kNK ? kCtaN : kCtaK;
-  static constexpr int kTileBCols = kQuantB ? kCtaK * kBitsB / 16 : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);
+  static constexpr int kTileBRows = kQuantB ? kCtaN / 8 : (kOrderB == OrderB::kNK ? kCtaN : kCtaK);
+  static constexpr int kTileBCols = kQuantB ? kCtaK / 32 * kQuantBlockUnits : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);
   static constexpr int kLdsA = kTileACols + kPad;
   static constexpr int kLdsB = kTileBCols + kPad;
   static constexpr int kGroupRows = kQuantB ? (kCtaK / 32 > 1 ? kCtaK / 32 : 1) : 0;
@@ -68,8 +71,9 @@ struct GemmConfig {
 
   static_assert(sizeof(typename TA::Storage) == 2 && sizeof(typename TB::Storage) == 2,
                 "A and B are 16-bit types (quantized B in 16-bit units)");
-  static_assert(!kQuantB || (kOrderB == OrderB::kNK && kCtaK % 32 == 0),
-                "quantized B is N x K with a CTA K tile of a multiple of 32");
+  static_assert(!kQuantB || (kOrderB == OrderB::kNK && kWarpTileK % 32 == 0),
+                "quantized B is N x K, dequantized in k32 blocks: the warp tile K must be a multiple of 32");
+  static_assert(!kQuantB || !kSame<Atom, AtomM8N8K4>, "quantized B needs an m16n8 atom (m16n8k16 or m16n8k8)");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
   static_assert(kCtaM % kWarpsM == 0 && kCtaN % kWarpsN == 0 && kCtaK % kWarpsK == 0,
                 "CTA tile must split evenly over the warps");

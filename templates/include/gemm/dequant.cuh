@@ -1,54 +1,130 @@
-// Integer weights to 16-bit floats in registers, two at a time, right before the MMA.
+// Integer weights to 16-bit floats in registers, right before the MMA.
+//
+// The packed layout (gemm_runtime.quant.pack_for_gemm) gives every thread, for each
+// n8 x k32 block of B, the 8 weights its m16n8k16 B fragments of two k16 steps need:
+// one 32-bit word (4-bit) or two (8-bit). Word bits are ordered so that each
+// extraction below yields one fragment register, a (k, k+1) pair of one column.
 //
 // NOTE: the conversion is the exponent trick, not a per-element float conversion: an
 // integer q below 2^mantissa ORed into the bits of the float M (1024 for fp16, 128 for
 // bf16, whose last mantissa bit weighs 1) reads as exactly M + q. Then
 //   w = ((M + q) - (M + z)) * s
 // is one exact subtraction and one rounded product per pair (two fma.rn.x2), the same
-// single rounding as dequantizing in fp32 and rounding once.
+// single rounding as dequantizing in fp32 and rounding once. 8-bit codes do not fit
+// bf16's 7-bit mantissa, so u8 with bf16 goes through fp32 (2^23 + q) instead.
 #pragma once
 #include "gemm/numeric.cuh"
 
 namespace gemm {
 
-template <class T>
-struct DequantConsts;
+// Fragments of one n8 x k32 block: b[h][r] is register r of the k16 step h.
+using BlockFragments = u32[2][2];
 
+template <class T, int Bits>
+struct Dequant;
+
+// fp16, 4-bit. Word nibble i holds k = 2t + 8 (i & 3) + (i >> 2) (t = lane % 4), so
+// nibbles (0, 4) are register 0 of step 0, (1, 5) register 1, and the same one byte up
+// for step 1. The high nibble of a byte is taken in place (16 q) and scaled by 1/16.
 template <>
-struct DequantConsts<Half> {
-  static constexpr u32 kMagic2 = 0x64006400u;  // 1024, 1024
-  static constexpr float kMagic = 1024.f;
-  static constexpr u32 kOne2 = 0x3C003C00u;
-};
+struct Dequant<Half, 4> {
+  static constexpr int kWords = 1;
+  struct Consts {
+    u32 scale2, neg_lo2, neg_hi2;  // s s; -(1024 + z) twice; -(64 + z) twice
+  };
 
-template <>
-struct DequantConsts<BFloat16> {
-  static constexpr u32 kMagic2 = 0x43004300u;  // 128, 128
-  static constexpr float kMagic = 128.f;
-  static constexpr u32 kOne2 = 0x3F803F80u;
-};
+  __device__ __forceinline__ static Consts make(u16 scale, u16 zero) {
+    const u32 z2 = static_cast<u32>(zero) * 0x10001u;
+    return {static_cast<u32>(scale) * 0x10001u, fma2(z2, 0xBC00BC00u, 0xE400E400u, MmaF16{}),
+            fma2(z2, 0xBC00BC00u, 0xD400D400u, MmaF16{})};
+  }
 
-// The per-(group, column) constants of a pair: the scale twice and -(M + zero) twice.
-template <class T>
-struct GroupConsts {
-  u32 scale2, neg_base2;
-
-  __device__ __forceinline__ static GroupConsts make(u16 scale_bits, u16 zero_bits) {
-    const u16 nb = T::from_f32(-(DequantConsts<T>::kMagic + T::to_f32(zero_bits)));  // exact: an integer
-    return {static_cast<u32>(scale_bits) * 0x10001u, static_cast<u32>(nb) * 0x10001u};
+  __device__ __forceinline__ static void apply(const u32 (&w)[kWords], const Consts& c, BlockFragments& b) {
+    u32 x = w[0];
+#pragma unroll
+    for (int h = 0; h < 2; ++h, x >>= 8) {
+      const u32 lo = and_or(x, 0x000F000Fu, 0x64006400u);  // 1024 + q
+      const u32 hi = and_or(x, 0x00F000F0u, 0x64006400u);  // 1024 + 16 q
+      b[h][0] = fma2(fma2(lo, 0x3C003C00u, c.neg_lo2, MmaF16{}), c.scale2, 0x80008000u, MmaF16{});
+      b[h][1] = fma2(fma2(hi, 0x2C002C00u, c.neg_hi2, MmaF16{}), c.scale2, 0x80008000u, MmaF16{});
+    }
   }
 };
 
-// x holds two consecutive K values of one column: the low byte's two nibbles (4-bit)
-// or the two low bytes (8-bit). Returns them as a packed pair, lower K first.
-template <class T, int Bits>
-__device__ __forceinline__ u32 dequant2(u32 x, GroupConsts<T> c) {
-  static_assert(Bits == 4 || Bits == 8, "4- or 8-bit weights");
-  using Kind = typename T::MmaKind;
-  const u32 spread = Bits == 4 ? ((x & 0xFu) | ((x & 0xF0u) << 12)) : ((x & 0xFFu) | ((x & 0xFF00u) << 8));
-  const u32 biased = spread | DequantConsts<T>::kMagic2;
-  const u32 diff = fma2(biased, DequantConsts<T>::kOne2, c.neg_base2, Kind{});  // q - z, exact
-  return fma2(diff, c.scale2, 0x80008000u, Kind{});                            // (q - z) * s
-}
+// bf16, 4-bit: the same word; 128 + 16 q would overflow bf16's mantissa, so every
+// nibble pair is shifted down to the bottom instead.
+template <>
+struct Dequant<BFloat16, 4> {
+  static constexpr int kWords = 1;
+  struct Consts {
+    u32 scale2, neg2;  // s s; -(128 + z) twice
+  };
+
+  __device__ __forceinline__ static Consts make(u16 scale, u16 zero) {
+    const u32 z2 = static_cast<u32>(zero) * 0x10001u;
+    return {static_cast<u32>(scale) * 0x10001u, fma2(z2, 0xBF80BF80u, 0xC300C300u, MmaBF16{})};
+  }
+
+  __device__ __forceinline__ static void apply(const u32 (&w)[kWords], const Consts& c, BlockFragments& b) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const u32 x = and_or(w[0] >> (4 * i), 0x000F000Fu, 0x43004300u);  // 128 + q
+      b[i >> 1][i & 1] = fma2(fma2(x, 0x3F803F80u, c.neg2, MmaBF16{}), c.scale2, 0x80008000u, MmaBF16{});
+    }
+  }
+};
+
+// fp16, 8-bit: word h is step h's fragments, bytes (k, k+1, k+8, k+9) with k = 2t.
+template <>
+struct Dequant<Half, 8> {
+  static constexpr int kWords = 2;
+  struct Consts {
+    u32 scale2, neg2;  // s s; -(1024 + z) twice
+  };
+
+  __device__ __forceinline__ static Consts make(u16 scale, u16 zero) {
+    const u32 z2 = static_cast<u32>(zero) * 0x10001u;
+    return {static_cast<u32>(scale) * 0x10001u, fma2(z2, 0xBC00BC00u, 0xE400E400u, MmaF16{})};
+  }
+
+  __device__ __forceinline__ static void apply(const u32 (&w)[kWords], const Consts& c, BlockFragments& b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Bytes 0, 1 (then 2, 3) under the exponent byte 0x64 of 1024.
+      const u32 lo = byte_perm<0x4140>(w[h], 0x64646464u);
+      const u32 hi = byte_perm<0x4342>(w[h], 0x64646464u);
+      b[h][0] = fma2(fma2(lo, 0x3C003C00u, c.neg2, MmaF16{}), c.scale2, 0x80008000u, MmaF16{});
+      b[h][1] = fma2(fma2(hi, 0x3C003C00u, c.neg2, MmaF16{}), c.scale2, 0x80008000u, MmaF16{});
+    }
+  }
+};
+
+// bf16, 8-bit: each byte becomes the fp32 2^23 + q; (q - z) * s is exact in fp32
+// (9 by 8 significant bits), so the only rounding is the conversion of the pair.
+template <>
+struct Dequant<BFloat16, 8> {
+  static constexpr int kWords = 2;
+  struct Consts {
+    float scale, neg;  // s; -(2^23 + z)
+  };
+
+  __device__ __forceinline__ static Consts make(u16 scale, u16 zero) {
+    return {bf16_to_f32(scale), -(8388608.f + bf16_to_f32(zero))};
+  }
+
+  template <u32 Byte>
+  __device__ __forceinline__ static float value(u32 w, const Consts& c) {
+    const float biased = __uint_as_float(byte_perm<0x7440 | Byte>(w, 0x4B000000u));  // 2^23 + q
+    return __fmul_rn(__fadd_rn(biased, c.neg), c.scale);
+  }
+
+  __device__ __forceinline__ static void apply(const u32 (&w)[kWords], const Consts& c, BlockFragments& b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      b[h][0] = f32x2_to_bf16x2(value<0>(w[h], c), value<1>(w[h], c));
+      b[h][1] = f32x2_to_bf16x2(value<2>(w[h], c), value<3>(w[h], c));
+    }
+  }
+};
 
 }  // namespace gemm

@@ -19,23 +19,38 @@ struct MainloopSm70 : OperandCopies<Cfg> {
   using Base = OperandCopies<Cfg>;
   using typename Base::CopyA;
   using typename Base::CopyB;
-  static constexpr int kSteps = Cfg::kWarpTileK / 16;
+  using CopyV = typename Base::CopyV;
+  static constexpr int kStepK = WarpMma<Cfg>::kStepK;
+  static constexpr int kSteps = Cfg::kWarpTileK / kStepK;
   static_assert(Cfg::kStages == 2, "the SM70 mainloop double-buffers: stages must be 2");
-  static_assert(!Cfg::kQuantB, "quantized B is not implemented in the SM70 mainloop yet");
+  // Quantized B's scales and zeros travel with B; dense kernels stage nothing for them.
+  static constexpr int kStagedV = Cfg::kQuantB ? CopyV::kIters : 1;
 
   typename CopyA::Vector staged_a[CopyA::kIters];
   typename CopyB::Vector staged_b[CopyB::kIters];
+  typename CopyV::Vector staged_scales[kStagedV], staged_zeros[kStagedV];
 
   __device__ __forceinline__ void load_tile(int tile) {
     const int k0 = tile * Cfg::kCtaK;
     this->copy_a.load(staged_a, 0, k0);
     this->copy_b.load(staged_b, Base::b_drow(k0), Base::b_dcol(k0));
+    if constexpr (Cfg::kQuantB) {
+      const int g0 = this->group_of(k0);
+      this->copy_scales.load(staged_scales, g0, 0);
+      this->copy_zeros.load(staged_zeros, g0, 0);
+    }
   }
 
   __device__ __forceinline__ void store_tile(u32 smem, int buffer) const {
     const u32 sa = smem + buffer * Cfg::kStageBytes;
+    const u32 sb = sa + Cfg::kStageBytesA;
     this->copy_a.store(sa, staged_a);
-    this->copy_b.store(sa + Cfg::kStageBytesA, staged_b);
+    this->copy_b.store(sb, staged_b);
+    if constexpr (Cfg::kQuantB) {
+      const u32 sv = sb + Cfg::kStageBytesB;
+      this->copy_scales.store(sv, staged_scales);
+      this->copy_zeros.store(sv + Cfg::kGroupRows * Cfg::kLdsV * 2, staged_zeros);
+    }
   }
 
   __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
@@ -48,12 +63,12 @@ struct MainloopSm70 : OperandCopies<Cfg> {
     for (int t = 0; t < k_tiles; ++t) {
       const bool next = t + 1 < k_tiles;
       if (next) load_tile(t + 1);
-      const u32 sa = smem + (t & 1) * Cfg::kStageBytes;
-      const u32 sb = sa + Cfg::kStageBytesA;
-      warp.load(0, sa, sb, warp_m0, warp_n0, warp_k0);
+      const u32 stage = smem + (t & 1) * Cfg::kStageBytes;
+      this->load_fragments(warp, 0, stage, t, warp_k0, warp_m0, warp_n0);
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
-        if (step + 1 < kSteps) warp.load((step + 1) & 1, sa, sb, warp_m0, warp_n0, warp_k0 + (step + 1) * 16);
+        if (step + 1 < kSteps)
+          this->load_fragments(warp, (step + 1) & 1, stage, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
         warp.mma(step & 1);
       }
       if (next) store_tile(smem, (t + 1) & 1);

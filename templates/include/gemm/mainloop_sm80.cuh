@@ -2,7 +2,7 @@
 //
 //   prologue : tiles 0 .. Stages-2 in flight, one commit group each; wait for
 //              tile 0, load its first fragments.
-//   tile t   : k16 step s loads the fragments of step s+1 while the MMAs of step s
+//   tile t   : step s (k16, or k32 for quantized B) loads the fragments of step s+1 while the MMAs of step s
 //              run, and issues a slice of the copies of tile t+Stages-1 into the
 //              buffer tile t-1 occupied. After the last step's MMAs: commit, wait
 //              until tile t+1 landed (<= Stages-2 groups pending), barrier, and load
@@ -25,7 +25,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   using Base = OperandCopies<Cfg>;
   using typename Base::CopyA;
   using typename Base::CopyB;
-  static constexpr int kSteps = Cfg::kWarpTileK / 16;  // k16 steps per warp per tile
+  static constexpr int kStepK = WarpMma<Cfg>::kStepK;
+  static constexpr int kSteps = Cfg::kWarpTileK / kStepK;  // fragment steps per warp per tile
 
   // Slice `step` of the copies of K tile `tile` into ring buffer `stage`.
   __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step) const {
@@ -46,18 +47,10 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
   }
 
-  // Fragments of k16 step `kk` (K offset inside the tile) of tile `tile` from `stage`.
+  // Fragments of the step at `kk` (K offset inside the tile) of tile `tile` from `stage`.
   __device__ __forceinline__ void load_step(WarpMma<Cfg>& warp, int buf, u32 smem, int stage, int tile, int kk,
                                             int warp_m0, int warp_n0) const {
-    const u32 sa = smem + stage * Cfg::kStageBytes;
-    const u32 sb = sa + Cfg::kStageBytesA;
-    if constexpr (Cfg::kQuantB) {
-      const int k0 = tile * Cfg::kCtaK;
-      warp.load_quant(buf, sa, sb, sb + Cfg::kStageBytesB, this->group_of(k0 + kk) - this->group_of(k0), warp_m0,
-                      warp_n0, kk);
-    } else {
-      warp.load(buf, sa, sb, warp_m0, warp_n0, kk);
-    }
+    this->load_fragments(warp, buf, smem + stage * Cfg::kStageBytes, tile, kk, warp_m0, warp_n0);
   }
 
   __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
@@ -81,7 +74,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       const bool refill = t + S - 1 < k_tiles;
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
-        if (step + 1 < kSteps) load_step(warp, (step + 1) & 1, smem, read, t, warp_k0 + (step + 1) * 16, warp_m0, warp_n0);
+        if (step + 1 < kSteps)
+          load_step(warp, (step + 1) & 1, smem, read, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
         if (refill) issue_tile(smem, write, t + S - 1, step);
         warp.mma(step & 1);
         if (step + 1 == kSteps) {

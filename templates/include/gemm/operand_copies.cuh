@@ -34,9 +34,10 @@ struct OperandCopies {
     copy_a.init(A, lda, M, K, m0, k0);
     k_origin = k0;
     if constexpr (Cfg::kQuantB) {
-      // B in 16-bit units: K * bits / 16 of them per row; ldb is in those units too.
-      constexpr int kPer = 16 / Cfg::kBitsB;
-      copy_b.init(B, ldb, N, K / kPer, n0, k0 / kPer);
+      // Fragment-ordered B: a row per 8 columns, a block of kQuantBlockUnits 16-bit
+      // units per 32 K; ldb is in those units.
+      constexpr int kUnits = Cfg::kQuantBlockUnits;
+      copy_b.init(B, ldb, (N + 7) / 8, (K + 31) / 32 * kUnits, n0 / 8, k0 / 32 * kUnits);
       group_shift = p.group_shift;
       // V holds the scales ([groups, N]) and then the zeros, each with leading dimension ldv.
       copy_scales.init(p.V, p.ldv, p.groups, N, 0, n0);
@@ -51,7 +52,25 @@ struct OperandCopies {
 
   // Displacement (rows, cols) of B's K tile starting k0 after the split's first element.
   __device__ __forceinline__ static int b_drow(int k0) { return kBAlongRows ? k0 : 0; }
-  __device__ __forceinline__ static int b_dcol(int k0) { return kBAlongRows ? 0 : (Cfg::kQuantB ? k0 * Cfg::kBitsB / 16 : k0); }
+  __device__ __forceinline__ static int b_dcol(int k0) {
+    return kBAlongRows ? 0 : (Cfg::kQuantB ? k0 / 32 * Cfg::kQuantBlockUnits : k0);
+  }
+
+  // The fragments of the warp step at `kk` (K offset inside the tile) of K tile `tile`
+  // from the stage at `stage_smem`: the quantized path also finds the step's group.
+  template <class Warp>
+  __device__ __forceinline__ void load_fragments(Warp& warp, int buf, u32 stage_smem, int tile, int kk, int warp_m0,
+                                                 int warp_n0) const {
+    const u32 sa = stage_smem;
+    const u32 sb = sa + Cfg::kStageBytesA;
+    if constexpr (Cfg::kQuantB) {
+      const int k0 = tile * Cfg::kCtaK;
+      const int group = group_of(k0 + kk);
+      warp.load(buf, sa, sb, sb + Cfg::kStageBytesB, group, group - group_of(k0), warp_m0, warp_n0, kk);
+    } else {
+      warp.load(buf, sa, sb, warp_m0, warp_n0, kk);
+    }
+  }
 };
 
 }  // namespace gemm

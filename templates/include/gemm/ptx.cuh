@@ -127,12 +127,6 @@ __device__ __forceinline__ void st_shared(u32 addr, uint2 v) {
 __device__ __forceinline__ void st_shared(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
 __device__ __forceinline__ void st_shared(u32 addr, u16 v) { st_shared_u16(addr, v); }
 
-__device__ __forceinline__ u32 ld_shared_u8(u32 addr) {
-  u32 v;
-  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-
 // Packed half2 / bfloat162 fused multiply-add (one rounding for the pair).
 __device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c, MmaF16) {
   u32 d;
@@ -144,6 +138,34 @@ __device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c, MmaBF16) {
   u32 d;
   asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
+}
+
+// Bit manipulation for the dequantization: (a & b) | c in one LOP3, and a byte
+// permute of the pair {b, a} (PTX prmt: selector nibble i picks result byte i).
+__device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));  // 0xEA = (0xF0 & 0xCC) | 0xAA
+  return d;
+}
+
+template <u32 Selector>
+__device__ __forceinline__ u32 byte_perm(u32 a, u32 b) {
+  u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "n"(Selector));
+  return d;
+}
+
+// Two fp32 values rounded to a bf16 pair: `lo` in the low half (sm_80+).
+__device__ __forceinline__ u32 f32x2_to_bf16x2(float lo, float hi) {
+  u32 d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
 }
 
 __device__ __forceinline__ u16 ld_shared_u16(u32 addr) {

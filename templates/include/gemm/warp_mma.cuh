@@ -3,20 +3,42 @@
 // fp32 accumulators, one k16 step at a time.
 #pragma once
 #include "gemm/config.cuh"
-#include "gemm/dequant.cuh"
 
 namespace gemm {
 
-template <class Cfg>
-struct WarpMmaM16N8 {
-  static constexpr int kMI = Cfg::kWarpTileM / 16;  // m16 tiles per warp
-  static constexpr int kNI = Cfg::kWarpTileN / 8;   // n8 tiles per warp
-  using MmaKind = typename Cfg::TA::MmaKind;
+// One k16 step of a 16x8 output tile with either m16n8 atom.
+template <class Atom, class Kind>
+__device__ __forceinline__ void mma_k16(float (&acc)[4], const u32 (&a)[4], const u32 (&b)[2], Kind kind) {
+  if constexpr (kSame<Atom, AtomM16N8K8>) {
+    // A k16 fragment is two k8 fragments: (a0, a1; b0) then (a2, a3; b1).
+    mma_m16n8k8(acc, a[0], a[1], b[0], kind);
+    mma_m16n8k8(acc, a[2], a[3], b[1], kind);
+  } else {
+    mma_m16n8k16(acc, a, b, kind);
+  }
+}
 
+// A fragments of the k16 step at `k0` for a warp's m16 tiles: ldmatrix matrices
+// 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+template <class Cfg, int MI>
+__device__ __forceinline__ void load_a_fragments(u32 (&a)[MI][4], u32 smem_a, int warp_m0, int k0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+    const int row = warp_m0 + mi * 16 + (lane & 15);
+    const int col = k0 + (lane >> 4) * 8;
+    ldmatrix_x4(a[mi], smem_a + (row * Cfg::kLdsA + col) * 2);
+  }
+}
+
+// The fp32 accumulators of a warp's MI x NI grid of m16n8 tiles, in the mma.sync
+// C-fragment layout: lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1.
+template <int MI, int NI>
+struct M16N8Accumulators {
+  static constexpr int kMI = MI;              // m16 tiles per warp
+  static constexpr int kNI = NI;              // n8 tiles per warp
   static constexpr int kAcc = kMI * kNI * 4;  // accumulators per thread
 
-  u32 a[2][kMI][4];  // double-buffered along k16 steps
-  u32 b[2][kNI][2];
   float acc[kMI][kNI][4];
 
   __device__ __forceinline__ float* acc_flat() { return &acc[0][0][0]; }
@@ -30,23 +52,38 @@ struct WarpMmaM16N8 {
         for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
   }
 
-  // A fragments of the k16 step at `k0`: matrices 0..3 = (rows 0-7, k 0-7),
-  // (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
-  __device__ __forceinline__ void load_a(int buf, u32 smem_a, int warp_m0, int k0) {
+  // Visit the accumulators as pairs of adjacent columns: f(row, col, v[col], v[col + 1]).
+  template <class F>
+  __device__ __forceinline__ void for_each_pair(int row0, int col0, F&& f) const {
     const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int mi = 0; mi < kMI; ++mi) {
-      const int row = warp_m0 + mi * 16 + (lane & 15);
-      const int col = k0 + (lane >> 4) * 8;
-      ldmatrix_x4(a[buf][mi], smem_a + (row * Cfg::kLdsA + col) * 2);
-    }
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni)
+          f(row0 + mi * 16 + g + h * 8, col0 + ni * 8 + t * 2, acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);
   }
+};
+
+template <class Cfg>
+struct WarpMmaM16N8 : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 8> {
+  using Base = M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 8>;
+  using Base::acc;
+  using Base::kMI;
+  using Base::kNI;
+  using MmaKind = typename Cfg::TA::MmaKind;
+  static constexpr int kStepK = 16;  // K per load / mma step
+
+  u32 a[2][kMI][4];  // double-buffered along k16 steps
+  u32 b[2][kNI][2];
 
   // Fragments of k16 step `kk` (in elements of the CTA K tile) into buffer `buf`.
   // warp_m0 / warp_n0: the warp's offset inside the CTA tile.
   __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_b, int warp_m0, int warp_n0, int k0) {
     const int lane = threadIdx.x & 31;
-    load_a(buf, smem_a, warp_m0, k0);
+    load_a_fragments<Cfg>(a[buf], smem_a, warp_m0, k0);
 #pragma unroll
     for (int ni = 0; ni < kNI; ni += 2) {
       u32 r[4];
@@ -68,63 +105,13 @@ struct WarpMmaM16N8 {
     }
   }
 
-  // Quantized B: the A fragments as usual; each B fragment from two loads of packed
-  // integers (the K pairs 2t, 2t+1 and 2t+8, 2t+9 of column g), dequantized with the
-  // scale and zero of group row `group_row` of the stage's V tile at `smem_v`.
-  __device__ __forceinline__ void load_quant(int buf, u32 smem_a, u32 smem_b, u32 smem_v, int group_row,
-                                             int warp_m0, int warp_n0, int k0) {
-    const int lane = threadIdx.x & 31;
-    load_a(buf, smem_a, warp_m0, k0);
-    using T = typename Cfg::TA;
-    constexpr int kBits = Cfg::kBitsB;
-    constexpr u32 kZerosOffset = Cfg::kGroupRows * Cfg::kLdsV * 2;
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int ni = 0; ni < kNI; ++ni) {
-      const int n = warp_n0 + ni * 8 + g;
-      const u32 v = smem_v + (group_row * Cfg::kLdsV + n) * 2;
-      const auto consts = GroupConsts<T>::make(ld_shared_u16(v), ld_shared_u16(v + kZerosOffset));
-      const u32 row = smem_b + n * Cfg::kLdsB * 2;
-      u32 x0, x1;
-      if constexpr (kBits == 4) {
-        x0 = ld_shared_u8(row + k0 / 2 + t);
-        x1 = ld_shared_u8(row + k0 / 2 + t + 4);
-      } else {
-        x0 = ld_shared_u16(row + k0 + 2 * t);
-        x1 = ld_shared_u16(row + k0 + 2 * t + 8);
-      }
-      b[buf][ni][0] = dequant2<T, kBits>(x0, consts);
-      b[buf][ni][1] = dequant2<T, kBits>(x1, consts);
-    }
-  }
-
   __device__ __forceinline__ void mma(int buf) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
       for (int ni = 0; ni < kNI; ++ni) {
-        if constexpr (kSame<typename Cfg::Atom, AtomM16N8K8>) {
-          // A k16 fragment is two k8 fragments: (a0, a1; b0) then (a2, a3; b1).
-          mma_m16n8k8(acc[mi][ni], a[buf][mi][0], a[buf][mi][1], b[buf][ni][0], MmaKind{});
-          mma_m16n8k8(acc[mi][ni], a[buf][mi][2], a[buf][mi][3], b[buf][ni][1], MmaKind{});
-        } else {
-          mma_m16n8k16(acc[mi][ni], a[buf][mi], b[buf][ni], MmaKind{});
-        }
+        mma_k16<typename Cfg::Atom>(acc[mi][ni], a[buf][mi], b[buf][ni], MmaKind{});
       }
-  }
-
-  // Visit the accumulators as pairs of adjacent columns: f(row, col, v[col], v[col + 1]).
-  template <class F>
-  __device__ __forceinline__ void for_each_pair(int row0, int col0, F&& f) const {
-    const int lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int ni = 0; ni < kNI; ++ni)
-          f(row0 + mi * 16 + g + h * 8, col0 + ni * 8 + t * 2, acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);
   }
 };
 

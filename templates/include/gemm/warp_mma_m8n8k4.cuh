@@ -11,6 +11,7 @@ namespace gemm {
 
 template <class Cfg>
 struct WarpMmaM8N8K4 {
+  static constexpr int kStepK = 16;  // K per load / mma step
   static constexpr int kMI = Cfg::kWarpTileM / 16;  // 16x16 pieces per warp
   static constexpr int kNI = Cfg::kWarpTileN / 16;
   static constexpr int kAcc = kMI * kNI * 8;

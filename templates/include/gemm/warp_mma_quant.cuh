@@ -1,0 +1,76 @@
+// One warp's share of a CTA tile when B is quantized (m16n8 atoms). A step is a k32
+// block: A fragments of its two k16 halves by ldmatrix, and per n8 tile one 32-bit
+// (4-bit) or 64-bit (8-bit) shared load of the lane's packed weights, dequantized
+// at once into the B fragments of both halves.
+//
+// NOTE: the scale/zero constants of a column only change at group boundaries (every
+// 32 to K elements), so they are kept per n8 tile and reloaded only when the step's
+// group differs from the one they were made for; the group is the same for the
+// whole warp, so the test is a uniform branch.
+#pragma once
+#include "gemm/config.cuh"
+#include "gemm/dequant.cuh"
+#include "gemm/warp_mma.cuh"
+
+namespace gemm {
+
+template <class Cfg>
+struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 8> {
+  static constexpr int kStepK = 32;
+  using Base = M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 8>;
+  using Base::kMI;
+  using Base::kNI;
+  using Base::acc;
+  using T = typename Cfg::TA;
+  using MmaKind = typename T::MmaKind;
+  using Dq = Dequant<T, Cfg::kBitsB>;
+
+  u32 a[2][2][kMI][4];  // [buffer][k16 half][mi]
+  u32 b[2][kNI][2][2];  // [buffer][ni][k16 half][register]
+  typename Dq::Consts consts[kNI];
+  int consts_group = -1;  // the group `consts` were made for
+
+  // Fragments of the k32 step at K offset `k0` of the stage into buffer `buf`.
+  // `group`: the step's group; `group_row`: that group's row in the stage's V tile.
+  __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_b, u32 smem_v, int group, int group_row,
+                                       int warp_m0, int warp_n0, int k0) {
+    const int lane = threadIdx.x & 31;
+    load_a_fragments<Cfg>(a[buf][0], smem_a, warp_m0, k0);
+    load_a_fragments<Cfg>(a[buf][1], smem_a, warp_m0, k0 + 16);
+    if (group != consts_group) {
+      consts_group = group;
+      constexpr u32 kZerosOffset = Cfg::kGroupRows * Cfg::kLdsV * 2;
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) {
+        const u32 v = smem_v + (group_row * Cfg::kLdsV + warp_n0 + ni * 8 + (lane >> 2)) * 2;
+        consts[ni] = Dq::make(ld_shared_u16(v), ld_shared_u16(v + kZerosOffset));
+      }
+    }
+    // Row warp_n0 / 8 + ni of the B tile, block k0 / 32, this lane's words.
+    constexpr int kLaneBytes = Dq::kWords * 4;
+    const u32 block = smem_b + ((warp_n0 / 8) * Cfg::kLdsB + k0 / 32 * Cfg::kQuantBlockUnits) * 2 + lane * kLaneBytes;
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni) {
+      u32 w[Dq::kWords];
+      const u32 addr = block + ni * Cfg::kLdsB * 2;
+      if constexpr (Dq::kWords == 1) {
+        w[0] = ld_shared_u32(addr);
+      } else {
+        ld_shared_v2(w, addr);
+      }
+      Dq::apply(w, consts[ni], b[buf][ni]);
+    }
+  }
+
+  __device__ __forceinline__ void mma(int buf) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni)
+          mma_k16<typename Cfg::Atom>(acc[mi][ni], a[buf][h][mi], b[buf][ni][h], MmaKind{});
+  }
+};
+
+}  // namespace gemm
