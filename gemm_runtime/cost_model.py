@@ -51,27 +51,28 @@ def tiles_of(spec: KernelSpec, key: ProblemKey) -> tuple[int, int]:
     return math.ceil(key.m / spec.cta[0]), math.ceil(key.n / spec.cta[1])
 
 
-def fits_workspace(spec: KernelSpec, key: ProblemKey, barriers_bytes: int, partials_bytes: int) -> bool:
-    """Whether split-K's per-tile semaphores and fp32 partials of the whole output fit."""
+def fits_workspace(spec: KernelSpec, key: ProblemKey, splits: int, barriers_bytes: int, partials_bytes: int) -> bool:
+    """Whether split-K's per-tile semaphores, and the fp32 partial tiles of all splits
+    but the last (which sums them), fit the workspace."""
     tm, tn = tiles_of(spec, key)
     tiles = tm * tn
-    return tiles * 4 <= barriers_bytes and tiles * spec.cta[0] * spec.cta[1] * 4 <= partials_bytes
+    partials = (splits - 1) * tiles * spec.cta[0] * spec.cta[1] * 4
+    return tiles * 4 <= barriers_bytes and partials <= partials_bytes
 
 
 def split_options(spec: KernelSpec, key: ProblemKey, max_splits: int, barriers_bytes: int, partials_bytes: int) -> list[int]:
     """Split counts this kernel may use for ``key`` with a workspace of the given sizes:
     each split needs at least one K tile, and the tile semaphores and fp32 partials
-    of the whole output must fit the workspace."""
+    must fit the workspace."""
     k_tiles = max(1, math.ceil(key.k / spec.cta[2]))
     options = [1]
-    if fits_workspace(spec, key, barriers_bytes, partials_bytes):
-        # Only counts that change the K tiles per split (others duplicate a smaller count).
-        seen = {k_tiles}
-        for s in range(2, min(max_splits, k_tiles) + 1):
-            per = math.ceil(k_tiles / s)
-            if per not in seen:
-                seen.add(per)
-                options.append(s)
+    # Only counts that change the K tiles per split (others duplicate a smaller count).
+    seen = {k_tiles}
+    for s in range(2, min(max_splits, k_tiles) + 1):
+        per = math.ceil(k_tiles / s)
+        if per not in seen and fits_workspace(spec, key, s, barriers_bytes, partials_bytes):
+            seen.add(per)
+            options.append(s)
     return options
 
 

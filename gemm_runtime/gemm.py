@@ -304,7 +304,7 @@ class Gemm:
                 self.cache.put(key, result.best, replace=policy is DispatchPolicy.MEASURE)
                 return self.cache.get(key) or result.best
         plan = self.select(key, policy)
-        if plan.splits > 1 and not fits_workspace(self._by_name[plan.kernel].spec, key, *sizes):
+        if plan.splits > 1 and not fits_workspace(self._by_name[plan.kernel].spec, key, plan.splits, *sizes):
             plan = LaunchSpec(plan.kernel, 1, plan.swizzle)  # the caller's workspace is smaller
         return plan
 
@@ -347,7 +347,7 @@ class Gemm:
             raise GemmArgumentError("kernel", plan.kernel, f"a kernel that can serve {_describe(problem.key)} ({reason})")
         if not 0 <= plan.swizzle <= 5:
             raise GemmArgumentError("kernel.swizzle", plan.swizzle, "0..5")
-        if plan.splits < 1 or (plan.splits > 1 and not fits_workspace(k.spec, problem.key, *sizes)):
+        if plan.splits < 1 or (plan.splits > 1 and not fits_workspace(k.spec, problem.key, plan.splits, *sizes)):
             raise GemmArgumentError("kernel.splits", plan.splits, "1, or a split count whose semaphores and partials fit the workspace")
         if math.ceil(math.ceil(problem.key.n / k.spec.cta[1]) / (1 << plan.swizzle)) > 65535:
             raise GemmArgumentError("kernel.swizzle", plan.swizzle, "a group size that keeps the grid within 65535 rows")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, order=True)
 class LaunchSpec:
     kernel: str  # the kernel's stable name (KernelSpec.name)
-    splits: int = 1  # serial split-K: K cut into this many slices, summed in order
+    splits: int = 1  # split-K: K cut into this many slices, summed in order by the last
     swizzle: int = 0  # CTAs rasterized in groups of 2**swizzle along N
 
     def to_json(self) -> dict:

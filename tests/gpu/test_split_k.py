@@ -1,4 +1,4 @@
-"""Serial split-K and CTA swizzle against the unsplit result, and the workspace
+"""Split-K and CTA swizzle against the unsplit result, and the workspace
 contract (semaphores zero again after every call)."""
 
 from __future__ import annotations

@@ -126,6 +126,9 @@ def test_fits_workspace_counts_semaphores_and_partials():
 
     spec = spec_for(cta=(64, 64, 32))
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 128, 128, 512)  # 4 tiles of 16 KiB partials
-    assert fits_workspace(spec, key, 16, 4 * 64 * 64 * 4)
-    assert not fits_workspace(spec, key, 12, 4 * 64 * 64 * 4)
-    assert not fits_workspace(spec, key, 16, 4 * 64 * 64 * 4 - 1)
+    # Every split but the last (which sums them) writes its own partial tiles.
+    assert fits_workspace(spec, key, 2, 16, 4 * 64 * 64 * 4)
+    assert fits_workspace(spec, key, 3, 16, 2 * 4 * 64 * 64 * 4)
+    assert not fits_workspace(spec, key, 3, 16, 2 * 4 * 64 * 64 * 4 - 1)
+    assert not fits_workspace(spec, key, 2, 12, 4 * 64 * 64 * 4)
+    assert not fits_workspace(spec, key, 2, 16, 4 * 64 * 64 * 4 - 1)

@@ -36,39 +36,50 @@ __device__ __forceinline__ bool reduce_k_slices(Warp& warp, char* smem, int warp
   }
 }
 
-// Serial split-K: the splits of one output tile take turns through the tile's
-// semaphore (split z waits until it reads z), add the partial sums of the splits
-// before them, and hand theirs on; the last split keeps its sums for the epilogue
-// and zeroes the semaphore, so the workspace is ready for the next call.
+// Split-K: splits 0 .. S-2 of an output tile each write their fp32 partial sums to
+// their own slot of the tile, then count themselves in on the tile's semaphore; the
+// last split (S-1) waits until all S-1 have arrived, adds their partials in split
+// order (so the result is the same on every run), keeps the sums for the epilogue
+// and zeroes the semaphore, so the workspace is ready for the next call. Only rows
+// of the output (m < M) travel: at decode sizes most of the tile's rows are empty.
 // Returns false for the splits that are done. Only K-slice 0 warps get here.
-// NOTE: blocks start in order of their linear index and z is the slowest grid
-// dimension, so the split a CTA waits for has started (or finished): no deadlock.
+// NOTE: one wait, not a chain of hand-overs: the splits finish at about the same
+// time, and a chain would add a global-memory round trip per split. Blocks start in
+// order of their linear index and z is the slowest grid dimension, so the splits
+// the last one waits for have started (or finished): no deadlock.
 template <class Cfg, class Warp, class Params>
-__device__ __forceinline__ bool serial_split_k(Warp& warp, const Params& p, int tile, int split) {
+__device__ __forceinline__ bool split_k_reduce(Warp& warp, const Params& p, int tile, int split, int rows_left) {
   constexpr int kThreads = Cfg::kWarpsM * Cfg::kWarpsN * 32;  // the threads still running
   constexpr int kBarrier = 1;                                 // 0 is __syncthreads
+  constexpr int kTileFloats = Cfg::kCtaM * Cfg::kCtaN;
   const int tid = threadIdx.x % kThreads;
   int* sem = p.semaphores + tile;
-  float* part = p.partials + static_cast<i64>(tile) * (Cfg::kCtaM * Cfg::kCtaN);
+  float* slots = p.partials + static_cast<i64>(tile) * (p.splits - 1) * kTileFloats;
   float* acc = warp.acc_flat();
-  if (tid == 0) {
-    while (ld_acquire_gpu(sem) != split) {
-    }
-  }
-  named_barrier_sync<kThreads>(kBarrier);
-  if (split > 0) {
-#pragma unroll
-    for (int i = 0; i < Warp::kAcc; ++i) acc[i] += ld_cg(part + i * kThreads + tid);
-  }
+  const int warp_row0 = ((threadIdx.x >> 5) % Cfg::kWarpsM) * Cfg::kWarpTileM;
+  auto row_of = [&](int i) { return warp_row0 + Warp::acc_row(i); };  // the tile row of acc[i]
   if (split + 1 < p.splits) {
+    float* mine = slots + static_cast<i64>(split) * kTileFloats;
 #pragma unroll
-    for (int i = 0; i < Warp::kAcc; ++i) st_cg(part + i * kThreads + tid, acc[i]);
-    __threadfence();  // the partials are visible GPU-wide before the release below
+    for (int i = 0; i < Warp::kAcc; ++i)
+      if (row_of(i) < rows_left) st_cg(mine + i * kThreads + tid, acc[i]);
+    __threadfence();  // the partials are visible GPU-wide before the arrival below
     named_barrier_sync<kThreads>(kBarrier);
-    if (tid == 0) st_release_gpu(sem, split + 1);
+    if (tid == 0) red_release_gpu_add(sem, 1);
     return false;
   }
-  if (tid == 0) st_release_gpu(sem, 0);
+  if (tid == 0) {
+    while (ld_acquire_gpu(sem) != p.splits - 1) {
+    }
+    st_release_gpu(sem, 0);  // every other split has arrived: nobody reads it again in this launch
+  }
+  named_barrier_sync<kThreads>(kBarrier);
+  for (int s = 0; s + 1 < p.splits; ++s) {
+    const float* theirs = slots + static_cast<i64>(s) * kTileFloats;
+#pragma unroll
+    for (int i = 0; i < Warp::kAcc; ++i)
+      if (row_of(i) < rows_left) acc[i] += ld_cg(theirs + i * kThreads + tid);
+  }
   return true;
 }
 
@@ -105,7 +116,7 @@ __device__ __forceinline__ void gemm_kernel(const Params& p) {
            warp_k * Cfg::kWarpTileK);
 
   if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k)) return;
-  if (p.splits > 1 && !serial_split_k<Cfg>(warp, p, tile_m * p.tiles_n + tile_n, split)) return;
+  if (p.splits > 1 && !split_k_reduce<Cfg>(warp, p, tile_m * p.tiles_n + tile_n, split, p.M - m0)) return;
   Epilogue<Cfg>::store(warp, p, m0 + warp_m * Cfg::kWarpTileM, n0 + warp_n * Cfg::kWarpTileN);
 }
 

@@ -52,6 +52,12 @@ struct M16N8Accumulators {
         for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
   }
 
+  // The row inside the warp tile of this thread's accumulator acc_flat()[i].
+  __device__ __forceinline__ static int acc_row(int i) {
+    const int e = i % 4;
+    return i / (kNI * 4) * 16 + ((threadIdx.x & 31) >> 2) + (e >= 2 ? 8 : 0);
+  }
+
   // Visit the accumulators as pairs of adjacent columns: f(row, col, v[col], v[col + 1]).
   template <class F>
   __device__ __forceinline__ void for_each_pair(int row0, int col0, F&& f) const {

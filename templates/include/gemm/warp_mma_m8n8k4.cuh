@@ -35,6 +35,14 @@ struct WarpMmaM8N8K4 {
     return (lane & 3) + ((lane >> 4) << 2);
   }
   __device__ __forceinline__ static int qp_row() { return ((threadIdx.x >> 2) & 1) * 8; }
+  // The accumulator layout's row of this lane inside its quad pair's 8 (before the +2 of i & 2).
+  __device__ __forceinline__ static int acc_row_in() {
+    const int lane = threadIdx.x & 31;
+    return (lane & 1) + ((lane >> 4) << 2);
+  }
+
+  // The row inside the warp tile of this thread's accumulator acc_flat()[i].
+  __device__ __forceinline__ static int acc_row(int i) { return i / (kNI * 8) * 16 + qp_row() + acc_row_in() + (i & 2); }
   __device__ __forceinline__ static int qp_col() { return ((threadIdx.x >> 3) & 1) * 8; }
 
   __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_b, int warp_m0, int warp_n0, int k0) {
@@ -77,7 +85,7 @@ struct WarpMmaM8N8K4 {
   template <class F>
   __device__ __forceinline__ void for_each_pair(int row0, int col0, F&& f) const {
     const int lane = threadIdx.x & 31;
-    const int row_in = (lane & 1) + ((lane >> 4) << 2);
+    const int row_in = acc_row_in();
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
