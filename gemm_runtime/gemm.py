@@ -209,7 +209,8 @@ class Gemm:
         (K, N) either row-major or column-major (pass ``weight.t()`` for an nn.Linear
         weight). ``bias`` switches the operation's epilogue to its bias form; with a
         gated epilogue (``operation=Operation(epilogue=Epilogue.GATED_SILU)``) the
-        output has N / 2 columns."""
+        output has N / 2 columns. ``b`` may also be a ``packed_weight.PackedWeight``
+        (an N x K quantized weight): then the call computes ``a @ dequant(w).T``."""
         operation = operation or Operation()
         if bias is not None and not operation.epilogue.has_bias:
             operation = dataclasses.replace(operation, epilogue=operation.epilogue.with_bias())
@@ -254,12 +255,16 @@ class Gemm:
                 return out
         version = self.cache.version
         adesc, ddesc = MatrixLayout.of(a2, "a"), MatrixLayout.of(d2, "out")
+        bdesc, b_bytes = ops.bdesc, ops.b_bytes
+        if bdesc is None:
+            bdesc = MatrixLayout.of(ops.b, "b")
+            b_bytes = bdesc.span * bdesc.type.bits // 8
         done = self._run(
-            operation, alpha, a2, adesc, None, ops.v, ops.vdesc, ops.b, ops.bdesc, beta, c2,
+            operation, alpha, a2, adesc, None, ops.v, ops.vdesc, ops.b, bdesc, beta, c2,
             MatrixLayout.of(c2, "c") if c2 is not None else None, d2, ddesc, workspace, stream, kernel, bias,
         )  # fmt: skip
         if sig is not None and done is not None:
-            spans = (adesc.span * adesc.type.bits // 8, ops.b_bytes, ddesc.span * ddesc.type.bits // 8)
+            spans = (adesc.span * adesc.type.bits // 8, b_bytes, ddesc.span * ddesc.type.bits // 8)
             self._remember(sig, version, spans, *done)
         return out
 
@@ -383,8 +388,8 @@ class _Operands(NamedTuple):
     lead: tuple[int, ...]  # a's leading dimensions, the output's too
     n_out: int  # output columns
     b: torch.Tensor
-    bdesc: MatrixLayout
-    b_bytes: int  # B's span, for the aliasing check of replayed calls
+    bdesc: MatrixLayout | None  # None: described from b on the slow path
+    b_bytes: int  # B's span, for the aliasing check of replayed calls (0 with bdesc None)
     v: torch.Tensor | None
     vdesc: MatrixLayout | None
     v_signature: tuple | None  # what validation looks at in V, beyond B's tensor
@@ -400,10 +405,8 @@ def _dense_operands(a: object, b: object, operation: Operation) -> _Operands:
         raise GemmArgumentError("b.shape", tuple(b.shape), f"({a.shape[-1]}, N): K must match a.shape[-1]")
     lead = tuple(a.shape[:-1])
     n_out = b.shape[1] // 2 if operation.epilogue.gated else b.shape[1]
-    bdesc = MatrixLayout.of(b, "b")
-    b_bytes = bdesc.span * bdesc.type.bits // 8
-    return _Operands(a.reshape(math.prod(lead), a.shape[-1]), lead, n_out, b, bdesc, b_bytes, None, None, None,
-                     operation)  # fmt: skip
+    # NOTE: B's layout is only described on the slow path: the replay must stay cheap.
+    return _Operands(a.reshape(math.prod(lead), a.shape[-1]), lead, n_out, b, None, 0, None, None, None, operation)
 
 
 def _packed_operands(a: object, w: PackedWeight, operation: Operation) -> _Operands:
