@@ -11,6 +11,7 @@ import torch
 from codegen.spec import KernelSpec
 from codegen.vocabulary import QUANT_TYPES, BOrder, DataType, Order
 from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.packed_weight import GROUP_SHIFT_ALL_K
 from gemm_runtime.types import Epilogue, MatrixLayout, Operation, torch_dtype
 
 _INPUT_TYPES = (DataType.F16, DataType.BF16)
@@ -260,7 +261,7 @@ def _scales_pointer(V: object, Vdesc: object, a_type: DataType, n: int, k: int, 
     size = quant.group_size if groups > 1 else 0
     if groups > 1 and (size < 32 or size & (size - 1)):
         raise GemmArgumentError("operation.quant_b.group_size", size, "32, 64, 128 (powers of two >= 32) or K")
-    shift = size.bit_length() - 1 if groups > 1 else 30
+    shift = size.bit_length() - 1 if groups > 1 else GROUP_SHIFT_ALL_K
     ptr = _pointer("V", V, v, device)
     if ptr % 16:
         raise GemmArgumentError("V address", hex(ptr), "a multiple of 16 bytes")

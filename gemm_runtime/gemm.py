@@ -233,7 +233,7 @@ class Gemm:
                 raise GemmArgumentError("c.shape", tuple(c.shape), f"{tuple(out.shape)} (the output's shape)")
             c2 = _as_rows(c, "c")
         read_c = float(beta) != 0.0
-        v_ptr = ops.v.data_ptr() if ops.v is not None else 0
+        v = ops.packed.v if ops.packed is not None else None
         sig = None
         if operation.dispatch in _REPLAYABLE and a2.numel() and d2.numel():
             bias_sig = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
@@ -250,17 +250,18 @@ class Gemm:
                     float(alpha),
                     float(beta) if read_c else 0.0,
                     bias.data_ptr() if bias is not None else 0,
-                    v_ptr,
+                    v.data_ptr() if v is not None else 0,
                 )
                 return out
         version = self.cache.version
         adesc, ddesc = MatrixLayout.of(a2, "a"), MatrixLayout.of(d2, "out")
-        bdesc, b_bytes = ops.bdesc, ops.b_bytes
-        if bdesc is None:
-            bdesc = MatrixLayout.of(ops.b, "b")
+        if ops.packed is not None:
+            (bdesc, vdesc), b_bytes = _packed_layouts(ops.packed), ops.b.numel()
+        else:
+            bdesc, vdesc = MatrixLayout.of(ops.b, "b"), None
             b_bytes = bdesc.span * bdesc.type.bits // 8
         done = self._run(
-            operation, alpha, a2, adesc, None, ops.v, ops.vdesc, ops.b, bdesc, beta, c2,
+            operation, alpha, a2, adesc, None, v, vdesc, ops.b, bdesc, beta, c2,
             MatrixLayout.of(c2, "c") if c2 is not None else None, d2, ddesc, workspace, stream, kernel, bias,
         )  # fmt: skip
         if sig is not None and done is not None:
@@ -388,10 +389,8 @@ class _Operands(NamedTuple):
     lead: tuple[int, ...]  # a's leading dimensions, the output's too
     n_out: int  # output columns
     b: torch.Tensor
-    bdesc: MatrixLayout | None  # None: described from b on the slow path
-    b_bytes: int  # B's span, for the aliasing check of replayed calls (0 with bdesc None)
-    v: torch.Tensor | None
-    vdesc: MatrixLayout | None
+    # NOTE: layouts are described only on the slow path: the replay must stay cheap.
+    packed: PackedWeight | None  # the quantized weight b (and V) come from
     v_signature: tuple | None  # what validation looks at in V, beyond B's tensor
     operation: Operation
 
@@ -405,8 +404,7 @@ def _dense_operands(a: object, b: object, operation: Operation) -> _Operands:
         raise GemmArgumentError("b.shape", tuple(b.shape), f"({a.shape[-1]}, N): K must match a.shape[-1]")
     lead = tuple(a.shape[:-1])
     n_out = b.shape[1] // 2 if operation.epilogue.gated else b.shape[1]
-    # NOTE: B's layout is only described on the slow path: the replay must stay cheap.
-    return _Operands(a.reshape(math.prod(lead), a.shape[-1]), lead, n_out, b, None, 0, None, None, None, operation)
+    return _Operands(a.reshape(math.prod(lead), a.shape[-1]), lead, n_out, b, None, None, operation)
 
 
 def _packed_operands(a: object, w: PackedWeight, operation: Operation) -> _Operands:
@@ -417,11 +415,16 @@ def _packed_operands(a: object, w: PackedWeight, operation: Operation) -> _Opera
     operation = dataclasses.replace(operation, quant_b=QuantDesc(b_type, w.group_size, w.symmetric))
     lead = tuple(a.shape[:-1])
     n_out = w.n // 2 if operation.epilogue.gated else w.n
+    v_sig = (w.v.shape, w.v.stride(), w.v.dtype, w.v.device, w.v.data_ptr() & 15, w.k, w.n, w.group_size)
+    return _Operands(a.reshape(math.prod(lead), w.k), lead, n_out, w.b, w, v_sig, operation)
+
+
+def _packed_layouts(w: PackedWeight) -> tuple[MatrixLayout, MatrixLayout]:
+    """Bdesc and Vdesc of a packed weight (the slow path's validation reads them)."""
+    b_type = DataType.U4 if w.bits == 4 else DataType.U8
     bdesc = MatrixLayout(b_type, Order.COL_MAJOR, w.k, w.n, w.padded_k)
     vdesc = MatrixLayout(data_type_of(w.v.dtype, "w.v.dtype"), Order.ROW_MAJOR, w.v.shape[0], w.n, w.v.shape[1])
-    v_sig = (w.v.shape, w.v.stride(), w.v.dtype, w.v.device, w.v.data_ptr() & 15, w.k, w.n, w.group_size)
-    return _Operands(a.reshape(math.prod(lead), w.k), lead, n_out, w.b, bdesc, w.b.numel(), w.v, vdesc, v_sig,
-                     operation)  # fmt: skip
+    return bdesc, vdesc
 
 
 def _workspace_signature(ws: object) -> object:

@@ -28,7 +28,6 @@ from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.quant import QuantizedWeight
 
 BLOCK_N, BLOCK_K = 8, 32
-LANES = 32
 GROUP_SHIFT_ALL_K = 30  # one group over all of K: every realistic K index maps to group 0
 
 
