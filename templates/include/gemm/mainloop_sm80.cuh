@@ -28,21 +28,45 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   static constexpr int kStepK = WarpMma<Cfg>::kStepK;
   static constexpr int kSteps = Cfg::kWarpTileK / kStepK;  // fragment steps per warp per tile
 
+  template <class Params>
+  __device__ __forceinline__ void init(const Params& p, int m0, int n0, int k0) {
+    Base::init(p, m0, n0, k0);
+    this->copy_a.pin();
+    this->copy_b.pin();
+    if constexpr (Cfg::kQuantB) this->copy_group_rows.init(p.V, p.ldv, p.groups, p.N, n0);
+  }
+
   // Slice `step` of the copies of K tile `tile` into ring buffer `stage`.
   __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step) const {
     const u32 sa = smem + stage * Cfg::kStageBytes;
     const u32 sb = sa + Cfg::kStageBytesA;
     const int k0 = tile * Cfg::kCtaK;
-    this->copy_a.issue(sa, 0, k0, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
-    this->copy_b.issue(sb, Base::b_drow(k0), Base::b_dcol(k0), step * CopyB::kIters / kSteps,
-                       (step + 1) * CopyB::kIters / kSteps);
+    const int a_begin = step * CopyA::kIters / kSteps, a_end = (step + 1) * CopyA::kIters / kSteps;
+    const int b_begin = step * CopyB::kIters / kSteps, b_end = (step + 1) * CopyB::kIters / kSteps;
+    // Every tile but the last lies inside K: whole vectors, no per-copy edge arithmetic.
+    const bool inside_k = k0 + Cfg::kCtaK <= this->k_extent;
+    if constexpr (Cfg::kAlign > 1) {
+      if (inside_k)
+        this->copy_a.issue_inside_cols(sa, k0, a_begin, a_end);
+      else
+        this->copy_a.issue(sa, 0, k0, a_begin, a_end);
+    } else {
+      this->copy_a.issue(sa, 0, k0, a_begin, a_end);
+    }
+    if constexpr (Base::kBAlongRows) {
+      this->copy_b.issue_rows(sb, k0, b_begin, b_end);
+    } else if constexpr (Cfg::kAlign > 1) {
+      if (inside_k)
+        this->copy_b.issue_inside_cols(sb, Base::b_dcol(k0), b_begin, b_end);
+      else
+        this->copy_b.issue(sb, 0, Base::b_dcol(k0), b_begin, b_end);
+    } else {
+      this->copy_b.issue(sb, 0, Base::b_dcol(k0), b_begin, b_end);
+    }
     if constexpr (Cfg::kQuantB) {
       // The scale and zero rows of the groups this tile touches ride in the same stage.
       if (step == 0) {
-        const u32 sv = sb + Cfg::kStageBytesB;
-        const int g0 = this->group_of(k0);
-        this->copy_scales.issue(sv, g0, 0, 0, Base::CopyV::kIters);
-        this->copy_zeros.issue(sv + Cfg::kGroupRows * Cfg::kLdsV * 2, g0, 0, 0, Base::CopyV::kIters);
+        this->copy_group_rows.issue(sb + Cfg::kStageBytesB, this->group_of(k0), this->group_end(k0));
       }
     }
   }

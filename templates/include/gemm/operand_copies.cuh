@@ -2,6 +2,7 @@
 // the rows of A and of an N x K B, and down the rows of a K x N B.
 #pragma once
 #include "gemm/config.cuh"
+#include "gemm/group_rows_copy.cuh"
 #include "gemm/tile_copy.cuh"
 
 namespace gemm {
@@ -12,17 +13,29 @@ struct OperandCopies {
   using CopyB = TileCopy<Cfg::kTileBRows, Cfg::kTileBCols, Cfg::kLdsB, Cfg::kAlign, Cfg::kThreads>;
   static constexpr bool kBAlongRows = Cfg::kOrderB == OrderB::kKN;
 
-  // Scales and zeros of quantized B: rows are groups, columns are N.
-  using CopyV = TileCopy<(Cfg::kGroupRows > 0 ? Cfg::kGroupRows : 1), Cfg::kCtaN, Cfg::kLdsV, 8, Cfg::kThreads>;
+  // Scales and zeros of quantized B: rows are groups, columns are N. The SM70 mainloop
+  // stages them through registers (two tile copies), the SM80 one by cp.async (one
+  // copy of the rows the tile needs).
+  static constexpr int kGroupRows = Cfg::kGroupRows > 0 ? Cfg::kGroupRows : 1;
+  using CopyV = TileCopy<kGroupRows, Cfg::kCtaN, Cfg::kLdsV, 8, Cfg::kThreads>;
 
   CopyA copy_a;
   CopyB copy_b;
   CopyV copy_scales, copy_zeros;
+  GroupRowsCopy<kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads> copy_group_rows;  // initialized by the SM80 loop
   int group_shift;  // group of K index k: k >> group_shift
+  int groups;       // groups along all of K
   int k_origin;     // first K index of this CTA's split
+  int k_extent;     // K - k_origin: the split's K tiles lie inside K up to this offset
 
   // Group of the K index `k` counted from the split's first element.
   __device__ __forceinline__ int group_of(int k) const { return (k_origin + k) >> group_shift; }
+
+  // One past the last group the K tile at `k0` touches.
+  __device__ __forceinline__ int group_end(int k0) const {
+    const int g = group_of(k0 + Cfg::kCtaK - 1) + 1;
+    return g < groups ? g : groups;
+  }
 
   // (m0, n0): the CTA's output tile; k0: the first K element of its split.
   template <class Params>
@@ -33,12 +46,14 @@ struct OperandCopies {
     const int M = p.M, N = p.N, K = p.K;
     copy_a.init(A, lda, M, K, m0, k0);
     k_origin = k0;
+    k_extent = K - k0;
     if constexpr (Cfg::kQuantB) {
       // Fragment-ordered B: a row per 8 columns, a block of kQuantBlockUnits 16-bit
       // units per 32 K; ldb is in those units.
       constexpr int kUnits = Cfg::kQuantBlockUnits;
       copy_b.init(B, ldb, (N + 7) / 8, (K + 31) / 32 * kUnits, n0 / 8, k0 / 32 * kUnits);
       group_shift = p.group_shift;
+      groups = p.groups;
       // V holds the scales ([groups, N]) and then the zeros, each with leading dimension ldv.
       copy_scales.init(p.V, p.ldv, p.groups, N, 0, n0);
       copy_zeros.init(static_cast<const char*>(p.V) + static_cast<i64>(p.groups) * p.ldv * 2, p.ldv, p.groups, N, 0,
@@ -53,7 +68,8 @@ struct OperandCopies {
   // Displacement (rows, cols) of B's K tile starting k0 after the split's first element.
   __device__ __forceinline__ static int b_drow(int k0) { return kBAlongRows ? k0 : 0; }
   __device__ __forceinline__ static int b_dcol(int k0) {
-    return kBAlongRows ? 0 : (Cfg::kQuantB ? k0 / 32 * Cfg::kQuantBlockUnits : k0);
+    // NOTE: k0 >= 0; the unsigned shift spares the rounding fix-up of a signed division.
+    return kBAlongRows ? 0 : (Cfg::kQuantB ? static_cast<int>(static_cast<u32>(k0) >> 5) * Cfg::kQuantBlockUnits : k0);
   }
 
   // The fragments of the warp step at `kk` (K offset inside the tile) of K tile `tile`

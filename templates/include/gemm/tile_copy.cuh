@@ -42,12 +42,17 @@ struct TileCopy {
   static_assert(Cols % Vec == 0, "a tile row holds whole vectors");
   static_assert(Threads % kVecsPerRow == 0, "the CTA's threads must cover whole tile rows");
 
-  const char* base;  // the matrix: the address of copies that read nothing
-  const char* ptr;   // this thread's first element of the tile at origin (row0, col0)
-  i64 ld_bytes;     // leading dimension in bytes
-  int row, col;     // this thread's first element, in global coordinates
-  int rows, cols;   // global extents: accesses outside read nothing and store zeros
-  u32 smem_offset;  // this thread's first element inside a shared tile, in bytes
+  static_assert(kIters <= 32, "a thread's copies fit the 32-bit row mask");
+
+  const char* base;   // the matrix: the address of copies that read nothing
+  const char* ptr;    // this thread's first element of the tile at origin (row0, col0)
+  i64 ld_bytes;       // leading dimension in bytes
+  i64 row_step;       // bytes between a thread's successive copies (kRowStep rows)
+  int row, col;       // this thread's first element, in global coordinates
+  int rows, cols;     // global extents: accesses outside read nothing and store zeros
+  u32 rows_inside;    // bit i: copy i of the undisplaced tile lies in a row < rows
+  int col_bytes;      // bytes of this thread's vector left of the column edge (0 .. 2 Vec)
+  u32 smem_offset;    // this thread's first element inside a shared tile, in bytes
 
   __device__ __forceinline__ void init(const void* base_, i64 ld, int rows_, int cols_, int row0, int col0) {
     const int r = threadIdx.x / kVecsPerRow;
@@ -60,6 +65,61 @@ struct TileCopy {
     base = static_cast<const char*>(base_);
     ptr = base + row * ld_bytes + static_cast<i64>(col) * 2;
     smem_offset = static_cast<u32>((r * Lds + c) * 2);
+    row_step = kRowStep * ld_bytes;
+    rows_inside = 0;
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) rows_inside |= (row + i * kRowStep < rows_ ? 1u : 0u) << i;
+    col_bytes = (cols_ - col) * 2;
+    col_bytes = col_bytes < 0 ? 0 : (col_bytes > kBytes ? kBytes : col_bytes);
+  }
+
+  // Keep the per-thread state of the issue_* copies in registers.
+  // NOTE: the optimizer would otherwise rebuild it from the kernel parameters at every
+  // copy of the mainloop (a dozen instructions each). The register-staged mainloop,
+  // short of registers and copying once per tile, lets it do so.
+  __device__ __forceinline__ void pin() {
+    opaque(ptr);
+    opaque(row_step);
+    opaque(rows_inside);
+    opaque(col_bytes);
+  }
+
+  // issue() for a tile displaced only along the rows (K runs down the rows: B stored
+  // K x N, and the group rows of the scales): the column edge is the same for every
+  // tile, so only the row test is left per copy.
+  __device__ __forceinline__ void issue_rows(u32 dst, int drow, int begin, int end) const {
+    if constexpr (Vec == 1) {
+      issue(dst, drow, 0, begin, end);
+    } else {
+      const char* tile_ptr = ptr + drow * ld_bytes;
+      const int last_row = rows - row - drow;  // copies in rows below this offset read
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        if (i < begin || i >= end) continue;
+        if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
+        const int bytes = i * kRowStep < last_row ? col_bytes : 0;
+        // NOTE: a copy that reads nothing still gets a valid address (the matrix base).
+        cp_async_zfill<kBytes>(dst + smem_offset + i * kRowStep * Lds * 2, bytes ? tile_ptr + i * row_step : base,
+                               bytes);
+      }
+    }
+  }
+
+  // issue() for a tile displaced only along the columns, for the tiles clear of the
+  // column edge (`dcol` + Cols <= cols - col0): K runs along the columns (A, and B
+  // stored N x K), so that is every K tile but the last. Each copy is then a whole
+  // vector or, in a row past the matrix, none: its source is ignored (the ignore-src
+  // operand of cp.async) and the destination zero-filled.
+  __device__ __forceinline__ void issue_inside_cols(u32 dst, int dcol, int begin, int end) const {
+    static_assert(Vec > 1, "2-byte copies go through registers (issue)");
+    const char* tile_ptr = ptr + static_cast<i64>(dcol) * 2;
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      if (i < begin || i >= end) continue;
+      if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
+      cp_async_or_zeros<kBytes>((rows_inside >> i) & 1u, dst + smem_offset + i * kRowStep * Lds * 2,
+                                tile_ptr + i * row_step);
+    }
   }
 
   // Issue the copies of iterations [begin, end) for the tile displaced by
