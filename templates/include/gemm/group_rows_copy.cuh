@@ -6,8 +6,7 @@
 // NOTE: a thread's rows of the stage tile are fixed, so its source is a pointer
 // computed once plus the tile's first group times the leading dimension: one uniform
 // product per tile. Only the rows of groups the tile really touches are read (a tile
-// of 256 with groups of 128 needs 2 of its 8 rows); the others are zero-filled and
-// never looked at.
+// of 256 with groups of 128 needs 2 of its 8 rows).
 #pragma once
 #include "gemm/ptx.cuh"
 
@@ -48,18 +47,26 @@ struct GroupRowsCopy {
       opaque(src[i]);
     }
     opaque(col_bytes);
+    opaque(ld_bytes);
   }
 
-  // Rows of the groups [g0, g_end) into the stage at `dst`.
-  __device__ __forceinline__ void issue(u32 dst, int g0, int g_end) const {
+  // Rows of the groups [g0, g_end) into the stage at `dst`; those of groups past the
+  // matrix's last (`groups`) are zero-filled: warp steps past K still read them, and
+  // their products must stay finite. The other rows of the stage are left as they
+  // are: no warp reads them. Neither are columns past N copied: they feed only output
+  // columns that are never stored.
+  __device__ __forceinline__ void issue(u32 dst, int g0, int g_end, int groups) const {
     const i64 shift = g0 * ld_bytes;
     const int rows = g_end - g0;
+    const int rows_inside = (g_end < groups ? g_end : groups) - g0;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
-      const int bytes = group_row[i] < rows ? col_bytes : 0;
-      // NOTE: a copy that reads nothing still gets a valid address (V itself).
-      cp_async_zfill<16>(dst + smem_offset + i * kRowStep * Lds * 2, bytes ? src[i] + shift : base, bytes);
+      if (group_row[i] < rows && col_bytes > 0) {
+        const int bytes = group_row[i] < rows_inside ? col_bytes : 0;
+        // NOTE: a copy that reads nothing still gets a valid address (V itself).
+        cp_async_zfill<16>(dst + smem_offset + i * kRowStep * Lds * 2, bytes ? src[i] + shift : base, bytes);
+      }
     }
   }
 };

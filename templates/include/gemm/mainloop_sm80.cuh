@@ -66,7 +66,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     if constexpr (Cfg::kQuantB) {
       // The scale and zero rows of the groups this tile touches ride in the same stage.
       if (step == 0) {
-        this->copy_group_rows.issue(sb + Cfg::kStageBytesB, this->group_of(k0), this->group_end(k0));
+        this->copy_group_rows.issue(sb + Cfg::kStageBytesB, this->group_of(k0), this->group_end(k0), this->groups);
       }
     }
   }

@@ -31,11 +31,8 @@ struct OperandCopies {
   // Group of the K index `k` counted from the split's first element.
   __device__ __forceinline__ int group_of(int k) const { return (k_origin + k) >> group_shift; }
 
-  // One past the last group the K tile at `k0` touches.
-  __device__ __forceinline__ int group_end(int k0) const {
-    const int g = group_of(k0 + Cfg::kCtaK - 1) + 1;
-    return g < groups ? g : groups;
-  }
+  // One past the last group the K tile at `k0` spans, counting groups past K.
+  __device__ __forceinline__ int group_end(int k0) const { return group_of(k0 + Cfg::kCtaK - 1) + 1; }
 
   // (m0, n0): the CTA's output tile; k0: the first K element of its split.
   template <class Params>
