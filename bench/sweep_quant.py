@@ -1,7 +1,7 @@
 """Every quantized kernel of the registry at every split count on one W4A16 (or W8A16)
 problem: the table behind a tuning decision, for reading alongside Nsight Compute.
 
-    python -m bench.sweep_quant [--m 1] [--n 57344] [--k 8192] [--bits 4] [--max-splits 8] [--only 16x128]
+    python -m bench.sweep_quant [--m 1] [--n 57344] [--k 8192] [--bits 4] [--group 128] [--max-splits 8] [--only 16x128]
 
 Prints one line per (kernel, splits): median L2-flushed time and the weight bandwidth.
 """
@@ -25,12 +25,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=57344)
     ap.add_argument("--k", type=int, default=8192)
     ap.add_argument("--bits", type=int, default=4)
+    ap.add_argument("--group", type=int, default=128, help="group size along K (-1: per channel)")
     ap.add_argument("--max-splits", type=int, default=8)
     ap.add_argument("--only", default="", help="only kernels whose name contains this")
     args = ap.parse_args()
     gemm = Gemm()
     w = torch.randn(args.n, args.k, device="cuda", dtype=torch.float16) * 0.02
-    packed = pack_for_gemm(quantize(w, bits=args.bits, group_size=128))
+    packed = pack_for_gemm(quantize(w, bits=args.bits, group_size=args.group))
     weight_bytes = packed.b.numel() + packed.v.numel() * 2
     a = torch.randn(args.m, args.k, device="cuda", dtype=torch.float16)
     out = torch.empty(args.m, args.n, device="cuda", dtype=torch.float16)
@@ -40,7 +41,7 @@ def main() -> None:
         for k in gemm.registry.kernels
         if k.spec.b_type.value == b_type and k.spec.a_type.value == "f16" and args.only in k.name
     )
-    print(f"M={args.m} N={args.n} K={args.k} W{args.bits}: {weight_bytes / 1e6:.1f} MB of weights")
+    print(f"M={args.m} N={args.n} K={args.k} W{args.bits} g{args.group}: {weight_bytes / 1e6:.1f} MB of weights")
     for name in names:
         for splits in range(1, args.max_splits + 1):
             spec = LaunchSpec(name, splits)

@@ -51,7 +51,6 @@ struct TileCopy {
   int row, col;       // this thread's first element, in global coordinates
   int rows, cols;     // global extents: accesses outside read nothing and store zeros
   u32 rows_inside;    // bit i: copy i of the undisplaced tile lies in a row < rows
-  int col_bytes;      // bytes of this thread's vector left of the column edge (0 .. 2 Vec)
   u32 smem_offset;    // this thread's first element inside a shared tile, in bytes
 
   __device__ __forceinline__ void init(const void* base_, i64 ld, int rows_, int cols_, int row0, int col0) {
@@ -69,11 +68,9 @@ struct TileCopy {
     rows_inside = 0;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) rows_inside |= (row + i * kRowStep < rows_ ? 1u : 0u) << i;
-    col_bytes = (cols_ - col) * 2;
-    col_bytes = col_bytes < 0 ? 0 : (col_bytes > kBytes ? kBytes : col_bytes);
   }
 
-  // Keep the per-thread state of the issue_* copies in registers.
+  // Keep the per-thread state of issue_inside_cols() in registers.
   // NOTE: the optimizer would otherwise rebuild it from the kernel parameters at every
   // copy of the mainloop (a dozen instructions each). The register-staged mainloop,
   // short of registers and copying once per tile, lets it do so.
@@ -81,28 +78,6 @@ struct TileCopy {
     opaque(ptr);
     opaque(row_step);
     opaque(rows_inside);
-    opaque(col_bytes);
-  }
-
-  // issue() for a tile displaced only along the rows (K runs down the rows: B stored
-  // K x N, and the group rows of the scales): the column edge is the same for every
-  // tile, so only the row test is left per copy.
-  __device__ __forceinline__ void issue_rows(u32 dst, int drow, int begin, int end) const {
-    if constexpr (Vec == 1) {
-      issue(dst, drow, 0, begin, end);
-    } else {
-      const char* tile_ptr = ptr + drow * ld_bytes;
-      const int last_row = rows - row - drow;  // copies in rows below this offset read
-#pragma unroll
-      for (int i = 0; i < kIters; ++i) {
-        if (i < begin || i >= end) continue;
-        if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
-        const int bytes = i * kRowStep < last_row ? col_bytes : 0;
-        // NOTE: a copy that reads nothing still gets a valid address (the matrix base).
-        cp_async_zfill<kBytes>(dst + smem_offset + i * kRowStep * Lds * 2, bytes ? tile_ptr + i * row_step : base,
-                               bytes);
-      }
-    }
   }
 
   // issue() for a tile displaced only along the columns, for the tiles clear of the
