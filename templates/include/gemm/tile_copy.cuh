@@ -72,8 +72,9 @@ struct TileCopy {
 
   // Keep the per-thread state of issue_inside_cols() in registers.
   // NOTE: the optimizer would otherwise rebuild it from the kernel parameters at every
-  // copy of the mainloop (a dozen instructions each). The register-staged mainloop,
-  // short of registers and copying once per tile, lets it do so.
+  // copy of the mainloop (a dozen instructions each). Mainloops that copy with issue()
+  // (the register-staged one, the SM80 prefill tiles) do not pin: registers are
+  // scarcer there than copy instructions.
   __device__ __forceinline__ void pin() {
     opaque(ptr);
     opaque(row_step);
