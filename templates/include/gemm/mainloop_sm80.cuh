@@ -52,7 +52,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     const int a_begin = step * CopyA::kIters / kSteps, a_end = (step + 1) * CopyA::kIters / kSteps;
     const int b_begin = step * CopyB::kIters / kSteps, b_end = (step + 1) * CopyB::kIters / kSteps;
     // Every tile but the last lies inside K: whole vectors, no per-copy edge arithmetic.
-    const bool inside_k = kWholeVectorCopies && k0 + Cfg::kCtaK <= this->k_extent;
+    const bool inside_k = k0 + Cfg::kCtaK <= this->k_extent;
     if constexpr (kWholeVectorCopies) {
       if (inside_k)
         this->copy_a.issue_inside_cols(sa, k0, a_begin, a_end);
