@@ -62,7 +62,7 @@ __device__ __forceinline__ bool split_k_reduce(Warp& warp, const Params& p, int 
     float* mine = slots + static_cast<i64>(split) * kTileFloats;
 #pragma unroll
     for (int i = 0; i < Warp::kAcc; ++i)
-      if (row_of(i) < rows_left) st_cg(mine + i * kThreads + tid, acc[i]);
+      st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
     __threadfence();  // the partials are visible GPU-wide before the arrival below
     named_barrier_sync<kThreads>(kBarrier);
     if (tid == 0) red_release_gpu_add(sem, 1);
@@ -78,7 +78,7 @@ __device__ __forceinline__ bool split_k_reduce(Warp& warp, const Params& p, int 
     const float* theirs = slots + static_cast<i64>(s) * kTileFloats;
 #pragma unroll
     for (int i = 0; i < Warp::kAcc; ++i)
-      if (row_of(i) < rows_left) acc[i] += ld_cg(theirs + i * kThreads + tid);
+      acc[i] += ld_cg_or_zero(row_of(i) < rows_left, theirs + i * kThreads + tid);
   }
   return true;
 }

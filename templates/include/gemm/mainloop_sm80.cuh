@@ -20,6 +20,16 @@
 
 namespace gemm {
 
+// A lane's packed weights per k32 step of a dequantizing warp (one word each when unused).
+template <class Warp, bool Direct>
+struct DirectShape {
+  static constexpr int kNI = 1, kWords = 1;
+};
+template <class Warp>
+struct DirectShape<Warp, true> {
+  static constexpr int kNI = Warp::kNI, kWords = Warp::Dq::kWords;
+};
+
 template <class Cfg>
 struct MainloopSm80 : OperandCopies<Cfg> {
   using Base = OperandCopies<Cfg>;
@@ -33,6 +43,21 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // NOTE: measured on the H200, the prefill tiles ran 8-12% slower at M = 1024 with
   // them (and no faster at M = 128), so they keep the general TileCopy::issue.
   static constexpr bool kWholeVectorCopies = Cfg::kAlign > 1 && (Cfg::kQuantB || Cfg::kCtaM <= 32);
+  // Quantized B straight from global memory into registers, one K tile ahead, for
+  // tiles whose weights each feed one warp only (one warp along M, at most 32 rows):
+  // no shared-memory round trip, no per-copy address arithmetic, and nothing for
+  // other warps to wait for.
+  static constexpr bool kDirectB = Cfg::kQuantB && Cfg::kWarpsM == 1 && Cfg::kCtaM <= 32;
+  using Warp = WarpMma<Cfg>;
+  static constexpr int kDirectWords = DirectShape<Warp, kDirectB>::kWords;
+  static constexpr int kDirectNI = DirectShape<Warp, kDirectB>::kNI;
+  static constexpr int kBlockBytes = Cfg::kQuantBlockUnits * 2;  // one n8 x k32 block
+  using TileWords = u32[kSteps][kDirectNI][kDirectWords];
+
+  // kDirectB: this lane's first word of block 0 (the split's first) of the CTA's
+  // first n8 row; the bytes between n8 rows; the n8 rows and k32 blocks left from there.
+  const char* b_lane;
+  int b_row_bytes, b_rows_left, b_blocks_left;
 
   template <class Params>
   __device__ __forceinline__ void init(const Params& p, int m0, int n0, int k0) {
@@ -42,6 +67,35 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       this->copy_b.pin();
     }
     if constexpr (Cfg::kQuantB) this->copy_group_rows.init(p.V, p.ldv, p.groups, p.N, n0);
+    if constexpr (kDirectB) {
+      const int lane = threadIdx.x & 31;
+      b_row_bytes = static_cast<int>(p.ldb) * 2;
+      b_lane = static_cast<const char*>(p.B) + static_cast<i64>(n0 / 8) * b_row_bytes +
+               static_cast<i64>(k0 / 32) * kBlockBytes + lane * kDirectWords * 4;
+      b_rows_left = (p.N + 7) / 8 - n0 / 8;
+      b_blocks_left = (p.K + 31) / 32 - k0 / 32;
+    }
+  }
+
+  // kDirectB: the warp's packed weights of K tile `tile` (every k32 step, every n8
+  // row). Blocks past K and rows past N read nothing and leave zeros.
+  __device__ __forceinline__ void load_tile_words(TileWords& w, int tile, int warp_n0, int warp_k0) const {
+    const int block0 = (tile * Cfg::kCtaK + warp_k0) / 32;
+    const int row0 = warp_n0 / 8;
+    const char* src = b_lane + static_cast<i64>(row0) * b_row_bytes + static_cast<i64>(block0) * kBlockBytes;
+    if (block0 + kSteps <= b_blocks_left && row0 + kDirectNI <= b_rows_left) {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+        for (int ni = 0; ni < kDirectNI; ++ni) ld_stream(w[s][ni], src + ni * b_row_bytes + s * kBlockBytes);
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+        for (int ni = 0; ni < kDirectNI; ++ni)
+          ld_stream_or_zeros(block0 + s < b_blocks_left && row0 + ni < b_rows_left, w[s][ni],
+                             src + ni * b_row_bytes + s * kBlockBytes);
+    }
   }
 
   // Slice `step` of the copies of K tile `tile` into ring buffer `stage`.
@@ -61,7 +115,9 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     } else {
       this->copy_a.issue(sa, 0, k0, a_begin, a_end);
     }
-    if constexpr (kWholeVectorCopies && !Base::kBAlongRows) {
+    if constexpr (kDirectB) {
+      // B goes straight to registers (load_tile_words).
+    } else if constexpr (kWholeVectorCopies && !Base::kBAlongRows) {
       if (inside_k)
         this->copy_b.issue_inside_cols(sb, Base::b_dcol(k0), b_begin, b_end);
       else
@@ -83,9 +139,32 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     this->load_fragments(warp, buf, smem + stage * Cfg::kStageBytes, tile, kk, warp_m0, warp_n0);
   }
 
+  // kDirectB: the same with step `s`'s packed weights from `w`.
+  __device__ __forceinline__ void load_step(Warp& warp, int buf, u32 smem, int stage, int tile, int kk, int warp_m0,
+                                            int warp_n0, const TileWords& w, int s) const {
+    const u32 sa = smem + stage * Cfg::kStageBytes;
+    const u32 sv = sa + Cfg::kStageBytesA + Cfg::kStageBytesB;
+    const int k0 = tile * Cfg::kCtaK;
+    const int group = this->group_of(k0 + kk);
+    warp.load(buf, sa, sv, group, group - this->group_of(k0), warp_m0, warp_n0, kk, w[s]);
+  }
+
   __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
                                              int warp_k0) const {
     constexpr int S = Cfg::kStages;
+    // kDirectB: the packed weights of the tile being multiplied and of the next one.
+    TileWords words, next_words;
+    if constexpr (kDirectB) {
+      if (k_tiles > 0) load_tile_words(words, 0, warp_n0, warp_k0);
+    }
+    auto fragments = [&](int buf, int stage, int tile, int step) {
+      const int kk = warp_k0 + step * kStepK;
+      if constexpr (kDirectB) {
+        load_step(warp, buf, smem, stage, tile, kk, warp_m0, warp_n0, words, step);
+      } else {
+        load_step(warp, buf, smem, stage, tile, kk, warp_m0, warp_n0);
+      }
+    };
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
       if (s < k_tiles) {
@@ -99,13 +178,15 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 
     int read = 0;
     int write = S - 1;
-    load_step(warp, 0, smem, 0, 0, warp_k0, warp_m0, warp_n0);
+    fragments(0, 0, 0, 0);
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
+      if constexpr (kDirectB) {
+        if (t + 1 < k_tiles) load_tile_words(next_words, t + 1, warp_n0, warp_k0);
+      }
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
-        if (step + 1 < kSteps)
-          load_step(warp, (step + 1) & 1, smem, read, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
+        if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
         if (refill) issue_tile(smem, write, t + S - 1, step);
         warp.mma(step & 1);
         if (step + 1 == kSteps) {
@@ -114,9 +195,17 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           __syncthreads();
           read = read + 1 == S ? 0 : read + 1;
           write = write + 1 == S ? 0 : write + 1;
+          if constexpr (kDirectB) {
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+              for (int ni = 0; ni < kDirectNI; ++ni)
+#pragma unroll
+                for (int i = 0; i < kDirectWords; ++i) words[s][ni][i] = next_words[s][ni][i];
+          }
           // Step 0 of the next tile always reads buffer 0; a finished MMA no longer
           // needs its registers, so this is safe even when kSteps is odd.
-          if (t + 1 < k_tiles) load_step(warp, 0, smem, read, t + 1, warp_k0, warp_m0, warp_n0);
+          if (t + 1 < k_tiles) fragments(0, read, t + 1, 0);
         }
       }
     }

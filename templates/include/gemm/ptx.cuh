@@ -205,6 +205,40 @@ __device__ __forceinline__ void ld_shared_v2(u32 (&r)[2], u32 addr) {
 }
 
 // ---------------------------------------------------------------------------
+// Global -> register loads of data every CTA reads once (packed weights): through
+// the non-coherent path, not kept in L1, so the activations cached there stay.
+// The `_or_zeros` forms are predicated in the instruction (no branch per load) and
+// leave zeros where `pred` is false.
+// ---------------------------------------------------------------------------
+template <int Words>
+__device__ __forceinline__ void ld_stream(u32 (&r)[Words], const void* p) {
+  static_assert(Words == 1 || Words == 2, "one or two 32-bit words");
+  if constexpr (Words == 1) {
+    asm volatile("ld.global.nc.L1::no_allocate.b32 %0, [%1];\n" : "=r"(r[0]) : "l"(p));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.v2.b32 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+  }
+}
+
+template <int Words>
+__device__ __forceinline__ void ld_stream_or_zeros(bool pred, u32 (&r)[Words], const void* p) {
+  static_assert(Words == 1 || Words == 2, "one or two 32-bit words");
+#pragma unroll
+  for (int i = 0; i < Words; ++i) r[i] = 0;
+  if constexpr (Words == 1) {
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q ld.global.nc.L1::no_allocate.b32 %0, [%1];\n}\n"
+        : "+r"(r[0])
+        : "l"(p), "r"(static_cast<int>(pred)));
+  } else {
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %3, 0;\n @q ld.global.nc.L1::no_allocate.v2.b32 {%0,%1}, [%2];\n}\n"
+        : "+r"(r[0]), "+r"(r[1])
+        : "l"(p), "r"(static_cast<int>(pred)));
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Split-K handshake: a per-tile semaphore in global memory (acquire / release at
 // GPU scope), fp32 partials through L2 only (.cg) so no SM reads a stale L1 line,
 // and a named barrier for the warps still running after the K-slice reduction.
@@ -223,13 +257,21 @@ __device__ __forceinline__ void red_release_gpu_add(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
-__device__ __forceinline__ float ld_cg(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+// Predicated in the instruction, not by a branch around it: the loads of a tile's
+// partial sums then go out back to back instead of one round trip each.
+__device__ __forceinline__ float ld_cg_or_zero(bool pred, const float* p) {
+  float v = 0.f;
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q ld.global.cg.f32 %0, [%1];\n}\n"
+      : "+f"(v)
+      : "l"(p), "r"(static_cast<int>(pred)));
   return v;
 }
 
-__device__ __forceinline__ void st_cg(float* p, float v) { asm volatile("st.global.cg.f32 [%0], %1;\n" ::"l"(p), "f"(v)); }
+__device__ __forceinline__ void st_cg_if(bool pred, float* p, float v) {
+  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n @q st.global.cg.f32 [%0], %1;\n}\n" ::"l"(p), "f"(v),
+               "r"(static_cast<int>(pred)));
+}
 
 template <int Threads>
 __device__ __forceinline__ void named_barrier_sync(int id) {

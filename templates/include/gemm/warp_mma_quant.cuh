@@ -30,10 +30,33 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   typename Dq::Consts consts[kNI];
   int consts_group = -1;  // the group `consts` were made for
 
+  using Words = u32[kNI][Dq::kWords];  // a lane's packed weights of one k32 step
+
   // Fragments of the k32 step at K offset `k0` of the stage into buffer `buf`.
   // `group`: the step's group; `group_row`: that group's row in the stage's V tile.
   __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_b, u32 smem_v, int group, int group_row,
                                        int warp_m0, int warp_n0, int k0) {
+    const int lane = threadIdx.x & 31;
+    // Row warp_n0 / 8 + ni of the B tile, block k0 / 32, this lane's words.
+    constexpr int kLaneBytes = Dq::kWords * 4;
+    const u32 block = smem_b + ((warp_n0 / 8) * Cfg::kLdsB + k0 / 32 * Cfg::kQuantBlockUnits) * 2 + lane * kLaneBytes;
+    Words w;
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni) {
+      const u32 addr = block + ni * Cfg::kLdsB * 2;
+      if constexpr (Dq::kWords == 1) {
+        w[ni][0] = ld_shared_u32(addr);
+      } else {
+        ld_shared_v2(w[ni], addr);
+      }
+    }
+    load(buf, smem_a, smem_v, group, group_row, warp_m0, warp_n0, k0, w);
+  }
+
+  // The same with the lane's packed weights already in registers (MainloopSm80's
+  // direct B loads).
+  __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_v, int group, int group_row, int warp_m0,
+                                       int warp_n0, int k0, const Words& w) {
     const int lane = threadIdx.x & 31;
     load_a_fragments<Cfg>(a[buf][0], smem_a, warp_m0, k0);
     load_a_fragments<Cfg>(a[buf][1], smem_a, warp_m0, k0 + 16);
@@ -46,20 +69,8 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
         consts[ni] = Dq::make(ld_shared_u16(v), ld_shared_u16(v + kZerosOffset));
       }
     }
-    // Row warp_n0 / 8 + ni of the B tile, block k0 / 32, this lane's words.
-    constexpr int kLaneBytes = Dq::kWords * 4;
-    const u32 block = smem_b + ((warp_n0 / 8) * Cfg::kLdsB + k0 / 32 * Cfg::kQuantBlockUnits) * 2 + lane * kLaneBytes;
 #pragma unroll
-    for (int ni = 0; ni < kNI; ++ni) {
-      u32 w[Dq::kWords];
-      const u32 addr = block + ni * Cfg::kLdsB * 2;
-      if constexpr (Dq::kWords == 1) {
-        w[0] = ld_shared_u32(addr);
-      } else {
-        ld_shared_v2(w, addr);
-      }
-      Dq::apply(w, consts[ni], b[buf][ni]);
-    }
+    for (int ni = 0; ni < kNI; ++ni) Dq::apply(w[ni], consts[ni], b[buf][ni]);
   }
 
   __device__ __forceinline__ void mma(int buf) {
