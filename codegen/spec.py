@@ -92,6 +92,22 @@ class KernelSpec:
         return 16 * self.b_type.bits if self.quantized else 0
 
     @property
+    def direct_b(self) -> bool:
+        """Quantized B travels global -> registers, not through shared memory: SM80
+        mainloop tiles whose weights each feed one warp (one warp along M, <= 32 rows)."""
+        return self.quantized and self.mainloop is Mainloop.SM80 and self.warps[0] == 1 and self.cta[0] <= 32
+
+    @property
+    def min_ctas_per_sm(self) -> int:
+        """CTAs per SM the compiler must leave registers for (1: no constraint).
+
+        Direct-B kernels hide the weights' latency with warps: two CTAs of 8 warps
+        cap a thread at 65536 / (16 * 32) = 128 registers. Not asked of 4-warp CTAs:
+        the 8-bit and 32-row ones spill at 128 (sm_90, NVRTC 13).
+        """
+        return 2 if self.direct_b and self.threads == 256 else 1
+
+    @property
     def threads(self) -> int:
         wm, wn, wk = self.warps
         return 32 * wm * wn * wk
@@ -108,7 +124,7 @@ class KernelSpec:
         v_bytes = 0
         if self.quantized:
             # Fragment-ordered rows of 8 columns, plus scale and zero rows per stage.
-            b_bytes = n // 8 * (k // 32 * self.quant_block_units + _SMEM_PAD) * 2
+            b_bytes = 0 if self.direct_b else n // 8 * (k // 32 * self.quant_block_units + _SMEM_PAD) * 2
             v_bytes = 2 * max(1, k // 32) * (n + _SMEM_PAD) * 2
         elif self.b_order is BOrder.NK:
             b_bytes = n * (k + _SMEM_PAD) * 2

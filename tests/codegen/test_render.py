@@ -46,6 +46,19 @@ def test_rendered_content(default_set: list[LoadedKernel]) -> None:
     assert text.endswith("}\n")
 
 
+def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
+    # The direct-B flag and the register cap reach the compiled code.
+    direct = [k for k in default_set if k.spec.direct_b]
+    assert direct, "the default set ships direct-B decode kernels"
+    for k in direct:
+        text = render_kernel(k.spec, k.source)
+        assert f", {k.spec.align}, true>;" in text
+        bounds = f"{k.spec.threads}, {k.spec.min_ctas_per_sm}" if k.spec.min_ctas_per_sm > 1 else f"{k.spec.threads}"
+        assert f"__launch_bounds__({bounds}) {k.spec.name}(" in text
+    dense = render_kernel(default_set[0].spec, default_set[0].source)
+    assert f", {default_set[0].spec.align}, false>;" in dense
+
+
 def test_write_generated(tmp_path: Path, default_set: list[LoadedKernel]) -> None:
     out = tmp_path / "generated"
     result = write_generated(default_set, out)

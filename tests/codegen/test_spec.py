@@ -84,3 +84,28 @@ def test_derived() -> None:
     assert SPEC.threads == 128
     assert SPEC.warp_tile == (64, 64, 32)
     assert SPEC.archs_that_fit([70, 80, 86, 90]) == [80, 86, 90]
+
+
+def test_direct_b_only_for_one_warp_along_m_sm80_quantized() -> None:
+    decode = spec_for(b_type=DataType.U4, cta=(16, 128, 256), warps=(1, 4, 2), stages=3)
+    assert decode.direct_b
+    assert not dataclasses.replace(decode, b_type=DataType.F16).direct_b  # dense B
+    assert not dataclasses.replace(decode, mainloop=Mainloop.SM70, mma=MmaAtom.M16N8K8, stages=2).direct_b
+    assert not dataclasses.replace(decode, cta=(32, 128, 256), warps=(2, 2, 2)).direct_b  # weights shared by 2 warps
+    assert not dataclasses.replace(decode, cta=(64, 128, 64), warps=(1, 4, 1)).direct_b  # prefill rows
+
+
+def test_direct_b_smem_has_no_b_tile() -> None:
+    # Per stage: A 16 * (256 + 8) * 2 = 8448, scales and zeros 2 * 8 * (128 + 8) * 2 = 4352.
+    decode = spec_for(b_type=DataType.U4, cta=(16, 128, 256), warps=(1, 4, 2), stages=3)
+    assert decode.smem_bytes == 3 * (8448 + 4352)
+    # The SM70 mainloop stages B: 16 rows of 8 * 256 / 32 * 16 + 8 units.
+    sm70 = dataclasses.replace(decode, mainloop=Mainloop.SM70, mma=MmaAtom.M16N8K8, stages=2)
+    assert sm70.smem_bytes == 2 * (8448 + 16 * (8 * 64 + 8) * 2 + 4352)
+
+
+def test_min_ctas_per_sm_caps_registers_of_8_warp_direct_b_tiles() -> None:
+    decode = spec_for(b_type=DataType.U4, cta=(16, 128, 256), warps=(1, 4, 2), stages=3)
+    assert decode.min_ctas_per_sm == 2
+    assert dataclasses.replace(decode, cta=(16, 128, 128), warps=(1, 4, 1)).min_ctas_per_sm == 1
+    assert SPEC.min_ctas_per_sm == 1

@@ -22,7 +22,7 @@ struct AtomM8N8K4 {};    // sm_70/sm_75 native; emulated in software from sm_80 
 enum class OrderB { kNK, kKN };
 
 template <class Atom_, class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
-          int WarpsK_, int Stages_, OrderB OrderB_, int Align_>
+          int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_>
 struct GemmConfig {
   using Atom = Atom_;
   using TA = TA_;
@@ -53,6 +53,9 @@ struct GemmConfig {
   static constexpr int kBitsB = QuantBits<TB>::value;
   static constexpr bool kQuantB = kBitsB > 0;
   static constexpr int kQuantBlockUnits = 16 * kBitsB;  // one n8 x k32 block
+  // Quantized B straight from global memory into registers (MainloopSm80), so no B
+  // tile in the stages: for tiles whose weights each feed one warp (codegen/spec.py).
+  static constexpr bool kDirectB = DirectB_;
   static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
   static constexpr int kTileBRows = kQuantB ? kCtaN / 8 : (kOrderB == OrderB::kNK ? kCtaN : kCtaK);
   static constexpr int kTileBCols = kQuantB ? kCtaK / 32 * kQuantBlockUnits : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);
@@ -61,7 +64,7 @@ struct GemmConfig {
   static constexpr int kGroupRows = kQuantB ? (kCtaK / 32 > 1 ? kCtaK / 32 : 1) : 0;
   static constexpr int kLdsV = kCtaN + kPad;
   static constexpr int kStageBytesA = kTileARows * kLdsA * 2;
-  static constexpr int kStageBytesB = kTileBRows * kLdsB * 2;
+  static constexpr int kStageBytesB = kDirectB ? 0 : kTileBRows * kLdsB * 2;
   static constexpr int kStageBytesV = 2 * kGroupRows * kLdsV * 2;  // scales, then zeros
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB + kStageBytesV;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
@@ -74,6 +77,7 @@ struct GemmConfig {
   static_assert(!kQuantB || (kOrderB == OrderB::kNK && kWarpTileK % 32 == 0),
                 "quantized B is N x K, dequantized in k32 blocks: the warp tile K must be a multiple of 32");
   static_assert(!kQuantB || !kSame<Atom, AtomM8N8K4>, "quantized B needs an m16n8 atom (m16n8k16 or m16n8k8)");
+  static_assert(!kDirectB || (kQuantB && kWarpsM == 1), "direct B loads are for quantized B, one warp along M");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
   static_assert(kCtaM % kWarpsM == 0 && kCtaN % kWarpsN == 0 && kCtaK % kWarpsK == 0,
                 "CTA tile must split evenly over the warps");

@@ -23,6 +23,7 @@ struct MainloopSm70 : OperandCopies<Cfg> {
   static constexpr int kStepK = WarpMma<Cfg>::kStepK;
   static constexpr int kSteps = Cfg::kWarpTileK / kStepK;
   static_assert(Cfg::kStages == 2, "the SM70 mainloop double-buffers: stages must be 2");
+  static_assert(!Cfg::kDirectB, "the SM70 mainloop stages B through shared memory");
   // Quantized B's scales and zeros travel with B; dense kernels stage nothing for them.
   static constexpr int kStagedV = Cfg::kQuantB ? CopyV::kIters : 1;
 

@@ -9,6 +9,10 @@
 //              the first fragments of tile t+1, so the MMA pipe never waits on a
 //              shared-memory load at a tile boundary.
 //
+// Direct B (Cfg::kDirectB, quantized decode tiles): B skips the ring. Each warp loads
+// its packed words of tile t+1 into registers at the start of tile t (WeightStream),
+// and the A and scale/zero tiles alone travel by cp.async.
+//
 // NOTE: the barrier at the end of tile t-1 is what makes refilling tile t-1's
 // buffer during tile t safe: every warp has loaded all its fragments by then.
 //
@@ -17,6 +21,7 @@
 #pragma once
 #include "gemm/operand_copies.cuh"
 #include "gemm/warp_mma_of.cuh"
+#include "gemm/weight_stream.cuh"
 
 namespace gemm {
 
@@ -44,21 +49,18 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // them (and no faster at M = 128), so they keep the general TileCopy::issue.
   static constexpr bool kWholeVectorCopies = Cfg::kAlign > 1 && (Cfg::kQuantB || Cfg::kCtaM <= 32);
   // Quantized B straight from global memory into registers, one K tile ahead, for
-  // tiles whose weights each feed one warp only (one warp along M, at most 32 rows):
-  // no shared-memory round trip, no per-copy address arithmetic, and nothing for
-  // other warps to wait for.
-  static constexpr bool kDirectB = Cfg::kQuantB && Cfg::kWarpsM == 1 && Cfg::kCtaM <= 32;
+  // tiles whose weights each feed one warp only (Cfg::kDirectB): no shared-memory
+  // round trip, no per-copy address arithmetic, and nothing for other warps to wait for.
+  static constexpr bool kDirectB = Cfg::kDirectB;
   using Warp = WarpMma<Cfg>;
-  static constexpr int kDirectWords = DirectShape<Warp, kDirectB>::kWords;
   static constexpr int kDirectNI = DirectShape<Warp, kDirectB>::kNI;
-  static constexpr int kBlockBytes = Cfg::kQuantBlockUnits * 2;  // one n8 x k32 block
-  using TileWords = u32[kSteps][kDirectNI][kDirectWords];
+  static constexpr int kDirectWords = DirectShape<Warp, kDirectB>::kWords;
+  static constexpr int kBlockBytes = Cfg::kQuantBlockUnits * 2;  // one n8 x k32 block of packed B
+  using Cursor = WeightCursor<kDirectNI, kDirectWords, kBlockBytes, Cfg::kCtaK / 32>;
+  using StepWords = typename Cursor::StepWords;
+  using TileWords = StepWords[kSteps];
 
-  // kDirectB: this lane's first word of block 0 (the split's first) of the CTA's
-  // first n8 row; the bytes between n8 rows; the n8 rows and k32 blocks left from there.
-  const char* b_lane;
-  int b_row_bytes, b_rows_left, b_blocks_left;
-
+  WeightOrigin<kDirectWords, kBlockBytes> weights;  // kDirectB: the CTA's packed weights
   template <class Params>
   __device__ __forceinline__ void init(const Params& p, int m0, int n0, int k0) {
     Base::init(p, m0, n0, k0);
@@ -67,35 +69,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       this->copy_b.pin();
     }
     if constexpr (Cfg::kQuantB) this->copy_group_rows.init(p.V, p.ldv, p.groups, p.N, n0);
-    if constexpr (kDirectB) {
-      const int lane = threadIdx.x & 31;
-      b_row_bytes = static_cast<int>(p.ldb) * 2;
-      b_lane = static_cast<const char*>(p.B) + static_cast<i64>(n0 / 8) * b_row_bytes +
-               static_cast<i64>(k0 / 32) * kBlockBytes + lane * kDirectWords * 4;
-      b_rows_left = (p.N + 7) / 8 - n0 / 8;
-      b_blocks_left = (p.K + 31) / 32 - k0 / 32;
-    }
-  }
-
-  // kDirectB: the warp's packed weights of K tile `tile` (every k32 step, every n8
-  // row). Blocks past K and rows past N read nothing and leave zeros.
-  __device__ __forceinline__ void load_tile_words(TileWords& w, int tile, int warp_n0, int warp_k0) const {
-    const int block0 = (tile * Cfg::kCtaK + warp_k0) / 32;
-    const int row0 = warp_n0 / 8;
-    const char* src = b_lane + static_cast<i64>(row0) * b_row_bytes + static_cast<i64>(block0) * kBlockBytes;
-    if (block0 + kSteps <= b_blocks_left && row0 + kDirectNI <= b_rows_left) {
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s)
-#pragma unroll
-        for (int ni = 0; ni < kDirectNI; ++ni) ld_stream(w[s][ni], src + ni * b_row_bytes + s * kBlockBytes);
-    } else {
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s)
-#pragma unroll
-        for (int ni = 0; ni < kDirectNI; ++ni)
-          ld_stream_or_zeros(block0 + s < b_blocks_left && row0 + ni < b_rows_left, w[s][ni],
-                             src + ni * b_row_bytes + s * kBlockBytes);
-    }
+    if constexpr (kDirectB) weights.init(p, n0, k0);
   }
 
   // Slice `step` of the copies of K tile `tile` into ring buffer `stage`.
@@ -116,7 +90,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       this->copy_a.issue(sa, 0, k0, a_begin, a_end);
     }
     if constexpr (kDirectB) {
-      // B goes straight to registers (load_tile_words).
+      // B goes straight to registers (operator(), WeightStream).
     } else if constexpr (kWholeVectorCopies && !Base::kBAlongRows) {
       if (inside_k)
         this->copy_b.issue_inside_cols(sb, Base::b_dcol(k0), b_begin, b_end);
@@ -149,14 +123,25 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     warp.load(buf, sa, sv, group, group - this->group_of(k0), warp_m0, warp_n0, kk, w[s]);
   }
 
-  __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
+  __device__ __forceinline__ void operator()(Warp& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
                                              int warp_k0) const {
     constexpr int S = Cfg::kStages;
     // kDirectB: the packed weights of the tile being multiplied and of the next one.
+    // NOTE: a tile's loads go out together, a whole run of contiguous blocks per n8 row
+    // at once; spread over the tile's steps (one block per row at a time, which would
+    // need half the registers) the decode kernels ran 20-40% slower on the H200.
+    Cursor cursor;
     TileWords words, next_words;
+    auto load_tile = [&](TileWords& w) {
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) cursor.load(w[step], step);
+      cursor.next_tile();
+    };
     if constexpr (kDirectB) {
-      if (k_tiles > 0) load_tile_words(words, 0, warp_n0, warp_k0);
+      cursor.init(weights, warp_n0, warp_k0);
+      if (k_tiles > 0) load_tile(words);
     }
+    // The fragments of step `step` of tile `tile` (from ring buffer `stage`) into `buf`.
     auto fragments = [&](int buf, int stage, int tile, int step) {
       const int kk = warp_k0 + step * kStepK;
       if constexpr (kDirectB) {
@@ -182,7 +167,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
       if constexpr (kDirectB) {
-        if (t + 1 < k_tiles) load_tile_words(next_words, t + 1, warp_n0, warp_k0);
+        if (t + 1 < k_tiles) load_tile(next_words);
       }
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
