@@ -189,12 +189,13 @@ class QuantizedWeight:
         k = self.q.shape[1]
         return torch.arange(k, device=self.q.device) // self.group_size
 
-    def dequantize(self) -> torch.Tensor:
-        """W [N, K] in scales' dtype, computed in fp32 and rounded once at the end."""
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """W [N, K] = (q - z) * s, computed in fp32 and rounded once at the end to
+        ``dtype`` (default: the scales' dtype; ``torch.float32`` keeps it exact)."""
         g = self.group_index()
         zeros = self.zeros.float().index_select(0, g).t()  # [N, K]
         scales = self.scales.float().index_select(0, g).t()
-        return ((self.q.float() - zeros) * scales).to(self.scales.dtype)
+        return ((self.q.float() - zeros) * scales).to(dtype or self.scales.dtype)
 
     def reordered(self) -> tuple[QuantizedWeight, torch.Tensor]:
         """An equivalent weight whose rows of K are sorted by group, so that groups are

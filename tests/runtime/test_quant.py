@@ -124,6 +124,7 @@ def test_quantize_error_within_half_a_step(dtype, symmetric, bits, group_size):
     g = qw.group_index()
     exact = (qw.q.float() - qw.zeros.float()[g].t()) * qw.scales.float()[g].t()
     assert torch.equal(qw.dequantize(), exact.to(dtype))
+    assert torch.equal(qw.dequantize(torch.float32), exact)  # unrounded, for references
 
 
 def test_quantize_fp32_weight_defaults_to_fp16_scales_and_takes_bf16():

@@ -12,6 +12,13 @@
 // is one exact subtraction and one rounded product per pair (two fma.rn.x2), the same
 // single rounding as dequantizing in fp32 and rounding once. 8-bit codes do not fit
 // bf16's 7-bit mantissa, so u8 with bf16 goes through fp32 (2^23 + q) instead.
+//
+// Deferred scaling (kDeferred; WarpMmaQuant): the MMA takes the bare codes instead,
+// as exact 16-bit values c(q) (one LOP3 or PRMT per fragment register), and per group
+// its fp32 sums P = sum a * c(q) and the row sums R = sum a (in the codes' units) become
+//   sum a * (q - z) * s = s * (P - z' R)
+// with z' the zero in the codes' terms (group_consts): two FFMAs per accumulator per
+// group instead of two packed operations per fragment register per k32 step.
 #pragma once
 #include "gemm/numeric.cuh"
 
@@ -49,6 +56,31 @@ struct Dequant<Half, 4> {
       b[h][1] = fma2(fma2(hi, 0x2C002C00u, c.neg_hi2, MmaF16{}), c.scale2, 0x80008000u, MmaF16{});
     }
   }
+
+  // Deferred: c(q) = q * 2^-24 (the code as an fp16 subnormal, exact); the high nibble
+  // of a byte reads 16 q * 2^-24, so the A registers it meets (k + 8 .. k + 15 of each
+  // k16, A fragment registers 2 and 3) are taken at 1/16, and the row-sum MMA meets them
+  // with 16 * 2^-24 (the others with 2^-24), so that P - z R is 2^-24 sum a (q - z);
+  // kFinalScale undoes the 2^-24 once, after the last group.
+  // NOTE: A / 16 is exact down to |a| = 2^-10; below, it rounds on the subnormal grid
+  // (at most 2^-25 away), far under the output's own rounding.
+  static constexpr bool kDeferred = true;
+  static constexpr u32 kAHiScale = 0x2C002C00u;                        // 1/16 twice; 0: A as it is
+  static constexpr u32 kOnesLo = 0x00010001u, kOnesHi = 0x00100010u;  // row-sum B: 2^-24, 16 * 2^-24
+  static constexpr float kFinalScale = 16777216.f;                    // 2^24
+
+  __device__ __forceinline__ static void apply_codes(const u32 (&w)[kWords], BlockFragments& b) {
+    b[0][0] = w[0] & 0x000F000Fu;
+    b[0][1] = w[0] & 0x00F000F0u;
+    b[1][0] = (w[0] >> 8) & 0x000F000Fu;
+    b[1][1] = (w[0] >> 8) & 0x00F000F0u;
+  }
+
+  // Scale and the zero the codes are taken from, of two adjacent columns.
+  __device__ __forceinline__ static void group_consts(u32 s2, u32 z2, float (&s)[2], float (&z)[2]) {
+    Pair<Half>::unpack(s2, s[0], s[1]);
+    Pair<Half>::unpack(z2, z[0], z[1]);
+  }
 };
 
 // bf16, 4-bit: the same word; 128 + 16 q would overflow bf16's mantissa, so every
@@ -71,6 +103,25 @@ struct Dequant<BFloat16, 4> {
       const u32 x = and_or(w[0] >> (4 * i), 0x000F000Fu, 0x43004300u);  // 128 + q
       b[i >> 1][i & 1] = fma2(fma2(x, 0x3F803F80u, c.neg2, MmaBF16{}), c.scale2, 0x80008000u, MmaBF16{});
     }
+  }
+
+  // Deferred: c(q) = 128 + q (bf16 subnormals would leave fp32's range in the
+  // products), so the codes are taken from 128 + z.
+  static constexpr bool kDeferred = true;
+  static constexpr u32 kAHiScale = 0;
+  static constexpr u32 kOnesLo = 0x3F803F80u, kOnesHi = 0x3F803F80u;  // 1
+  static constexpr float kFinalScale = 1.f;
+
+  __device__ __forceinline__ static void apply_codes(const u32 (&w)[kWords], BlockFragments& b) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) b[i >> 1][i & 1] = and_or(w[0] >> (4 * i), 0x000F000Fu, 0x43004300u);
+  }
+
+  __device__ __forceinline__ static void group_consts(u32 s2, u32 z2, float (&s)[2], float (&z)[2]) {
+    Pair<BFloat16>::unpack(s2, s[0], s[1]);
+    Pair<BFloat16>::unpack(z2, z[0], z[1]);
+    z[0] += 128.f;
+    z[1] += 128.f;
   }
 };
 
@@ -97,6 +148,24 @@ struct Dequant<Half, 8> {
       b[h][1] = fma2(fma2(hi, 0x3C003C00u, c.neg2, MmaF16{}), c.scale2, 0x80008000u, MmaF16{});
     }
   }
+
+  // Deferred: c(q) = q * 2^-24, the byte under a zero high byte (an exact subnormal).
+  static constexpr bool kDeferred = true;
+  static constexpr u32 kAHiScale = 0;
+  static constexpr u32 kOnesLo = 0x00010001u, kOnesHi = 0x00010001u;  // 2^-24
+  static constexpr float kFinalScale = 16777216.f;
+
+  __device__ __forceinline__ static void apply_codes(const u32 (&w)[kWords], BlockFragments& b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      b[h][0] = byte_perm<0x4140>(w[h], 0u);
+      b[h][1] = byte_perm<0x4342>(w[h], 0u);
+    }
+  }
+
+  __device__ __forceinline__ static void group_consts(u32 s2, u32 z2, float (&s)[2], float (&z)[2]) {
+    Dequant<Half, 4>::group_consts(s2, z2, s, z);
+  }
 };
 
 // bf16, 8-bit: each byte becomes the fp32 2^23 + q; (q - z) * s is exact in fp32
@@ -104,6 +173,8 @@ struct Dequant<Half, 8> {
 template <>
 struct Dequant<BFloat16, 8> {
   static constexpr int kWords = 2;
+  // 8-bit codes do not fit bf16's mantissa: the scaling stays in the inner loop.
+  static constexpr bool kDeferred = false;
   struct Consts {
     float scale, neg;  // s; -(2^23 + z)
   };

@@ -71,10 +71,12 @@ struct MainloopSm70 : OperandCopies<Cfg> {
         if (step + 1 < kSteps)
           this->load_fragments(warp, (step + 1) & 1, stage, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
         warp.mma(step & 1);
+        this->end_group_after(warp, stage, t, step, k_tiles, warp_m0, warp_k0, warp_n0);
       }
       if (next) store_tile(smem, (t + 1) & 1);
       __syncthreads();
     }
+    this->end_groups(warp);
   }
 };
 

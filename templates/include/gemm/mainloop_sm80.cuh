@@ -174,6 +174,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
         if (refill) issue_tile(smem, write, t + S - 1, step);
         warp.mma(step & 1);
+        this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_m0, warp_k0, warp_n0);
         if (step + 1 == kSteps) {
           cp_async_commit();
           cp_async_wait<S - 2>();
@@ -195,6 +196,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       }
     }
     cp_async_wait<0>();
+    this->end_groups(warp);
   }
 };
 

@@ -27,6 +27,7 @@ struct OperandCopies {
   int groups;       // groups along all of K
   int k_origin;     // first K index of this CTA's split
   int k_extent;     // K - k_origin: the split's K tiles lie inside K up to this offset
+  int rows;         // M - m0: the CTA's rows inside M (more than the tile's when M is larger)
 
   // Group of the K index `k` counted from the split's first element.
   __device__ __forceinline__ int group_of(int k) const { return (k_origin + k) >> group_shift; }
@@ -44,6 +45,7 @@ struct OperandCopies {
     copy_a.init(A, lda, M, K, m0, k0);
     k_origin = k0;
     k_extent = K - k0;
+    rows = M - m0;
     if constexpr (Cfg::kQuantB) {
       // Fragment-ordered B: a row per 8 columns, a block of kQuantBlockUnits 16-bit
       // units per 32 K; ldb is in those units.
@@ -67,6 +69,33 @@ struct OperandCopies {
   __device__ __forceinline__ static int b_dcol(int k0) {
     // NOTE: k0 >= 0; the unsigned shift spares the rounding fix-up of a signed division.
     return kBAlongRows ? 0 : (Cfg::kQuantB ? static_cast<int>(static_cast<u32>(k0) >> 5) * Cfg::kQuantBlockUnits : k0);
+  }
+
+  // Deferred scaling: after the MMAs of step `step` of K tile `tile` (the warp's K
+  // slice starts at warp_k0), hand the group's partial sums over when the warp's next
+  // step lies in another group or there is none. `stage_smem`: the stage the step read.
+  template <class Warp>
+  __device__ __forceinline__ void end_group_after(Warp& warp, u32 stage_smem, int tile, int step, int k_tiles,
+                                                  int warp_m0, int warp_k0, int warp_n0) const {
+    if constexpr (Cfg::kQuantB) {
+      if constexpr (Warp::kDeferred) {
+        const int k0 = tile * Cfg::kCtaK;
+        const int k = k0 + warp_k0 + step * 32;
+        const bool tile_end = step + 1 == Cfg::kWarpTileK / 32;
+        const int next_k = tile_end ? k0 + Cfg::kCtaK + warp_k0 : k + 32;
+        if ((tile_end && tile + 1 == k_tiles) || group_of(k) != group_of(next_k))
+          warp.end_group(stage_smem + Cfg::kStageBytesA + Cfg::kStageBytesB, group_of(k) - group_of(k0), warp_n0,
+                         rows > warp_m0 + 8);
+      }
+    }
+  }
+
+  // Deferred scaling: after the mainloop.
+  template <class Warp>
+  __device__ __forceinline__ void end_groups(Warp& warp) const {
+    if constexpr (Cfg::kQuantB) {
+      if constexpr (Warp::kDeferred) warp.end_groups();
+    }
   }
 
   // The fragments of the warp step at `kk` (K offset inside the tile) of K tile `tile`

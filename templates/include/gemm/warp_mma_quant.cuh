@@ -7,6 +7,11 @@
 // 32 to K elements), so they are kept per n8 tile and reloaded only when the step's
 // group differs from the one they were made for; the group is the same for the
 // whole warp, so the test is a uniform branch.
+//
+// Deferred scaling (Dq::kDeferred, see dequant.cuh): the MMAs take the bare codes into
+// fp32 partial sums of the current group, one more MMA per k16 sums A's rows, and the
+// mainloop calls end_group when the warp's next step lies in another group (or there
+// is none), which scales the partials into the accumulators.
 #pragma once
 #include "gemm/config.cuh"
 #include "gemm/dequant.cuh"
@@ -25,10 +30,31 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   using MmaKind = typename T::MmaKind;
   using Dq = Dequant<T, Cfg::kBitsB>;
 
+  // Deferred scaling doubles the fp32 sums a warp keeps: only for one-m16 warp tiles
+  // (decode), whose few accumulators make that cheap and whose dequantization is not
+  // shared by several m16 tiles.
+  static constexpr bool kDeferred = Dq::kDeferred && kMI == 1;
+  static constexpr int kPartMI = kDeferred ? kMI : 1, kPartNI = kDeferred ? kNI : 1;
+  static constexpr u32 kZerosOffset = Cfg::kGroupRows * Cfg::kLdsV * 2;  // zero rows after the scale rows
+
   u32 a[2][2][kMI][4];  // [buffer][k16 half][mi]
   u32 b[2][kNI][2][2];  // [buffer][ni][k16 half][register]
-  typename Dq::Consts consts[kNI];
+  typename Dq::Consts consts[kDeferred ? 1 : kNI];
   int consts_group = -1;  // the group `consts` were made for
+  float part[kPartMI][kPartNI][4];  // deferred: the current group's sums of A times the codes
+  float row_sums[kPartMI][4];       // deferred: its sums of A's rows (e 0, 1: row g; 2, 3: row g + 8)
+
+  __device__ __forceinline__ void clear() {
+    Base::clear();
+#pragma unroll
+    for (int mi = 0; mi < kPartMI; ++mi)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        row_sums[mi][e] = 0.f;
+#pragma unroll
+        for (int ni = 0; ni < kPartNI; ++ni) part[mi][ni][e] = 0.f;
+      }
+  }
 
   using Words = u32[kNI][Dq::kWords];  // a lane's packed weights of one k32 step
 
@@ -60,27 +86,92 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
     const int lane = threadIdx.x & 31;
     load_a_fragments<Cfg>(a[buf][0], smem_a, warp_m0, k0);
     load_a_fragments<Cfg>(a[buf][1], smem_a, warp_m0, k0 + 16);
-    if (group != consts_group) {
-      consts_group = group;
-      constexpr u32 kZerosOffset = Cfg::kGroupRows * Cfg::kLdsV * 2;
+    if constexpr (kDeferred) {
+      if constexpr (Dq::kAHiScale != 0) {
 #pragma unroll
-      for (int ni = 0; ni < kNI; ++ni) {
-        const u32 v = smem_v + (group_row * Cfg::kLdsV + warp_n0 + ni * 8 + (lane >> 2)) * 2;
-        consts[ni] = Dq::make(ld_shared_u16(v), ld_shared_u16(v + kZerosOffset));
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+            for (int r = 2; r < 4; ++r) a[buf][h][mi][r] = fma2(a[buf][h][mi][r], Dq::kAHiScale, 0x80008000u, MmaKind{});
       }
-    }
 #pragma unroll
-    for (int ni = 0; ni < kNI; ++ni) Dq::apply(w[ni], consts[ni], b[buf][ni]);
+      for (int ni = 0; ni < kNI; ++ni) Dq::apply_codes(w[ni], b[buf][ni]);
+    } else {
+      if (group != consts_group) {
+        consts_group = group;
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni) {
+          const u32 v = smem_v + (group_row * Cfg::kLdsV + warp_n0 + ni * 8 + (lane >> 2)) * 2;
+          consts[ni] = Dq::make(ld_shared_u16(v), ld_shared_u16(v + kZerosOffset));
+        }
+      }
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) Dq::apply(w[ni], consts[ni], b[buf][ni]);
+    }
   }
 
   __device__ __forceinline__ void mma(int buf) {
+    if constexpr (kDeferred) {
+      const u32 ones[2] = {Dq::kOnesLo, Dq::kOnesHi};
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
+        for (int mi = 0; mi < kMI; ++mi) {
+          mma_k16<typename Cfg::Atom>(row_sums[mi], a[buf][h][mi], ones, MmaKind{});
 #pragma unroll
-        for (int ni = 0; ni < kNI; ++ni)
-          mma_k16<typename Cfg::Atom>(acc[mi][ni], a[buf][h][mi], b[buf][ni][h], MmaKind{});
+          for (int ni = 0; ni < kNI; ++ni)
+            mma_k16<typename Cfg::Atom>(part[mi][ni], a[buf][h][mi], b[buf][ni][h], MmaKind{});
+        }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < kNI; ++ni)
+            mma_k16<typename Cfg::Atom>(acc[mi][ni], a[buf][h][mi], b[buf][ni][h], MmaKind{});
+    }
+  }
+
+  // Deferred: the group whose partial sums these are ended; `smem_v`: the V tile of
+  // the stage its last step came from, `group_row`: the group's row in it;
+  // `upper_rows`: whether the warp has rows 8-15 (at most 8 rows: their sums stay 0).
+  // Scales the partials into the accumulators and starts the next group from zero.
+  __device__ __forceinline__ void end_group(u32 smem_v, int group_row, int warp_n0, bool upper_rows) {
+    if constexpr (kDeferred) {
+      const int t = threadIdx.x & 3;  // this lane's accumulator columns: 2t and 2t + 1 of each n8
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) {
+        const u32 v = smem_v + (group_row * Cfg::kLdsV + warp_n0 + ni * 8 + 2 * t) * 2;
+        float s[2], z[2];
+        Dq::group_consts(ld_shared_u32(v), ld_shared_u32(v + kZerosOffset), s, z);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          acc[0][ni][e] = fmaf(s[e], fmaf(-z[e], row_sums[0][0], part[0][ni][e]), acc[0][ni][e]);
+          part[0][ni][e] = 0.f;
+        }
+        if (upper_rows) {
+#pragma unroll
+          for (int e = 2; e < 4; ++e) {
+            acc[0][ni][e] = fmaf(s[e & 1], fmaf(-z[e & 1], row_sums[0][2], part[0][ni][e]), acc[0][ni][e]);
+            part[0][ni][e] = 0.f;
+          }
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) row_sums[0][e] = 0.f;
+    }
+  }
+
+  // Deferred: after the last group, the accumulators in output units.
+  __device__ __forceinline__ void end_groups() {
+    if constexpr (kDeferred && Dq::kFinalScale != 1.f) {
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][ni][e] *= Dq::kFinalScale;
+    }
   }
 };
 
