@@ -18,6 +18,8 @@ from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import median_ms
 
+from bench.quant import copy_bandwidth
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,7 +43,13 @@ def main() -> None:
         for k in gemm.registry.kernels
         if k.spec.b_type.value == b_type and k.spec.a_type.value == "f16" and args.only in k.name
     )
-    print(f"M={args.m} N={args.n} K={args.k} W{args.bits} g{args.group}: {weight_bytes / 1e6:.1f} MB of weights")
+    # The machine's copy bandwidth and fp16 cuBLAS on the same problem: references for
+    # comparing sweeps taken on different machines or runs.
+    t16 = median_ms(lambda: torch.matmul(a, w.t()))
+    print(
+        f"M={args.m} N={args.n} K={args.k} W{args.bits} g{args.group}: {weight_bytes / 1e6:.1f} MB of weights; "
+        f"copy {copy_bandwidth() / 1e12:.2f} TB/s, fp16 cuBLAS {t16 * 1e3:.1f} us"
+    )
     for name in names:
         for splits in range(1, args.max_splits + 1):
             spec = LaunchSpec(name, splits)
