@@ -19,7 +19,8 @@ struct MainloopSm70 : OperandCopies<Cfg> {
   using Base = OperandCopies<Cfg>;
   using typename Base::CopyA;
   using typename Base::CopyB;
-  using CopyV = typename Base::CopyV;
+  // Quantized B's scale and zero rows, [groups, N] each, one after the other in V.
+  using CopyV = TileCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, 8, Cfg::kThreads>;
   static constexpr int kStepK = WarpMma<Cfg>::kStepK;
   static constexpr int kSteps = Cfg::kWarpTileK / kStepK;
   static_assert(Cfg::kStages == 2, "the SM70 mainloop double-buffers: stages must be 2");
@@ -30,6 +31,17 @@ struct MainloopSm70 : OperandCopies<Cfg> {
   typename CopyA::Vector staged_a[CopyA::kIters];
   typename CopyB::Vector staged_b[CopyB::kIters];
   typename CopyV::Vector staged_scales[kStagedV], staged_zeros[kStagedV];
+  CopyV copy_scales, copy_zeros;
+
+  template <class Params>
+  __device__ __forceinline__ void init(const Params& p, int m0, int n0, int k0) {
+    Base::init(p, m0, n0, k0);
+    if constexpr (Cfg::kQuantB) {
+      copy_scales.init(p.V, p.ldv, p.groups, p.N, 0, n0);
+      copy_zeros.init(static_cast<const char*>(p.V) + static_cast<i64>(p.groups) * p.ldv * 2, p.ldv, p.groups, p.N, 0,
+                      n0);
+    }
+  }
 
   __device__ __forceinline__ void load_tile(int tile) {
     const int k0 = tile * Cfg::kCtaK;
@@ -37,8 +49,8 @@ struct MainloopSm70 : OperandCopies<Cfg> {
     this->copy_b.load(staged_b, Base::b_drow(k0), Base::b_dcol(k0));
     if constexpr (Cfg::kQuantB) {
       const int g0 = this->group_of(k0);
-      this->copy_scales.load(staged_scales, g0, 0);
-      this->copy_zeros.load(staged_zeros, g0, 0);
+      copy_scales.load(staged_scales, g0, 0);
+      copy_zeros.load(staged_zeros, g0, 0);
     }
   }
 
@@ -49,8 +61,8 @@ struct MainloopSm70 : OperandCopies<Cfg> {
     this->copy_b.store(sb, staged_b);
     if constexpr (Cfg::kQuantB) {
       const u32 sv = sb + Cfg::kStageBytesB;
-      this->copy_scales.store(sv, staged_scales);
-      this->copy_zeros.store(sv + Cfg::kGroupRows * Cfg::kLdsV * 2, staged_zeros);
+      copy_scales.store(sv, staged_scales);
+      copy_zeros.store(sv + Cfg::kGroupRows * Cfg::kLdsV * 2, staged_zeros);
     }
   }
 

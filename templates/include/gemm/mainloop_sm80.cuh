@@ -19,6 +19,7 @@
 // Warps are laid out (WarpsM x WarpsN x WarpsK); a K-slice of warps multiplies its
 // own share of every CTA K tile, and the slices are summed after the loop.
 #pragma once
+#include "gemm/group_rows_copy.cuh"
 #include "gemm/operand_copies.cuh"
 #include "gemm/warp_mma_of.cuh"
 #include "gemm/weight_stream.cuh"
@@ -61,6 +62,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   using TileWords = StepWords[kSteps];
 
   WeightOrigin<kDirectWords, kBlockBytes> weights;  // kDirectB: the CTA's packed weights
+  GroupRowsCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads> copy_group_rows;  // quantized B's V rows
   template <class Params>
   __device__ __forceinline__ void init(const Params& p, int m0, int n0, int k0) {
     Base::init(p, m0, n0, k0);
@@ -68,7 +70,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       this->copy_a.pin();
       this->copy_b.pin();
     }
-    if constexpr (Cfg::kQuantB) this->copy_group_rows.init(p.V, p.ldv, p.groups, p.N, n0);
+    if constexpr (Cfg::kQuantB) copy_group_rows.init(p.V, p.ldv, p.groups, p.N, n0);
     if constexpr (kDirectB) weights.init(p, n0, k0);
   }
 
@@ -102,7 +104,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     if constexpr (Cfg::kQuantB) {
       // The scale and zero rows of the groups this tile touches ride in the same stage.
       if (step == 0) {
-        this->copy_group_rows.issue(sb + Cfg::kStageBytesB, this->group_of(k0), this->group_end(k0), this->groups);
+        copy_group_rows.issue(sb + Cfg::kStageBytesB, this->group_of(k0), this->group_end(k0), this->groups);
       }
     }
   }

@@ -2,7 +2,6 @@
 // the rows of A and of an N x K B, and down the rows of a K x N B.
 #pragma once
 #include "gemm/config.cuh"
-#include "gemm/group_rows_copy.cuh"
 #include "gemm/tile_copy.cuh"
 
 namespace gemm {
@@ -13,16 +12,13 @@ struct OperandCopies {
   using CopyB = TileCopy<Cfg::kTileBRows, Cfg::kTileBCols, Cfg::kLdsB, Cfg::kAlign, Cfg::kThreads>;
   static constexpr bool kBAlongRows = Cfg::kOrderB == OrderB::kKN;
 
-  // Scales and zeros of quantized B: rows are groups, columns are N. The SM70 mainloop
-  // stages them through registers (two tile copies), the SM80 one by cp.async (one
-  // copy of the rows the tile needs).
+  // Scales and zeros of quantized B (rows are groups, columns are N) are each
+  // mainloop's own: the SM70 one stages them through registers, the SM80 one copies
+  // the rows a tile needs by cp.async.
   static constexpr int kGroupRows = Cfg::kGroupRows > 0 ? Cfg::kGroupRows : 1;
-  using CopyV = TileCopy<kGroupRows, Cfg::kCtaN, Cfg::kLdsV, 8, Cfg::kThreads>;
 
   CopyA copy_a;
   CopyB copy_b;
-  CopyV copy_scales, copy_zeros;
-  GroupRowsCopy<kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads> copy_group_rows;  // initialized by the SM80 loop
   int group_shift;  // group of K index k: k >> group_shift
   int groups;       // groups along all of K
   int k_origin;     // first K index of this CTA's split
@@ -53,10 +49,6 @@ struct OperandCopies {
       copy_b.init(B, ldb, (N + 7) / 8, (K + 31) / 32 * kUnits, n0 / 8, k0 / 32 * kUnits);
       group_shift = p.group_shift;
       groups = p.groups;
-      // V holds the scales ([groups, N]) and then the zeros, each with leading dimension ldv.
-      copy_scales.init(p.V, p.ldv, p.groups, N, 0, n0);
-      copy_zeros.init(static_cast<const char*>(p.V) + static_cast<i64>(p.groups) * p.ldv * 2, p.ldv, p.groups, N, 0,
-                      n0);
     } else if constexpr (kBAlongRows) {
       copy_b.init(B, ldb, K, N, k0, n0);
     } else {
