@@ -102,10 +102,12 @@ class KernelSpec:
         """CTAs per SM the compiler must leave registers for (1: no constraint).
 
         Direct-B kernels hide the weights' latency with warps: two CTAs of 8 warps
-        cap a thread at 65536 / (16 * 32) = 128 registers. Not asked of 4-warp CTAs:
-        the 8-bit and 32-row ones spill at 128 (sm_90, NVRTC 13).
+        cap a thread at 65536 / (16 * 32) = 128 registers. Not asked of 4-warp CTAs
+        (the 8-bit and 32-row ones spill at 128) nor of bf16 activations (their 4-bit
+        8-warp tile spills 4 bytes at 128 on sm_80; NVRTC 13).
         """
-        return 2 if self.direct_b and self.threads == 256 else 1
+        eight_warp_f16 = self.threads == 256 and self.a_type is DataType.F16
+        return 2 if self.direct_b and eight_warp_f16 else 1
 
     @property
     def threads(self) -> int:

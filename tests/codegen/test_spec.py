@@ -108,4 +108,5 @@ def test_min_ctas_per_sm_caps_registers_of_8_warp_direct_b_tiles() -> None:
     decode = spec_for(b_type=DataType.U4, cta=(16, 128, 256), warps=(1, 4, 2), stages=3)
     assert decode.min_ctas_per_sm == 2
     assert dataclasses.replace(decode, cta=(16, 128, 128), warps=(1, 4, 1)).min_ctas_per_sm == 1
+    assert dataclasses.replace(decode, a_type=DataType.BF16).min_ctas_per_sm == 1  # spills at 128 on sm_80
     assert SPEC.min_ctas_per_sm == 1
