@@ -58,6 +58,17 @@ struct GroupRowsCopy {
   __device__ __forceinline__ void issue(u32 dst, int g0, int g_end, int groups) const {
     const i64 shift = g0 * ld_bytes;
     const int rows = g_end - g0;
+    if (g_end <= groups && col_bytes % 16 == 0) {
+      // Every K tile but the last, in every CTA but the one at N's edge: whole vectors
+      // of existing rows, the predicate on the instruction.
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
+        cp_async_if<16>(group_row[i] < rows && col_bytes != 0, dst + smem_offset + i * kRowStep * Lds * 2,
+                        src[i] + shift);
+      }
+      return;
+    }
     const int rows_inside = (g_end < groups ? g_end : groups) - g0;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {

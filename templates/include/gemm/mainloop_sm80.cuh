@@ -135,8 +135,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     Cursor cursor;
     TileWords words, next_words;
     auto load_tile = [&](TileWords& w) {
-#pragma unroll
-      for (int step = 0; step < kSteps; ++step) cursor.load(w[step], step);
+      cursor.load_tile(w);
       cursor.next_tile();
     };
     if constexpr (kDirectB) {

@@ -36,21 +36,20 @@ __device__ __forceinline__ void opaque(int& v) { asm volatile("" : "+r"(v)); }
 __device__ __forceinline__ void opaque(i64& v) { asm volatile("" : "+l"(v)); }
 __device__ __forceinline__ void opaque(const char*& p) { asm volatile("" : "+l"(p)); }
 
-// A whole-vector cp.async when `copy`, else zeros: the ignore-src operand makes the
-// copy ignore its source completely (PTX ISA, cp.async), so `src` may then point
-// anywhere, and no branch or address select is needed around it.
+// A whole-vector cp.async when `copy`, else nothing: the predicate sits on the
+// instruction, so there is no branch around it.
 template <int Bytes>
-__device__ __forceinline__ void cp_async_or_zeros(bool copy, u32 dst, const void* src) {
+__device__ __forceinline__ void cp_async_if(bool copy, u32 dst, const void* src) {
   static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
   if constexpr (Bytes == 16) {
     asm volatile(
-        "{\n .reg .pred ignore;\n setp.eq.b32 ignore, %0, 0;\n"
-        " cp.async.cg.shared.global [%1], [%2], 16, ignore;\n}\n" ::"r"(static_cast<int>(copy)),
+        "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n"
+        " @p cp.async.cg.shared.global [%1], [%2], 16;\n}\n" ::"r"(static_cast<int>(copy)),
         "r"(dst), "l"(src));
   } else {
     asm volatile(
-        "{\n .reg .pred ignore;\n setp.eq.b32 ignore, %0, 0;\n"
-        " cp.async.ca.shared.global [%1], [%2], %3, ignore;\n}\n" ::"r"(static_cast<int>(copy)),
+        "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n"
+        " @p cp.async.ca.shared.global [%1], [%2], %3;\n}\n" ::"r"(static_cast<int>(copy)),
         "r"(dst), "l"(src), "n"(Bytes));
   }
 }

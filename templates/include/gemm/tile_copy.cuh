@@ -84,8 +84,11 @@ struct TileCopy {
   // issue() for a tile displaced only along the columns, for the tiles clear of the
   // column edge (`dcol` + Cols <= cols - col0): K runs along the columns (A, and B
   // stored N x K), so that is every K tile but the last. Each copy is then a whole
-  // vector or, in a row past the matrix, none: its source is ignored (the ignore-src
-  // operand of cp.async) and the destination zero-filled.
+  // vector or, in a row past the matrix, none at all.
+  // NOTE: rows past the matrix are not even zero-filled: a shared row of A (or of an
+  // N x K B) only ever reaches its own output row (column), and those past the matrix
+  // are never stored. At decode sizes that spares most of A's copies (15 of 16 rows at
+  // M = 1).
   __device__ __forceinline__ void issue_inside_cols(u32 dst, int dcol, int begin, int end) const {
     static_assert(Vec > 1, "2-byte copies go through registers (issue)");
     const char* tile_ptr = ptr + static_cast<i64>(dcol) * 2;
@@ -93,8 +96,7 @@ struct TileCopy {
     for (int i = 0; i < kIters; ++i) {
       if (i < begin || i >= end) continue;
       if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
-      cp_async_or_zeros<kBytes>((rows_inside >> i) & 1u, dst + smem_offset + i * kRowStep * Lds * 2,
-                                tile_ptr + i * row_step);
+      cp_async_if<kBytes>((rows_inside >> i) & 1u, dst + smem_offset + i * kRowStep * Lds * 2, tile_ptr + i * row_step);
     }
   }
 

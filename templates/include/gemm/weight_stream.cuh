@@ -51,17 +51,27 @@ struct WeightCursor {
     rows_left = o.rows_left - warp_n0 / 8;
   }
 
-  // The words of k32 step `step` of the current tile. Blocks past K and rows past N
-  // read nothing and leave zeros.
-  __device__ __forceinline__ void load(StepWords& w, int step) const {
-    const char* p = first + step * BlockBytes;
-    if (step < blocks_left && NI <= rows_left) {
+  // The words of the current tile's `Steps` k32 steps, w[step][ni]. Blocks past K and
+  // rows past N read nothing and leave zeros.
+  // NOTE: one test for the whole tile and one pointer per row, so that every load of a
+  // tile inside B is one instruction with a constant offset: tested per step, the
+  // compiler rebuilt the row pointers for each step (three instructions per load).
+  template <int Steps>
+  __device__ __forceinline__ void load_tile(StepWords (&w)[Steps]) const {
+    const char* row[NI];
 #pragma unroll
-      for (int ni = 0; ni < NI; ++ni) ld_stream(w[ni], p + static_cast<i64>(ni) * row_bytes);
+    for (int ni = 0; ni < NI; ++ni) row[ni] = first + static_cast<i64>(ni) * row_bytes;
+    if (Steps <= blocks_left && NI <= rows_left) {
+#pragma unroll
+      for (int step = 0; step < Steps; ++step)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) ld_stream(w[step][ni], row[ni] + step * BlockBytes);
     } else {
 #pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-        ld_stream_or_zeros(step < blocks_left && ni < rows_left, w[ni], p + static_cast<i64>(ni) * row_bytes);
+      for (int step = 0; step < Steps; ++step)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+          ld_stream_or_zeros(step < blocks_left && ni < rows_left, w[step][ni], row[ni] + step * BlockBytes);
     }
   }
 
