@@ -140,28 +140,33 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   // Scales the partials into the accumulators and starts the next group from zero.
   __device__ __forceinline__ void end_group(u32 smem_v, int group_row, int warp_n0, bool upper_rows) {
     if constexpr (kDeferred) {
-      const int t = threadIdx.x & 3;  // this lane's accumulator columns: 2t and 2t + 1 of each n8
-#pragma unroll
-      for (int ni = 0; ni < kNI; ++ni) {
-        const u32 v = smem_v + (group_row * Cfg::kLdsV + warp_n0 + ni * 8 + 2 * t) * 2;
-        float s[2], z[2];
-        Dq::group_consts(ld_shared_u32(v), ld_shared_u32(v + kZerosOffset), s, z);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          acc[0][ni][e] = fmaf(s[e], fmaf(-z[e], row_sums[0][0], part[0][ni][e]), acc[0][ni][e]);
-          part[0][ni][e] = 0.f;
-        }
-        if (upper_rows) {
-#pragma unroll
-          for (int e = 2; e < 4; ++e) {
-            acc[0][ni][e] = fmaf(s[e & 1], fmaf(-z[e & 1], row_sums[0][2], part[0][ni][e]), acc[0][ni][e]);
-            part[0][ni][e] = 0.f;
-          }
-        }
+      // NOTE: two instantiations behind one uniform branch; with the test inside, the
+      // compiler predicates rows 8-15's work, which then issues at every M.
+      if (upper_rows) {
+        fold_group<4>(smem_v, group_row, warp_n0);
+      } else {
+        fold_group<2>(smem_v, group_row, warp_n0);
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) row_sums[0][e] = 0.f;
     }
+  }
+
+  // end_group for the first `Elems` accumulators of each n8 tile (2: rows g, 4: also g + 8).
+  template <int Elems>
+  __device__ __forceinline__ void fold_group(u32 smem_v, int group_row, int warp_n0) {
+    const int t = threadIdx.x & 3;  // this lane's accumulator columns: 2t and 2t + 1 of each n8
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni) {
+      const u32 v = smem_v + (group_row * Cfg::kLdsV + warp_n0 + ni * 8 + 2 * t) * 2;
+      float s[2], z[2];
+      Dq::group_consts(ld_shared_u32(v), ld_shared_u32(v + kZerosOffset), s, z);
+#pragma unroll
+      for (int e = 0; e < Elems; ++e) {
+        acc[0][ni][e] = fmaf(s[e & 1], fmaf(-z[e & 1], row_sums[0][e & 2], part[0][ni][e]), acc[0][ni][e]);
+        part[0][ni][e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < Elems; e += 2) row_sums[0][e] = row_sums[0][e + 1] = 0.f;
   }
 
   // Deferred: after the last group, the accumulators in output units.
