@@ -1,7 +1,8 @@
 // One warp's share of a CTA tile when B is quantized (m16n8 atoms). A step is a k32
-// block: A fragments of its two k16 halves by ldmatrix, and per n8 tile one 32-bit
-// (4-bit) or 64-bit (8-bit) shared load of the lane's packed weights, dequantized
-// at once into the B fragments of both halves.
+// block: A fragments of its two k16 halves by ldmatrix, and per n8 tile the lane's
+// packed weights, one 32-bit word (4-bit) or two (8-bit) from shared memory
+// or, for direct-B mainloops, from registers, turned at once into the B fragments of
+// both halves (dequantized, or the bare codes under deferred scaling).
 //
 // NOTE: the scale/zero constants of a column only change at group boundaries (every
 // 32 to K elements), so they are kept per n8 tile and reloaded only when the step's
@@ -38,7 +39,7 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   static constexpr u32 kZerosOffset = Cfg::kGroupRows * Cfg::kLdsV * 2;  // zero rows after the scale rows
 
   u32 a[2][2][kMI][4];  // [buffer][k16 half][mi]
-  u32 b[2][kNI][2][2];  // [buffer][ni][k16 half][register]
+  u32 b[2][kNI][2][2];  // [buffer][ni][k16 half][register]: fragments, or codes (deferred)
   typename Dq::Consts consts[kDeferred ? 1 : kNI];
   int consts_group = -1;  // the group `consts` were made for
   float part[kPartMI][kPartNI][4];  // deferred: the current group's sums of A times the codes
