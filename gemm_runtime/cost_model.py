@@ -23,6 +23,17 @@ _SPLIT_HANDOFF_S = 1.5e-6  # one split waiting for its predecessor's partials
 _SWIZZLES = (0, 1, 2, 3)
 _OVERLAP_LOSS = 0.2
 _SMS_TO_SATURATE = 0.3  # fraction of the SMs whose combined loads saturate DRAM
+# Quantized B: every weight becomes a 16-bit value in the SM's ALUs before its MMA
+# (dequant.cuh), a cost per weight rather than per FLOP, and the one decode kernels are
+# bound by. Fitted to the H200 decode sweeps (bench.sweep_quant, W4 group 128): w warps
+# get 1 - exp(-w / 9) of the SM's rate (the kernels are latency-bound, so a few warps
+# leave it mostly idle), and a warp taking s k32 steps per K tile s / (s + 1.2) of it
+# (the per-tile copies and barrier); full, an SM turns out about 23 weights per clock
+# with 4 steps per tile.
+_DEQUANT_WEIGHTS_PER_CLOCK = 30.0
+_DEQUANT_WARPS_SCALE = 9.0
+_DEQUANT_TILE_STEPS = 1.2
+_DEQUANT_SM70 = 0.7  # the register-staged mainloop, measured against the SM80 one
 
 
 @dataclass(frozen=True)
@@ -30,13 +41,14 @@ class DeviceModel:
     sms: int
     mma_flops_per_sm: float  # FLOP/s of one SM on mma.sync
     dram_bytes_per_s: float  # achievable DRAM bandwidth
+    sm_clock_hz: float = 1.5e9
 
     @classmethod
     def of(cls, arch: int, sms: int, sm_clock_khz: int, mem_clock_khz: int, bus_bits: int) -> "DeviceModel":
         per_clock = _MMA_FLOP_PER_CLOCK.get(arch, 2048 if arch >= 80 else 1024)
         # Double data rate; ~85% of the theoretical peak is what copies reach.
         dram = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8 * 0.85
-        return cls(sms, per_clock * sm_clock_khz * 1e3, dram)
+        return cls(sms, per_clock * sm_clock_khz * 1e3, dram, sm_clock_khz * 1e3)
 
 
 class _Kernel(Protocol):
@@ -102,6 +114,10 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
         efficiency *= 0.7
     efficiency /= _ALIGN_PENALTY[spec.align]
     t_mma = waves * per_sm * 2.0 * cm * cn * per_split * ck / (device.mma_flops_per_sm * efficiency)
+    t_deq = dequant_time(spec, ctas, resident, device, cn * per_split * ck)
+    # NOTE: the dequantization rate was fitted to whole decode kernels (one m16 tile per
+    # warp), MMAs included; the thin-tile MMA estimate above overstates them by 15-30%.
+    t_compute = t_deq if spec.quantized and spec.warp_tile[0] == 16 else max(t_mma, t_deq)
     # Memory time, the larger of two bounds: every operand byte once through DRAM,
     # and each SM fetching its CTAs' tiles at what one SM can pull (about a third of
     # the SMs together saturate DRAM), which is what limits grids of few CTAs.
@@ -114,7 +130,23 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     t_mem = max(t_dram, t_sm)
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
     # which also ranks the leaner kernel first among memory-bound ties.
-    return max(t_mma, t_mem) + _OVERLAP_LOSS * min(t_mma, t_mem) + _LAUNCH_S + (splits - 1) * _SPLIT_HANDOFF_S
+    return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + _LAUNCH_S + (splits - 1) * _SPLIT_HANDOFF_S
+
+
+def dequant_time(spec: KernelSpec, ctas: int, resident: int, device: DeviceModel, weights_per_cta: int) -> float:
+    """Seconds the busiest SM spends turning quantized weights into MMA operands (0 for
+    dense B): it runs ceil(ctas / SMs) CTAs, with the warps of up to ``resident`` of
+    them at a time."""
+    if not spec.quantized:
+        return 0.0
+    per_sm = math.ceil(ctas / device.sms)
+    warps = min(per_sm, resident) * spec.threads // 32
+    steps = spec.warp_tile[2] / 32
+    rate = device.sm_clock_hz * _DEQUANT_WEIGHTS_PER_CLOCK * (1.0 - math.exp(-warps / _DEQUANT_WARPS_SCALE))
+    rate *= steps / (steps + _DEQUANT_TILE_STEPS)
+    if spec.mainloop is Mainloop.SM70:
+        rate *= _DEQUANT_SM70
+    return per_sm * weights_per_cta / rate
 
 
 def rank(

@@ -132,3 +132,26 @@ def test_fits_workspace_counts_semaphores_and_partials():
     assert not fits_workspace(spec, key, 3, 16, 2 * 4 * 64 * 64 * 4 - 1)
     assert not fits_workspace(spec, key, 2, 12, 4 * 64 * 64 * 4)
     assert not fits_workspace(spec, key, 2, 16, 4 * 64 * 64 * 4 - 1)
+
+
+def test_dequant_time_is_zero_for_dense_b():
+    from gemm_runtime.cost_model import dequant_time
+
+    assert dequant_time(spec_for(), 1000, 2, H200, 1 << 20) == 0.0
+
+
+def test_quantized_decode_wants_enough_warps_per_sm():
+    # llama3-70b down at M = 1 (N = 8192, K = 28672), W4: 64 column tiles leave most SMs
+    # one CTA or none without split-K; the dequantization rate grows with the warps an
+    # SM runs, so the model must take 4 splits (2 CTAs of 8 warps on most SMs), as the
+    # H200 sweeps did (55 us against 69 at 2 splits and 126 at 1).
+    spec = spec_for(b_type=DataType.U4, cta=(16, 128, 256), warps=(1, 4, 2), stages=3)
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 1, 8192, 28672, align=8)
+    costs = {s: _cost(spec, 2, key, s) for s in (1, 2, 4)}
+    assert costs[4] < costs[2] < costs[1]
+    # and with the dequantization counted, a warp taking more k32 steps per tile (fewer
+    # tile ends per weight) costs less for the same weights and warps
+    shallow = spec_for(b_type=DataType.U4, cta=(16, 64, 128), warps=(1, 2, 2), stages=4)
+    deep = spec_for(b_type=DataType.U4, cta=(16, 128, 128), warps=(1, 4, 1), stages=4)
+    wide = make_key(DataType.F16, BOrder.NK, DataType.F16, 1, 57344, 8192, align=8)
+    assert _cost(deep, 4, wide, 2) < _cost(shallow, 4, wide, 1)
