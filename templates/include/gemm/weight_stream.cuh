@@ -32,8 +32,9 @@ struct WeightOrigin {
 
 // One warp's loads, tile after tile: the first n8 row's pointer, moved one K tile on
 // by `next_tile`; the other rows are a multiple of the row stride away.
-// NOTE: a pointer per row would spare an address computation per load, but costs the
-// registers that keep the 8-warp decode tiles at two CTAs per SM without spilling.
+// NOTE: keeping a pointer per row from tile to tile would spare rebuilding them at each
+// tile (load_tile), but costs the registers that keep the 8-warp decode tiles at two
+// CTAs per SM without spilling.
 template <int NI, int Words, int BlockBytes, int BlocksPerTile>
 struct WeightCursor {
   using StepWords = u32[NI][Words];  // a lane's words of one k32 step
