@@ -3,6 +3,10 @@ chosen by the cost model alone, by the tuner (MEASURE policy), and the best of a
 exhaustive search over every feasible (kernel, splits, swizzle).
 
     python -m bench.dispatch [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--out docs/perf/dispatch.md]
+    python -m bench.dispatch --bits 4 8 --m 1 16 128 --out docs/perf/dispatch_quant.md
+
+With ``--bits``, the weights are quantized (groups of 128) and packed instead: the same
+three choices for weight-only quantized problems.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import yaml
 
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import make_problem
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
 from gemm_runtime.timing import median_ms
 from gemm_runtime.types import MatrixLayout
 
@@ -30,6 +36,8 @@ def main() -> None:
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128, 1024, 4096])
     ap.add_argument("--oracle-reps", type=int, default=5)
     ap.add_argument("--budget", type=float, default=420.0, help="stop starting new problems after this many seconds")
+    ap.add_argument("--bits", nargs="+", type=int, default=[],
+                    help="quantize the weights to these widths (group 128) instead of fp16")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "dispatch.md")
     args = ap.parse_args()
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
@@ -39,40 +47,52 @@ def main() -> None:
     for model in args.models:
         for layer, (n, k) in shapes[model].items():
             w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
-            for m in args.m:
-                if time.perf_counter() - t_start > args.budget:
-                    break
-                a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-                out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-                b = w.t()
-                key = make_problem(
-                    Operation(), a, MatrixLayout.of(a), b, MatrixLayout.of(b), 0.0, None, None, out,
-                    MatrixLayout.of(out), gemm.device, gemm.registry.device.arch,
-                ).key
-                everything = [plan for _, plan in gemm.ranked(key)]
-                t_oracle = {
-                    plan: median_ms(lambda p=plan: gemm.matmul(a, b, out=out, kernel=p), reps=args.oracle_reps)
-                    for plan in everything
-                }
-                best = min(t_oracle, key=t_oracle.get)
-                model_plan = gemm.predicted(key)
-                t0 = time.perf_counter()
-                gemm.matmul(a, b, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
-                torch.cuda.synchronize()
-                tune_s = time.perf_counter() - t0
-                tuned = gemm.cache.get(key)
-                # Time the two choices afresh, like the oracle's entries, so all three compare.
-                t_tuned = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=tuned), reps=args.oracle_reps)
-                t_best = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=best), reps=args.oracle_reps)
-                t_model = t_oracle[model_plan]
-                rows.append(dict(model=model, layer=layer, m=m, n=n, k=k, oracle=min(t_best, t_oracle[best]),
-                                 tuned=t_tuned, cost_model=t_model, tune_s=tune_s, candidates=len(everything),
-                                 tuned_plan=tuned, best_plan=best, model_plan=model_plan))
-                r = rows[-1]
-                print(f"{model:11s} {layer:8s} M={m:5d}  oracle {r['oracle']*1e3:9.1f} us  tuned {t_tuned*1e3:9.1f} us "
-                      f"({t_tuned / r['oracle']:.2f}x, {tune_s:.2f} s)  model {t_model*1e3:9.1f} us "
-                      f"({t_model / r['oracle']:.2f}x)  [{len(everything)} candidates]", flush=True)
+            # The weight operands to compare on: fp16 (as nn.Linear's weight.t()) or packed.
+            weights = [("f16", w.t())] if not args.bits else [
+                (f"w{bits}", pack_for_gemm(quantize(w, bits=bits, group_size=128))) for bits in args.bits
+            ]
+            for label, b in weights:
+                for m in args.m:
+                    if time.perf_counter() - t_start > args.budget:
+                        break
+                    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+                    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+                    rows.append(_measure(gemm, a, b, out, args.oracle_reps) | dict(model=model, layer=layer, weights=label))
+                    r = rows[-1]
+                    print(f"{model:11s} {layer:8s} {label:4s} M={m:5d}  oracle {r['oracle']*1e3:9.1f} us  "
+                          f"tuned {r['tuned']*1e3:9.1f} us ({r['tuned'] / r['oracle']:.2f}x, {r['tune_s']:.2f} s)  "
+                          f"model {r['cost_model']*1e3:9.1f} us ({r['cost_model'] / r['oracle']:.2f}x)  "
+                          f"[{r['candidates']} candidates]", flush=True)
     write(rows, args.out)
+
+
+def _measure(gemm: Gemm, a: torch.Tensor, b, out: torch.Tensor, reps: int) -> dict:
+    """Oracle, tuned and cost-model times of ``a @ b`` (``b`` a K x N view or a packed weight)."""
+    m, n = out.shape
+    t0 = time.perf_counter()
+    gemm.matmul(a, b, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
+    torch.cuda.synchronize()
+    tune_s = time.perf_counter() - t0
+    if isinstance(b, torch.Tensor):
+        key = make_problem(
+            Operation(), a, MatrixLayout.of(a), b, MatrixLayout.of(b), 0.0, None, None, out,
+            MatrixLayout.of(out), gemm.device, gemm.registry.device.arch,
+        ).key
+    else:
+        # A packed weight's key is built inside matmul: the entry the tuning just made.
+        key = next(key for key, _ in gemm.cache.entries()
+                   if (key.m, key.n, key.k, key.b_type.bits) == (m, n, a.shape[1], b.bits))
+    everything = [plan for _, plan in gemm.ranked(key)]
+    t_oracle = {plan: median_ms(lambda p=plan: gemm.matmul(a, b, out=out, kernel=p), reps=reps) for plan in everything}
+    best = min(t_oracle, key=t_oracle.get)
+    model_plan = gemm.predicted(key)
+    tuned = gemm.cache.get(key)
+    # Time the two choices afresh, like the oracle's entries, so all three compare.
+    t_tuned = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=tuned), reps=reps)
+    t_best = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=best), reps=reps)
+    return dict(m=m, n=n, k=a.shape[1], oracle=min(t_best, t_oracle[best]), tuned=t_tuned,
+                cost_model=t_oracle[model_plan], tune_s=tune_s, candidates=len(everything),
+                tuned_plan=tuned, best_plan=best, model_plan=model_plan)
 
 
 def write(rows: list[dict], path: Path) -> None:
@@ -82,7 +102,7 @@ def write(rows: list[dict], path: Path) -> None:
         "# Dispatch quality",
         "",
         f"Measured {datetime.date.today().isoformat()} on {torch.cuda.get_device_name()} by `python -m bench.dispatch`: "
-        "fp16, B as N x K. `oracle`: the fastest of every feasible (kernel, splits, swizzle), each timed "
+        "fp16 activations; B fp16 as N x K, or packed 4/8-bit weights (`weights`). `oracle`: the fastest of every feasible (kernel, splits, swizzle), each timed "
         "(CUDA events, L2 flushed, median). `tuned`: the MEASURE policy's choice. `model`: the cost model's "
         "choice alone. Ratios are time / oracle time (1.00 is optimal).",
         "",
@@ -96,12 +116,12 @@ def write(rows: list[dict], path: Path) -> None:
             "",
         ]
     lines += [
-        "| model | layer | M | N | K | candidates | oracle µs | tuned µs | tuned/oracle | model µs | model/oracle | tune s | oracle plan | tuned plan | model plan |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
+        "| model | layer | weights | M | N | K | candidates | oracle µs | tuned µs | tuned/oracle | model µs | model/oracle | tune s | oracle plan | tuned plan | model plan |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['layer']} | {r['m']} | {r['n']} | {r['k']} | {r['candidates']} | "
+            f"| {r['model']} | {r['layer']} | {r['weights']} | {r['m']} | {r['n']} | {r['k']} | {r['candidates']} | "
             f"{r['oracle']*1e3:.1f} | {r['tuned']*1e3:.1f} | {r['tuned']/r['oracle']:.2f} | "
             f"{r['cost_model']*1e3:.1f} | {r['cost_model']/r['oracle']:.2f} | {r['tune_s']:.2f} | "
             f"{_short(r['best_plan'])} | {_short(r['tuned_plan'])} | {_short(r['model_plan'])} |"
