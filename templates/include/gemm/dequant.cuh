@@ -97,16 +97,20 @@ struct Dequant<BFloat16, 4> {
     return {static_cast<u32>(scale) * 0x10001u, fma2(z2, 0xBF80BF80u, 0xC300C300u, MmaBF16{})};
   }
 
-  __device__ __forceinline__ static void apply(const u32 (&w)[kWords], const Consts& c, BlockFragments& b) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const u32 x = and_or(w[0] >> (4 * i), 0x000F000Fu, 0x43004300u);  // 128 + q
-      b[i >> 1][i & 1] = fma2(fma2(x, 0x3F803F80u, c.neg2, MmaBF16{}), c.scale2, 0x80008000u, MmaBF16{});
-    }
+  // Fragment register i of the word's block (i >> 1: k16 step, i & 1: register) as the
+  // bf16 codes 128 + q, exact.
+  __device__ __forceinline__ static u32 code(const u32 (&w)[kWords], int i) {
+    return and_or(w[0] >> (4 * i), 0x000F000Fu, 0x43004300u);
   }
 
-  // Deferred: c(q) = 128 + q (bf16 subnormals would leave fp32's range in the
-  // products), so the codes are taken from 128 + z.
+  __device__ __forceinline__ static void apply(const u32 (&w)[kWords], const Consts& c, BlockFragments& b) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      b[i >> 1][i & 1] = fma2(fma2(code(w, i), 0x3F803F80u, c.neg2, MmaBF16{}), c.scale2, 0x80008000u, MmaBF16{});
+  }
+
+  // Deferred: the codes 128 + q as they are (bf16 subnormals would leave fp32's range
+  // in the products), so the codes are taken from 128 + z.
   static constexpr bool kDeferred = true;
   static constexpr u32 kAHiScale = 0;
   static constexpr u32 kOnesLo = 0x3F803F80u, kOnesHi = 0x3F803F80u;  // 1
@@ -114,7 +118,7 @@ struct Dequant<BFloat16, 4> {
 
   __device__ __forceinline__ static void apply_codes(const u32 (&w)[kWords], BlockFragments& b) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) b[i >> 1][i & 1] = and_or(w[0] >> (4 * i), 0x000F000Fu, 0x43004300u);
+    for (int i = 0; i < 4; ++i) b[i >> 1][i & 1] = code(w, i);
   }
 
   __device__ __forceinline__ static void group_consts(u32 s2, u32 z2, float (&s)[2], float (&z)[2]) {
