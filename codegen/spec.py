@@ -101,13 +101,33 @@ class KernelSpec:
     def min_ctas_per_sm(self) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint).
 
-        Direct-B kernels hide the weights' latency with warps: two CTAs of 8 warps
-        cap a thread at 65536 / (16 * 32) = 128 registers. Not asked of 4-warp CTAs
-        (the 8-bit and 32-row ones spill at 128) nor of bf16 activations (their 4-bit
+        Direct-B kernels hide the weights' latency with warps: 16 warps per SM cap a
+        thread at 65536 / (16 * 32) = 128 registers, two CTAs of 8 warps or four of 4.
+        Four of 4 only for 4-bit weights: their decode loop is compiled twice (with and
+        without rows 8-15, MainloopSm80), which NVRTC 13 allocates at 142 registers
+        uncapped against 128 and 116 for either loop alone. Not asked of 8-bit 4-warp
+        CTAs nor 32-row ones (they spill at 128), nor of bf16 activations (their 4-bit
         8-warp tile spills 4 bytes at 128 on sm_80; NVRTC 13).
         """
-        eight_warp_f16 = self.threads == 256 and self.a_type is DataType.F16
-        return 2 if self.direct_b and eight_warp_f16 else 1
+        if not self.direct_b or self.a_type is not DataType.F16:
+            return 1
+        if self.threads == 256:
+            return 2
+        if self.threads == 128 and self.b_type.bits == 4 and self.cta[0] == 16:
+            return 4
+        return 1
+
+    def spill_budget(self, arch: int) -> int:
+        """Bytes of register spill (stores, and as many loads) accepted on ``arch``.
+
+        The register-capped 4-bit direct-B tiles (min_ctas_per_sm) spill 16 bytes on
+        sm_80 (NVRTC 13): the row-sum MMA's constant operand, in the loop for 9-16
+        rows only; the loop for at most 8 rows, which decode runs, spills nothing.
+        Uncapped, sm_80 would run 3 (4-warp) or 1 (8-warp) CTAs per SM instead of 4
+        or 2. Every other kernel: none.
+        """
+        capped_w4 = self.min_ctas_per_sm > 1 and self.b_type.bits == 4
+        return 16 if capped_w4 and arch < 90 else 0
 
     @property
     def threads(self) -> int:

@@ -73,7 +73,7 @@ class ArchReport:
     compiled: int = 0
     cached: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
-    spills: list[tuple[str, int, int]] = field(default_factory=list)  # (name, stores, loads)
+    spills: list[tuple[str, int, int]] = field(default_factory=list)  # (name, stores, loads) over the spill budget
     failed: int = 0
     seconds: float = 0.0
     nvrtc: str = ""  # version of the NVRTC that compiles this arch, e.g. "13.5" ("12.9" for sm_70)
@@ -347,7 +347,12 @@ def build(
         if not rep.failed:  # a failing arch keeps its previous outputs rather than half of new ones
             _write_arch(out_dir, a, kernels, results[a], rep.skipped, rep.nvrtc)
             rep.kernels = len(results[a])
-        rep.spills = [(n, r.spill_stores, r.spill_loads) for n, r in sorted(results[a].items()) if r.spills]
+        specs = {k.name: k.spec for k in kernels}
+        rep.spills = [
+            (n, r.spill_stores, r.spill_loads)
+            for n, r in sorted(results[a].items())
+            if max(r.spill_stores, r.spill_loads) > specs[n].spill_budget(a)
+        ]
         rep.skipped.sort()
         report.archs.append(rep)
     report.seconds = time.perf_counter() - t_start

@@ -104,9 +104,19 @@ def test_direct_b_smem_has_no_b_tile() -> None:
     assert sm70.smem_bytes == 2 * (8448 + 16 * (8 * 64 + 8) * 2 + 4352)
 
 
-def test_min_ctas_per_sm_caps_registers_of_8_warp_direct_b_tiles() -> None:
+def test_min_ctas_per_sm_caps_registers_of_f16_direct_b_tiles_at_128() -> None:
     decode = spec_for(b_type=DataType.U4, cta=(16, 128, 256), warps=(1, 4, 2), stages=3)
-    assert decode.min_ctas_per_sm == 2
-    assert dataclasses.replace(decode, cta=(16, 128, 128), warps=(1, 4, 1)).min_ctas_per_sm == 1
+    assert decode.min_ctas_per_sm == 2  # 2 x 8 warps
+    four_warps = dataclasses.replace(decode, cta=(16, 128, 128), warps=(1, 4, 1))
+    assert four_warps.min_ctas_per_sm == 4  # 4 x 4 warps
+    assert dataclasses.replace(four_warps, b_type=DataType.U8).min_ctas_per_sm == 1  # spills at 128
     assert dataclasses.replace(decode, a_type=DataType.BF16).min_ctas_per_sm == 1  # spills at 128 on sm_80
     assert SPEC.min_ctas_per_sm == 1
+
+
+def test_spill_budget_only_for_capped_4_bit_tiles_below_sm90() -> None:
+    decode = spec_for(b_type=DataType.U4, cta=(16, 128, 128), warps=(1, 4, 1), stages=4)
+    assert decode.spill_budget(80) == 16
+    assert decode.spill_budget(90) == 0
+    assert dataclasses.replace(decode, b_type=DataType.U8).spill_budget(80) == 0
+    assert SPEC.spill_budget(80) == 0

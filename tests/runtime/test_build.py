@@ -192,6 +192,7 @@ def test_full_default_set_compiles(tmp_path, capsys):
         assert sorted(built) == expected, f"sm_{arch} misses kernels: {skipped}"
         for n, k in built.items():
             lo, hi = specs[n].mma.native_archs
-            if arch in (80, 90) and lo <= arch <= hi and (k["spill_stores"] or k["spill_loads"]):
+            budget = specs[n].spill_budget(arch)
+            if arch in (80, 90) and lo <= arch <= hi and max(k["spill_stores"], k["spill_loads"]) > budget:
                 spills.append(f"{n} on sm_{arch}: {k['spill_stores']} B stores, {k['spill_loads']} B loads")
     assert not spills, "kernels spill registers:\n" + "\n".join(spills)

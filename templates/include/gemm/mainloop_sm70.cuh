@@ -68,6 +68,7 @@ struct MainloopSm70 : OperandCopies<Cfg> {
 
   __device__ __forceinline__ void operator()(WarpMma<Cfg>& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
                                              int warp_k0) {
+    this->begin_groups(warp, warp_m0);
     if (k_tiles > 0) {
       load_tile(0);
       store_tile(smem, 0);
@@ -83,7 +84,7 @@ struct MainloopSm70 : OperandCopies<Cfg> {
         if (step + 1 < kSteps)
           this->load_fragments(warp, (step + 1) & 1, stage, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
         warp.mma(step & 1);
-        this->end_group_after(warp, stage, t, step, k_tiles, warp_m0, warp_k0, warp_n0);
+        this->end_group_after(warp, stage, t, step, k_tiles, warp_k0, warp_n0);
       }
       if (next) store_tile(smem, (t + 1) & 1);
       __syncthreads();

@@ -127,6 +127,28 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 
   __device__ __forceinline__ void operator()(Warp& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
                                              int warp_k0) const {
+    this->begin_groups(warp, warp_m0);
+    if constexpr (Cfg::kQuantB && kDirectB) {
+      if constexpr (Warp::kDeferred) {
+        // NOTE: the whole loop twice, once for warps without rows 8-15 (M <= 8: half the
+        // MMAs), with `upper` a constant in each copy. Tested per step instead (one loop,
+        // a uniform branch around each step's MMAs), the decode kernel ran no faster
+        // at M = 1 than with all 16 rows, and 14% slower at M = 16 (H200).
+        if (warp.upper) {
+          warp.upper = true;
+          run(warp, smem, k_tiles, warp_m0, warp_n0, warp_k0);
+        } else {
+          warp.upper = false;
+          run(warp, smem, k_tiles, warp_m0, warp_n0, warp_k0);
+        }
+        return;
+      }
+    }
+    run(warp, smem, k_tiles, warp_m0, warp_n0, warp_k0);
+  }
+
+  __device__ __forceinline__ void run(Warp& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
+                                      int warp_k0) const {
     constexpr int S = Cfg::kStages;
     // kDirectB: the packed weights of the tile being multiplied and of the next one.
     // NOTE: a tile's loads go out together, a whole run of contiguous blocks per n8 row
@@ -175,7 +197,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
         if (refill) issue_tile(smem, write, t + S - 1, step);
         warp.mma(step & 1);
-        this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_m0, warp_k0, warp_n0);
+        this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_k0, warp_n0);
         if (step + 1 == kSteps) {
           cp_async_commit();
           cp_async_wait<S - 2>();

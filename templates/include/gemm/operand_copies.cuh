@@ -68,7 +68,7 @@ struct OperandCopies {
   // step lies in another group or there is none. `stage_smem`: the stage the step read.
   template <class Warp>
   __device__ __forceinline__ void end_group_after(Warp& warp, u32 stage_smem, int tile, int step, int k_tiles,
-                                                  int warp_m0, int warp_k0, int warp_n0) const {
+                                                  int warp_k0, int warp_n0) const {
     if constexpr (Cfg::kQuantB) {
       if constexpr (Warp::kDeferred) {
         const int k0 = tile * Cfg::kCtaK;
@@ -76,9 +76,16 @@ struct OperandCopies {
         const bool tile_end = step + 1 == Cfg::kWarpTileK / 32;
         const int next_k = tile_end ? k0 + Cfg::kCtaK + warp_k0 : k + 32;
         if ((tile_end && tile + 1 == k_tiles) || group_of(k) != group_of(next_k))
-          warp.end_group(stage_smem + Cfg::kStageBytesA + Cfg::kStageBytesB, group_of(k) - group_of(k0), warp_n0,
-                         rows > warp_m0 + 8);
+          warp.end_group(stage_smem + Cfg::kStageBytesA + Cfg::kStageBytesB, group_of(k) - group_of(k0), warp_n0);
       }
+    }
+  }
+
+  // Deferred scaling: before the mainloop, the rows of A the warp's tile has.
+  template <class Warp>
+  __device__ __forceinline__ void begin_groups(Warp& warp, int warp_m0) const {
+    if constexpr (Cfg::kQuantB) {
+      if constexpr (Warp::kDeferred) warp.set_rows(rows - warp_m0);
     }
   }
 
