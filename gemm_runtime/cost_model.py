@@ -34,6 +34,7 @@ _DEQUANT_WEIGHTS_PER_CLOCK = 30.0
 _DEQUANT_WARPS_SCALE = 9.0
 _DEQUANT_TILE_STEPS = 1.2
 _DEQUANT_SM70 = 0.7  # the register-staged mainloop, measured against the SM80 one
+_QUANT_LONE_CTA = 0.85
 
 
 @dataclass(frozen=True)
@@ -106,15 +107,24 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     # MMA time: the resident CTAs of a wave share their SM; thin tiles re-read
     # operands from shared memory more per MMA, so they run below the SM's peak.
     per_sm = min(resident, math.ceil(ctas / device.sms))
-    intensity = cm * cn / (cm + cn)
+    # Quantized B: each warp dequantizes its own B fragments, so a B fragment serves
+    # only the warp's rows (its warp tile M), not the CTA's.
+    rows_per_b = spec.warp_tile[0] if spec.quantized else cm
+    intensity = rows_per_b * cn / (rows_per_b + cn)
     efficiency = intensity / (intensity + 48.0)
     if spec.mainloop is Mainloop.SM70:
         efficiency *= 0.85  # no copy in flight across the barrier
     elif spec.stages < 3:
         efficiency *= 0.7
+    if spec.quantized and resident == 1:
+        # A lone CTA's tile-end barrier idles its SM, and the dequantizing warps' uneven
+        # progress makes those waits long (W4, M = 128 on the H200: 128x128x64 at one
+        # CTA per SM 15-18% slower than 64x128x64 at two, with the same warp tiles).
+        efficiency *= _QUANT_LONE_CTA
     efficiency /= _ALIGN_PENALTY[spec.align]
     t_mma = waves * per_sm * 2.0 * cm * cn * per_split * ck / (device.mma_flops_per_sm * efficiency)
-    t_deq = dequant_time(spec, ctas, resident, device, cn * per_split * ck)
+    # Every warp along M dequantizes the same weights for its own rows.
+    t_deq = dequant_time(spec, ctas, resident, device, spec.warps[0] * cn * per_split * ck)
     # NOTE: the dequantization rate was fitted to whole decode kernels (one m16 tile per
     # warp), MMAs included; the thin-tile MMA estimate above overstates them by 15-30%.
     t_compute = t_deq if spec.quantized and spec.warp_tile[0] == 16 else max(t_mma, t_deq)
@@ -136,7 +146,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
 def dequant_time(spec: KernelSpec, ctas: int, resident: int, device: DeviceModel, weights_per_cta: int) -> float:
     """Seconds the busiest SM spends turning quantized weights into MMA operands (0 for
     dense B): it runs ceil(ctas / SMs) CTAs, with the warps of up to ``resident`` of
-    them at a time."""
+    them at a time; ``weights_per_cta`` counts a weight once per warp that dequantizes it."""
     if not spec.quantized:
         return 0.0
     per_sm = math.ceil(ctas / device.sms)
