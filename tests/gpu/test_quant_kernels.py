@@ -56,7 +56,9 @@ def test_quant_kernel_matches_dequantized_reference(gemm, name, group_size):
         qw = _weight(n, k, dt, spec.b_type.bits, group_size, gen, symmetric)
         packed = pack_for_gemm(qw)
         ref_w = qw.dequantize().float()
-        for m in (1, 7, 33, 257):
+        # M: decode tiles run one loop up to 8 rows per tile and another for 9-16
+        # (MainloopSm80); 8 and 9 sit on that edge, 33 and 257 end on a 1-row tile.
+        for m in (1, 7, 8, 9, 33, 257):
             a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
             gemm.matmul(a, packed, out=out, kernel=name)

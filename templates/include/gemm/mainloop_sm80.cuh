@@ -133,7 +133,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         // NOTE: the whole loop twice, once for warps without rows 8-15 (M <= 8: half the
         // MMAs), with `upper` a constant in each copy. Tested per step instead (one loop,
         // a uniform branch around each step's MMAs), the decode kernel ran no faster
-        // at M = 1 than with all 16 rows, and 14% slower at M = 16 (H200).
+        // at M = 1 than the m16 form, and 14% slower at M = 16 (H200).
         if (warp.upper) {
           warp.upper = true;
           run(warp, smem, k_tiles, warp_m0, warp_n0, warp_k0);
