@@ -27,6 +27,9 @@ namespace gemm {
 // Fragments of one n8 x k32 block: b[h][r] is register r of the k16 step h.
 using BlockFragments = u32[2][2];
 
+// A 16-bit value in both halves of a register (a column's scale or zero, packed).
+__device__ __forceinline__ u32 twice(u16 v) { return static_cast<u32>(v) * 0x10001u; }
+
 template <class T, int Bits>
 struct Dequant;
 
@@ -41,9 +44,8 @@ struct Dequant<Half, 4> {
   };
 
   __device__ __forceinline__ static Consts make(u16 scale, u16 zero) {
-    const u32 z2 = static_cast<u32>(zero) * 0x10001u;
-    return {static_cast<u32>(scale) * 0x10001u, fma2(z2, 0xBC00BC00u, 0xE400E400u, MmaF16{}),
-            fma2(z2, 0xBC00BC00u, 0xD400D400u, MmaF16{})};
+    const u32 z2 = twice(zero);
+    return {twice(scale), fma2(z2, 0xBC00BC00u, 0xE400E400u, MmaF16{}), fma2(z2, 0xBC00BC00u, 0xD400D400u, MmaF16{})};
   }
 
   __device__ __forceinline__ static void apply(const u32 (&w)[kWords], const Consts& c, BlockFragments& b) {
@@ -93,8 +95,7 @@ struct Dequant<BFloat16, 4> {
   };
 
   __device__ __forceinline__ static Consts make(u16 scale, u16 zero) {
-    const u32 z2 = static_cast<u32>(zero) * 0x10001u;
-    return {static_cast<u32>(scale) * 0x10001u, fma2(z2, 0xBF80BF80u, 0xC300C300u, MmaBF16{})};
+    return {twice(scale), fma2(twice(zero), 0xBF80BF80u, 0xC300C300u, MmaBF16{})};
   }
 
   // Fragment register i of the word's block (i >> 1: k16 step, i & 1: register) as the
@@ -138,8 +139,7 @@ struct Dequant<Half, 8> {
   };
 
   __device__ __forceinline__ static Consts make(u16 scale, u16 zero) {
-    const u32 z2 = static_cast<u32>(zero) * 0x10001u;
-    return {static_cast<u32>(scale) * 0x10001u, fma2(z2, 0xBC00BC00u, 0xE400E400u, MmaF16{})};
+    return {twice(scale), fma2(twice(zero), 0xBC00BC00u, 0xE400E400u, MmaF16{})};
   }
 
   __device__ __forceinline__ static void apply(const u32 (&w)[kWords], const Consts& c, BlockFragments& b) {
