@@ -79,7 +79,11 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     const u32 sa = smem + stage * Cfg::kStageBytes;
     const u32 sb = sa + Cfg::kStageBytesA;
     const int k0 = tile * Cfg::kCtaK;
-    const int a_begin = step * CopyA::kIters / kSteps, a_end = (step + 1) * CopyA::kIters / kSteps;
+    // NOTE: direct B leaves only A and the scale rows in the stages, a few copies per
+    // thread: all of A's go out at the tile's first step, with the scale rows, so
+    // the copy set-up (K-edge test, row mask) is paid once per tile, not per step.
+    const int a_begin = kDirectB ? (step == 0 ? 0 : CopyA::kIters) : step * CopyA::kIters / kSteps;
+    const int a_end = kDirectB ? CopyA::kIters : (step + 1) * CopyA::kIters / kSteps;
     const int b_begin = step * CopyB::kIters / kSteps, b_end = (step + 1) * CopyB::kIters / kSteps;
     // Every tile but the last lies inside K: whole vectors, no per-copy edge arithmetic.
     const bool inside_k = k0 + Cfg::kCtaK <= this->k_extent;

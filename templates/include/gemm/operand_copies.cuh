@@ -20,6 +20,7 @@ struct OperandCopies {
   CopyA copy_a;
   CopyB copy_b;
   int group_shift;  // group of K index k: k >> group_shift
+  int group_mask;   // group size - 1
   int groups;       // groups along all of K
   int k_origin;     // first K index of this CTA's split
   int k_extent;     // K - k_origin: the split's K tiles lie inside K up to this offset
@@ -48,6 +49,7 @@ struct OperandCopies {
       constexpr int kUnits = Cfg::kQuantBlockUnits;
       copy_b.init(B, ldb, (N + 7) / 8, (K + 31) / 32 * kUnits, n0 / 8, k0 / 32 * kUnits);
       group_shift = p.group_shift;
+      group_mask = (1 << group_shift) - 1;
       groups = p.groups;
     } else if constexpr (kBAlongRows) {
       copy_b.init(B, ldb, K, N, k0, n0);
@@ -74,8 +76,14 @@ struct OperandCopies {
         const int k0 = tile * Cfg::kCtaK;
         const int k = k0 + warp_k0 + step * 32;
         const bool tile_end = step + 1 == Cfg::kWarpTileK / 32;
+        // Groups are powers of two of at least 32 and steps are aligned k32 blocks: the
+        // warp's next step starts a group exactly when the K index after this step is
+        // a multiple of the group size (the next step of a K-sliced warp, one CTA tile
+        // on, starts a group whenever a group ends in between).
         const int next_k = tile_end ? k0 + Cfg::kCtaK + warp_k0 : k + 32;
-        if ((tile_end && tile + 1 == k_tiles) || group_of(k) != group_of(next_k))
+        const bool group_ends = tile_end && Cfg::kWarpsK > 1 ? group_of(k) != group_of(next_k)
+                                                               : ((k_origin + next_k) & group_mask) == 0;
+        if ((tile_end && tile + 1 == k_tiles) || group_ends)
           warp.end_group(stage_smem + Cfg::kStageBytesA + Cfg::kStageBytesB, group_of(k) - group_of(k0), warp_n0);
       }
     }

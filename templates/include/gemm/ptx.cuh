@@ -72,6 +72,11 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
                : "r"(addr));
 }
 
+// Two matrices: lanes 0-15 give the row addresses.
+__device__ __forceinline__ void ldmatrix_x2(u32 (&r)[2], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
 __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -105,8 +105,14 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
                                        int warp_n0, int k0, const Words& w) {
     const int lane = threadIdx.x & 31;
     if constexpr (kDeferred) {
-      load_token_fragments(a[buf][0][0], smem_a, warp_m0, k0);
-      load_token_fragments(a[buf][1][0], smem_a, warp_m0, k0 + 16);
+      if (!kSkipUpperTokens || upper) {
+        load_token_fragments(a[buf][0][0], smem_a, warp_m0, k0);
+        load_token_fragments(a[buf][1][0], smem_a, warp_m0, k0 + 16);
+      } else {
+        // Rows 0-7 only: registers 2 and 3 (rows 8-15) are never read.
+        load_lower_token_fragments(a[buf][0][0], smem_a, warp_m0, k0);
+        load_lower_token_fragments(a[buf][1][0], smem_a, warp_m0, k0 + 16);
+      }
       if constexpr (Dq::kAHiScale != 0) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
@@ -139,6 +145,17 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
     const int row = warp_m0 + (lane & 7) + (lane >> 4) * 8;
     const int col = k0 + ((lane >> 3) & 1) * 8;
     ldmatrix_x4(r, smem_a + (row * Cfg::kLdsA + col) * 2);
+  }
+
+  // load_token_fragments for rows 0-7 only, into registers 0 and 1.
+  __device__ __forceinline__ static void load_lower_token_fragments(u32 (&r)[4], u32 smem_a, int warp_m0, int k0) {
+    const int lane = threadIdx.x & 31;
+    const int row = warp_m0 + (lane & 7);
+    const int col = k0 + ((lane >> 3) & 1) * 8;
+    u32 lo[2];
+    ldmatrix_x2(lo, smem_a + (row * Cfg::kLdsA + col) * 2);
+    r[0] = lo[0];
+    r[1] = lo[1];
   }
 
   __device__ __forceinline__ void mma(int buf) {
