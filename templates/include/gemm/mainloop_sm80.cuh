@@ -11,7 +11,7 @@
 //
 // Direct B (Cfg::kDirectB, quantized decode tiles): B skips the ring. Each warp loads
 // its packed words of tile t+1 into registers at the start of tile t (WeightStream),
-// and the A and scale/zero tiles alone travel by cp.async.
+// and the A and scale/zero tiles alone travel by cp.async, all issued at step 0.
 //
 // NOTE: the barrier at the end of tile t-1 is what makes refilling tile t-1's
 // buffer during tile t safe: every warp has loaded all its fragments by then.
