@@ -53,7 +53,8 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   // Deferred, transposed: tile (p, ti) holds D^T for columns 16p .. 16p + 15 of the warp
   // and rows 8 ti .. 8 ti + 7; during the mainloop its sums live in acc[0][2p + ti].
   float part[kPairs][2][4];  // the current group's sums of A times the codes
-  float row_sums[2][4];      // its sums of A's rows, C registers 0, 1: rows 8 ti + 2t, + 1 (2, 3 repeat them)
+  float row_sums[2][4];      // its sums of A's rows, C registers 0, 1: rows 8 ti + 2t, + 1 (2, 3 repeat them;
+                             // for rows 0-7 alone, see mma_transposed)
   bool upper = true;         // whether the warp has rows 8-15 of A (when not, their sums stay 0)
   // Whether rows 8-15's MMAs are skipped when the warp has no such rows: MainloopSm80
   // (direct B) runs its loop twice, `upper` a constant in each. The register-staged
@@ -179,6 +180,13 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   }
 
   // Deferred: the k32 step's MMAs for the first `TI` token tiles (1: rows 0-7 of A).
+  // NOTE: for rows 0-7 alone (TI = 1 in MainloopSm80's loop without them), the row
+  // sums take one m16n8k8 MMA per k16 with A's two registers as its 16-row operand
+  // (rows g: row g's k 0-7, rows g + 8: its k 8-15) and one register of ones as the
+  // 8-column one; end_group adds the two halves. The m16n8k16 form needs a four-register
+  // constant, which NVRTC rebuilds before every MMA under the register cap.
+  static constexpr bool kRowSumsK8 = kSkipUpperTokens;
+
   template <int TI>
   __device__ __forceinline__ void mma_transposed(int buf) {
     const u32 ones[4] = {Dq::kOnesLo, Dq::kOnesLo, Dq::kOnesHi, Dq::kOnesHi};
@@ -187,7 +195,11 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
 #pragma unroll
       for (int ti = 0; ti < TI; ++ti) {
         const u32 tokens[2] = {a[buf][h][0][2 * ti], a[buf][h][0][2 * ti + 1]};
-        mma_k16<typename Cfg::Atom>(row_sums[ti], ones, tokens, MmaKind{});
+        if (TI == 1 && kRowSumsK8) {
+          mma_m16n8k8(row_sums[0], tokens[0], tokens[1], Dq::kOnesLo, MmaKind{});
+        } else {
+          mma_k16<typename Cfg::Atom>(row_sums[ti], ones, tokens, MmaKind{});
+        }
 #pragma unroll
         for (int p = 0; p < kPairs; ++p) {
           const u32 weights[4] = {b[buf][2 * p][h][0], b[buf][2 * p + 1][h][0], b[buf][2 * p][h][1],
@@ -214,6 +226,22 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   template <int TI>
   __device__ __forceinline__ void fold_group(u32 smem_v, int group_row, int warp_n0) {
     const int g = (threadIdx.x & 31) >> 2;  // this lane's transposed rows: columns g and g + 8 of each pair
+    // A's row sums of the group for this lane's rows 2t and 2t + 1, per token tile.
+    float sums[TI][2];
+    if constexpr (TI == 1 && kRowSumsK8) {
+      // Row g's sum is in every lane of quad g (mma_transposed): fetch rows 2t, 2t + 1.
+      const int t = threadIdx.x & 3;
+      constexpr float kHiSumScale = Dq::kAHiScale != 0 ? 16.f : 1.f;  // undoes A's prescale of k 8-15
+      const float mine = row_sums[0][0] + kHiSumScale * row_sums[0][2];
+      sums[0][0] = __shfl_sync(0xffffffffu, mine, 8 * t);
+      sums[0][1] = __shfl_sync(0xffffffffu, mine, 8 * t + 4);
+    } else {
+#pragma unroll
+      for (int ti = 0; ti < TI; ++ti) {
+        sums[ti][0] = row_sums[ti][0];
+        sums[ti][1] = row_sums[ti][1];
+      }
+    }
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       const u32 v = smem_v + (group_row * Cfg::kLdsV + warp_n0 + p * 16 + g) * 2;
@@ -226,7 +254,7 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float& d = acc[0][2 * p + ti][e];
-          d = fmaf(s[e >> 1], fmaf(-z[e >> 1], row_sums[ti][e & 1], part[p][ti][e]), d);
+          d = fmaf(s[e >> 1], fmaf(-z[e >> 1], sums[ti][e & 1], part[p][ti][e]), d);
           part[p][ti][e] = 0.f;
         }
     }
