@@ -184,7 +184,8 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   // sums take one m16n8k8 MMA per k16 with A's two registers as its 16-row operand
   // (rows g: row g's k 0-7, rows g + 8: its k 8-15) and one register of ones as the
   // 8-column one; end_group adds the two halves. The m16n8k16 form needs a four-register
-  // constant, which NVRTC rebuilds before every MMA under the register cap.
+  // constant, which NVRTC rebuilds before every MMA under the register cap. (Direct-B
+  // kernels run the SM80 mainloop, sm_80 and later: m16n8k8 exists for both types.)
   static constexpr bool kRowSumsK8 = kSkipUpperTokens;
 
   template <int TI>
@@ -231,7 +232,9 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
     if constexpr (TI == 1 && kRowSumsK8) {
       // Row g's sum is in every lane of quad g (mma_transposed): fetch rows 2t, 2t + 1.
       const int t = threadIdx.x & 3;
-      constexpr float kHiSumScale = Dq::kAHiScale != 0 ? 16.f : 1.f;  // undoes A's prescale of k 8-15
+      // Undoes A's prescale of k 8-15, which the m16n8k16 form undid with kOnesHi.
+      static_assert(Dq::kAHiScale == 0 || Dq::kOnesHi == 16 * Dq::kOnesLo, "k 8-15 prescaled by 1/16");
+      constexpr float kHiSumScale = Dq::kAHiScale != 0 ? 16.f : 1.f;
       const float mine = row_sums[0][0] + kHiSumScale * row_sums[0][2];
       sums[0][0] = __shfl_sync(0xffffffffu, mine, 8 * t);
       sums[0][1] = __shfl_sync(0xffffffffu, mine, 8 * t + 4);
