@@ -184,9 +184,9 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   // sums take one m16n8k8 MMA per k16 with A's two registers as its 16-row operand
   // (rows g: row g's k 0-7, rows g + 8: its k 8-15) and one register of ones as the
   // 8-column one; end_group adds the two halves. The m16n8k16 form needs a four-register
-  // constant, which NVRTC rebuilds before every MMA under the register cap. (Direct-B
-  // kernels run the SM80 mainloop, sm_80 and later: m16n8k8 exists for both types.)
-  static constexpr bool kRowSumsK8 = kSkipUpperTokens;
+  // constant, which NVRTC rebuilds before every MMA under the register cap. (TI = 1
+  // comes only from direct-B kernels, kSkipUpperTokens: the SM80 mainloop, sm_80 and
+  // later, where m16n8k8 exists for both types.)
 
   template <int TI>
   __device__ __forceinline__ void mma_transposed(int buf) {
@@ -196,7 +196,7 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
 #pragma unroll
       for (int ti = 0; ti < TI; ++ti) {
         const u32 tokens[2] = {a[buf][h][0][2 * ti], a[buf][h][0][2 * ti + 1]};
-        if (TI == 1 && kRowSumsK8) {
+        if (TI == 1) {
           mma_m16n8k8(row_sums[0], tokens[0], tokens[1], Dq::kOnesLo, MmaKind{});
         } else {
           mma_k16<typename Cfg::Atom>(row_sums[ti], ones, tokens, MmaKind{});
@@ -229,7 +229,7 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
     const int g = (threadIdx.x & 31) >> 2;  // this lane's transposed rows: columns g and g + 8 of each pair
     // A's row sums of the group for this lane's rows 2t and 2t + 1, per token tile.
     float sums[TI][2];
-    if constexpr (TI == 1 && kRowSumsK8) {
+    if constexpr (TI == 1) {
       // Row g's sum is in every lane of quad g (mma_transposed): fetch rows 2t, 2t + 1.
       const int t = threadIdx.x & 3;
       // Undoes A's prescale of k 8-15, which the m16n8k16 form undid with kOnesHi.
