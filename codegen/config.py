@@ -396,11 +396,11 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
     if spec.quantized:
         if spec.b_order is not BOrder.NK:
             where.reject("b_orders", spec.b_order.value, "'nk' (quantized weights are N x K, packed along K)")
-        if spec.align != 8:
-            where.reject("align", spec.align, "8 (quantized kernels read 16-byte vectors of packed weights)")
         if spec.warp_tile[2] % 32:
             where.reject("cta", list(spec.cta), "a warp tile K (cta K / warps K) that is a multiple of 32",
                          f" (quantized B is dequantized in k32 blocks; warps {list(spec.warps)})")
+    # Shared rows hold whole vectors of A and dense B (packed B is copied in 16-byte
+    # vectors whatever ``align`` says: spec.align_b).
     rows = {"cta K": k} if spec.b_order is BOrder.NK else {"cta K": k, "cta N": n}
     for what, size in rows.items():
         if size % spec.align:
@@ -411,14 +411,16 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
     m, _, _ = spec.cta
     tile_rows = {"A (cta K)": k, "B (cta K)" if spec.b_order is BOrder.NK else "B (cta N)":
                  k if spec.b_order is BOrder.NK else n}
+    vector = {what: spec.align for what in tile_rows}
     if spec.quantized:
         tile_rows = {"A (cta K)": k, "B (packed cta K)": k // 32 * spec.quant_block_units, "V (cta N)": n}
+        vector = {"A (cta K)": spec.align, "B (packed cta K)": spec.align_b, "V (cta N)": spec.align_b}
     for what, width in tile_rows.items():
-        per_row = width // spec.align if width % spec.align == 0 else 0
+        per_row = width // vector[what] if width % vector[what] == 0 else 0
         if per_row and spec.threads % per_row:
             where.reject("warps", list(spec.warps),
                          f"a thread count that is a multiple of the {per_row} vectors in a row of tile {what}",
-                         f" ({spec.threads} threads; align {spec.align})")
+                         f" ({spec.threads} threads; {vector[what]} elements per vector)")
     if not spec.archs_that_fit(KNOWN_ARCHS):
         in_range = [a for a in KNOWN_ARCHS if spec.arch_min <= a <= spec.arch_max]
         best = max(in_range, key=lambda a: ARCH_SMEM_LIMIT[a])

@@ -92,6 +92,13 @@ class KernelSpec:
         return 16 * self.b_type.bits if self.quantized else 0
 
     @property
+    def align_b(self) -> int:
+        """Elements per vector copy of B: ``align`` for dense B; packed quantized rows
+        (pack_for_gemm) are always 16-byte vectors, so there ``align`` narrows only A's
+        copies (mirrors GemmConfig::kAlignB)."""
+        return 8 if self.quantized else self.align
+
+    @property
     def direct_b(self) -> bool:
         """Quantized B travels global -> registers, not through shared memory: SM80
         mainloop tiles whose weights each feed one warp (one warp along M, <= 32 rows)."""

@@ -405,7 +405,7 @@ def test_default_configs() -> None:
         "sm80_lowalign.yaml", "sm80_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 91
+    assert len(loaded) == 107
     quantized = [k.spec for k in loaded if k.spec.quantized]
     # Every (activation, weight) pair, on both mainloops, with decode and prefill tiles.
     assert {(s.a_type.value, s.b_type.value) for s in quantized} == {

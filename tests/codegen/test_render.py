@@ -120,7 +120,7 @@ def test_stale_files_removed_others_kept(tmp_path: Path, default_set: list[Loade
     assert not (out / "sm80_bf16_lowalign").exists()  # emptied family folder removed
     assert sorted(p.name for p in lowalign_f16.iterdir()) == ["notes.txt"]
     assert (out / "README.md").read_text() == "hands off\n"
-    assert len(result.removed) == 1 + 4 + 4 + 1  # files, files, files, one folder
+    assert len(result.removed) == 1 + 8 + 8 + 1  # files, files, files, one folder
     manifest = json.loads((out / "manifest.json").read_text())
     assert len(manifest["kernels"]) == len(keep)
 
@@ -148,16 +148,18 @@ def test_cli_writes(tmp_path: Path) -> None:
     proc = _cli("--config", str(config), "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("8 kernels from 1 files -> ")
-    assert len(json.loads((tmp_path / "out/manifest.json").read_text())["kernels"]) == 8
+    assert len(lines) == 1 and lines[0].startswith("24 kernels from 1 files -> ")
+    assert len(json.loads((tmp_path / "out/manifest.json").read_text())["kernels"]) == 24
 
 
-# One kernel per code path the templates select: plain, kn + split-K, fp32 output, register copy.
+# One kernel per code path the templates select: plain, kn + split-K, fp32 output, register
+# copy, quantized B with A copied through registers and an fp32 output.
 NVRTC_KERNELS = [
     "gemm_sm80_f16_sm80_m16n8k16_af16_bf16_accf32_df16_128x128x32_w2x2x1_s4_nk_align8",
     "gemm_sm80_bf16_sm80_m16n8k16_abf16_bbf16_accf32_dbf16_16x64x128_w1x2x2_s4_kn_align8",
     "gemm_sm80_bf16_f32out_sm80_m16n8k16_abf16_bbf16_accf32_df32_128x128x32_w2x2x1_s4_nk_align8",
     "gemm_sm80_f16_lowalign_sm80_m16n8k16_af16_bf16_accf32_df16_64x64x32_w2x2x1_s3_kn_align1",
+    "gemm_sm80_f16_w4_lowalign_sm80_m16n8k16_af16_bu4_accf32_df32_64x128x64_w1x4x1_s4_nk_align1",
 ]
 
 

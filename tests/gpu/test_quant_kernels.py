@@ -44,15 +44,19 @@ def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 @pytest.mark.parametrize("name", _quant_kernels())
 def test_quant_kernel_matches_dequantized_reference(gemm, name, group_size):
     spec = gemm.registry.get(name).spec
-    dt = torch_dtype(spec.a_type)
+    dt, out_dt = torch_dtype(spec.a_type), torch_dtype(spec.d_type)
     rel_tol, max_tol = _TOLERANCE[dt]
     gen = torch.Generator(device="cuda").manual_seed(hash((name, group_size)) % 2**31)
     cm, cn, ck = spec.cta
     failures = []
     # K: a group boundary inside and across CTA K tiles, and a K tail that is not a
     # multiple of the CTA K tile (nor of 32; A rows stay 16-byte aligned); N with a residue against the CTA N tile
-    # and against 8; asymmetric and symmetric weights.
-    for n, k, symmetric in ((2 * cn + 8, 2 * ck + 32, False), (cn + 27, 3 * 128 + 72, True)):
+    # and against 8; asymmetric and symmetric weights. Lower-alignment kernels also
+    # get the K their alignment allows (A's rows then start off 16-byte boundaries).
+    shapes = [(2 * cn + 8, 2 * ck + 32, False), (cn + 27, 3 * 128 + 72, True)]
+    if spec.align < 8:
+        shapes.append((cn + 5, 2 * 128 + 40 + spec.align, False))
+    for n, k, symmetric in shapes:
         qw = _weight(n, k, dt, spec.b_type.bits, group_size, gen, symmetric)
         packed = pack_for_gemm(qw)
         ref_w = qw.dequantize().float()
@@ -60,7 +64,7 @@ def test_quant_kernel_matches_dequantized_reference(gemm, name, group_size):
         # (MainloopSm80); 8 and 9 sit on that edge, 33 and 257 end on a 1-row tile.
         for m in (1, 7, 8, 9, 33, 257):
             a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
-            out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
             gemm.matmul(a, packed, out=out, kernel=name)
             rel, worst = _errors(out, a.float() @ ref_w.t())
             if not (rel < rel_tol and worst < max_tol):
@@ -79,11 +83,13 @@ def test_quant_kernel_epilogues_and_split_k(gemm, name):
     qw = _weight(n, k, dt, spec.b_type.bits, 64, gen)
     packed = pack_for_gemm(qw)
     a = torch.randn(19, k, device="cuda", dtype=dt, generator=gen)
-    bias = torch.randn(n, device="cuda", dtype=dt, generator=gen)
+    out_dt = torch_dtype(spec.d_type)
+    bias = torch.randn(n, device="cuda", dtype=out_dt, generator=gen)
     v = a.float() @ qw.dequantize().float().t() + bias.float()
-    out = gemm.matmul(a, packed, bias=bias, kernel=LaunchSpec(name, 3, 1))
+    out = gemm.matmul(a, packed, bias=bias, kernel=LaunchSpec(name, 3, 1), out_dtype=out_dt)
     assert rel_err(out, v) < 1e-2
-    gated = gemm.matmul(a, packed, bias=bias, kernel=name, operation=Operation(epilogue=Epilogue.GATED_SILU))
+    gated = gemm.matmul(a, packed, bias=bias, kernel=name, operation=Operation(epilogue=Epilogue.GATED_SILU),
+                        out_dtype=out_dt)  # fmt: skip
     assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
 
 

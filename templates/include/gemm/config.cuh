@@ -32,7 +32,8 @@ struct GemmConfig {
   static constexpr int kWarpsM = WarpsM_, kWarpsN = WarpsN_, kWarpsK = WarpsK_;
   static constexpr int kStages = Stages_;
   static constexpr OrderB kOrderB = OrderB_;
-  // Elements per global access of A and B (and the alignment every row of them has).
+  // Elements per global access of A and of dense B (and the alignment every row of
+  // them has).
   static constexpr int kAlign = Align_;
 
   static constexpr int kWarps = kWarpsM * kWarpsN * kWarpsK;
@@ -53,6 +54,9 @@ struct GemmConfig {
   static constexpr int kBitsB = QuantBits<TB>::value;
   static constexpr bool kQuantB = kBitsB > 0;
   static constexpr int kQuantBlockUnits = 16 * kBitsB;  // one n8 x k32 block
+  // NOTE: packed B rows are whole n8 x k32 blocks from pack_for_gemm, always 16-byte
+  // aligned, so only A's copies narrow with kAlign (activations with K % 8 != 0).
+  static constexpr int kAlignB = kQuantB ? 8 : kAlign;
   // Quantized B straight from global memory into registers (MainloopSm80), so no B
   // tile in the stages: for tiles whose weights each feed one warp (codegen/spec.py).
   static constexpr bool kDirectB = DirectB_;
@@ -88,7 +92,7 @@ struct GemmConfig {
   static_assert(kWarpTileK % 16 == 0, "warp tile K must be a multiple of the MMA's 16");
   static_assert(kThreads <= 1024, "at most 1024 threads per CTA");
   static_assert(kAlign == 1 || kAlign == 2 || kAlign == 4 || kAlign == 8, "alignment is 1, 2, 4 or 8 elements");
-  static_assert(kTileACols % kAlign == 0 && kTileBCols % kAlign == 0, "tile rows must hold whole vectors");
+  static_assert(kTileACols % kAlign == 0 && kTileBCols % kAlignB == 0, "tile rows must hold whole vectors");
 };
 
 }  // namespace gemm
