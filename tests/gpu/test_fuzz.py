@@ -90,8 +90,8 @@ def _run_case(gemm, case: FuzzCase) -> tuple[str, str]:
     if case.invalid == "out_aliases_a":
         # A and D in one buffer, rows of both inside each row of it.
         out_dt, ld = dt, max(case.lda, case.ldd)
-        flat, a = _buffer(m, ld, 0, k, dt, gen)
-        out = flat.as_strided((m, n_out), (ld, 1))
+        flat, rows = _buffer(m, ld, 0, max(k, n_out), dt, gen)
+        a, out = rows[:, :k], rows[:, :n_out]
     else:
         _, out = _buffer(m, case.ldd, case.d_offset, n_out, out_dt, gen)
         out.fill_(float("nan"))
