@@ -24,7 +24,10 @@ class UnsupportedProblemError(GemmError, ValueError):
         self.problem = problem
         self.reasons = dict(reasons or {})
         detail = "; ".join(f"{n} kernel(s): {r}" for r, n in sorted(self.reasons.items(), key=lambda x: -x[1]))
-        super().__init__(f"no kernel can serve {problem}" + (f" ({detail})" if detail else ""))
+        super().__init__(
+            f"no kernel can serve {problem}" + (f" ({detail})" if detail else "")
+            + "; docs/PROBLEMS.md lists what the default kernel set serves"
+        )
 
 
 class NoKernelsError(GemmError, RuntimeError):
