@@ -4,6 +4,7 @@ which kernels can serve it. Every check here runs before anything is launched.""
 from __future__ import annotations
 
 import math
+import re
 from typing import NamedTuple
 
 import torch
@@ -15,7 +16,7 @@ from gemm_runtime.packed_weight import GROUP_SHIFT_ALL_K
 from gemm_runtime.types import Epilogue, MatrixLayout, Operation, torch_dtype
 
 _INPUT_TYPES = (DataType.F16, DataType.BF16)
-_MAX_GRID_Y = 65535
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 _INT32_MAX = 2**31 - 1
 
 
@@ -45,22 +46,107 @@ class ProblemKey(NamedTuple):
             f: (v.value if hasattr(v, "value") else v) for f, v in zip(self._fields, self)
         }
 
+    def validate(self) -> None:
+        """ValueError naming the first field whose value no kernel of any build serves.
+        The one place that knows the valid values of a key: the dispatch cache checks
+        every key it stores or imports here, and make_problem only builds valid ones."""
+        if self.arch < 0:
+            raise ValueError(f"arch {self.arch} is negative")
+        if self.a_type not in _INPUT_TYPES:
+            raise ValueError(f"a_type {self.a_type.value} is not one of {_names(_INPUT_TYPES)}")
+        if self.d_type not in (self.a_type, DataType.F32):
+            raise ValueError(f"d_type {self.d_type.value} is not {self.a_type.value} (a_type) or f32")
+        if self.align not in ALIGNMENTS:
+            raise ValueError(f"align {self.align} is not one of {', '.join(map(str, ALIGNMENTS))}")
+        for f in ("m", "n", "k"):
+            v = getattr(self, f)
+            # NOTE: empty problems (M, N or K = 0) launch no kernel choice worth keeping.
+            if not 1 <= v <= _INT32_MAX:
+                raise ValueError(f"{f} {v} is not in 1..{_INT32_MAX}")
+        epilogues = {e.value: e for e in Epilogue}
+        if self.epilogue not in epilogues:
+            raise ValueError(f"epilogue {self.epilogue!r} is not one of {', '.join(map(repr, epilogues))}")
+        if epilogues[self.epilogue].gated and self.n % 2:
+            raise ValueError(f"epilogue {self.epilogue} needs an even N, got n {self.n}")
+        if self.quant == "none":
+            if self.b_type is not self.a_type:
+                raise ValueError(f"b_type {self.b_type.value} is not {self.a_type.value} (a_type) for quant 'none'")
+            return
+        parsed = _QUANT_NAME.fullmatch(self.quant)
+        if parsed is None:
+            raise ValueError(f"quant {self.quant!r} is not 'none' or <u4|u8>g<group size>, e.g. 'u4g128'")
+        q_type, group = DataType(parsed[1]), int(parsed[2])
+        if quant_groups(group, self.k) is None or quant_name(q_type, group, self.k) != self.quant:
+            raise ValueError(
+                f"quant {self.quant!r}: group {group} is not a power of two >= 32 below K = {self.k},"
+                f" nor K itself (one group)"
+            )
+        if self.b_type is not q_type:
+            raise ValueError(f"b_type {self.b_type.value} is not {q_type.value} as quant {self.quant!r} says")
+        if self.b_order is not BOrder.NK:
+            raise ValueError(f"b_order {self.b_order.value} is not nk (quantized weights are N x K)")
+
     @classmethod
     def from_json(cls, data: dict) -> "ProblemKey":
-        """Inverse of to_json; ValueError/KeyError/TypeError on malformed input."""
+        """Inverse of to_json: KeyError for a missing field, TypeError for a value of the
+        wrong JSON type, ValueError for a value no kernel serves (see validate)."""
         kinds = {"a_type": DataType, "b_type": DataType, "d_type": DataType, "b_order": BOrder}
-        values = []
+        raw = []
         for f in cls._fields:
             v = data[f]
-            if f in kinds:
-                v = kinds[f](v)
-            elif f in ("quant", "epilogue"):
+            if f in kinds or f in ("quant", "epilogue"):
                 if not isinstance(v, str):
                     raise TypeError(f"{f} must be a string, got {v!r}")
-            elif not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise TypeError(f"{f} must be a non-negative integer, got {v!r}")
+            elif not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"{f} must be an integer, got {v!r}")
+            raw.append(v)
+        values = []
+        for f, v in zip(cls._fields, raw):
+            if f in kinds:
+                try:
+                    v = kinds[f](v)
+                except ValueError:
+                    raise ValueError(f"{f} {v!r} is not one of {_names(kinds[f])}") from None
             values.append(v)
-        return cls(*values)
+        key = cls(*values)
+        key.validate()
+        return key
+
+
+def _names(values) -> str:
+    return ", ".join(v.value for v in values)
+
+
+# Elements of A and B every row starts on: the vector widths vector_align finds.
+ALIGNMENTS = (1, 2, 4, 8)
+_QUANT_NAME = re.compile(r"(u4|u8)g([0-9]{1,10})")
+
+
+def quant_groups(group_size: int, k: int) -> int | None:
+    """Groups along K of a weight quantized with ``group_size``; None when the kernels
+    cannot use it. A size of K or more (or <= 0, per-channel) is one group; several
+    groups need a power of two >= 32 (the kernels find a row's group by a shift)."""
+    if group_size <= 0 or group_size >= k:
+        return 1
+    if group_size < 32 or group_size & (group_size - 1):
+        return None
+    return -(-k // group_size)
+
+
+def quant_name(q_type: DataType, group_size: int, k: int) -> str:
+    """The key's ``quant``: one group is spelled with K as its size, however the caller
+    gave it (-1, K or more), so equal problems share one key."""
+    return f"{q_type.value}g{k if quant_groups(group_size, k) == 1 else group_size}"
+
+
+def describe(key: ProblemKey) -> str:
+    """A key for messages."""
+    text = (
+        f"M={key.m} N={key.n} K={key.k} A={key.a_type.value} B={key.b_order.value} "
+        f"D={key.d_type.value} align={key.align}"
+    )
+    extra = [f"{f}={getattr(key, f)}" for f in ("quant", "epilogue") if getattr(key, f) != "none"]
+    return " ".join([text, *extra])
 
 
 def make_key(
@@ -223,8 +309,8 @@ def make_problem(
     elem = a.type.bits // 8
     align = min(vector_align(a_ptr, a.ld, elem, a.outer), vector_align(b_ptr, b.ld, elem, b.outer))
     b_order = BOrder.KN if b.order is Order.ROW_MAJOR else BOrder.NK
-    quant_name = "none" if quant is None else f"{quant.type.value}g{quant.group_size}"
-    key = ProblemKey(arch, a.type, b.type, b_order, d.type, align, quant_name, epilogue.value, n, k, m)
+    q_name = "none" if quant is None else quant_name(quant.type, quant.group_size, k)
+    key = ProblemKey(arch, a.type, b.type, b_order, d.type, align, q_name, epilogue.value, n, k, m)
     # The kernels address packed B in 16-bit units, a row per 8 columns of N.
     ldb = b.ld * b.type.bits // 2 if quant is not None else b.ld
     return Problem(key, a_ptr, b_ptr, c_ptr, d_ptr, a.ld, ldb, ldc, d.ld, read_c, bias_ptr, v_ptr, ldv, groups, shift)
@@ -253,15 +339,19 @@ def _packed_pointer(B: object, b: MatrixLayout, device: torch.device) -> int:
 def _scales_pointer(V: object, Vdesc: object, a_type: DataType, n: int, k: int, quant, device) -> tuple[int, int, int, int]:
     """V = scales then zeros, [2 * groups, N] in A's type; returns (ptr, ld, groups, shift)."""
     v = _layout("Vdesc", Vdesc)
-    groups = -(-k // quant.group_size) if 0 < quant.group_size < k else 1
+    groups = quant_groups(quant.group_size, k)
+    if groups is None:
+        raise GemmArgumentError("operation.quant_b.group_size", quant.group_size, "32, 64, 128 (powers of two >= 32) or K")
+    if v.type is not a_type and v.type in _INPUT_TYPES:
+        raise GemmArgumentError(
+            "Vdesc.type", v.type.value, f"scales of {a_type.value}, the type of A (quantize and pack the weight"
+            f" for {a_type.value} activations, or cast A to {v.type.value})",
+        )
     if v.type is not a_type or v.order is not Order.ROW_MAJOR or (v.rows, v.cols) != (2 * groups, n):
         raise GemmArgumentError("Vdesc", v, f"row-major {2 * groups} x {n} of {a_type.value}: scales, then zeros")
     if v.ld % 8:
         raise GemmArgumentError("Vdesc.ld", v.ld, "a multiple of 8 (16-byte rows; quant.pack_for_gemm pads N)")
-    size = quant.group_size if groups > 1 else 0
-    if groups > 1 and (size < 32 or size & (size - 1)):
-        raise GemmArgumentError("operation.quant_b.group_size", size, "32, 64, 128 (powers of two >= 32) or K")
-    shift = size.bit_length() - 1 if groups > 1 else GROUP_SHIFT_ALL_K
+    shift = quant.group_size.bit_length() - 1 if groups > 1 else GROUP_SHIFT_ALL_K
     ptr = _pointer("V", V, v, device)
     if ptr % 16:
         raise GemmArgumentError("V address", hex(ptr), "a multiple of 16 bytes")
@@ -296,6 +386,6 @@ def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
         return f"output type is not {key.d_type.value}"
     if spec.align > key.align:
         return f"needs rows aligned to {spec.align} elements, problem has {key.align}"
-    if math.ceil(key.n / spec.cta[1]) > _MAX_GRID_Y:
-        return f"N = {key.n} needs more than {_MAX_GRID_Y} CTA columns"
+    if math.ceil(key.n / spec.cta[1]) > MAX_GRID_Y:
+        return f"N = {key.n} needs more than {MAX_GRID_Y} CTA columns"
     return None

@@ -12,7 +12,7 @@ from typing import Iterable, Protocol
 from codegen.spec import KernelSpec
 from codegen.vocabulary import Mainloop
 from gemm_runtime.context import ProblemKey
-from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.plan import SWIZZLES, LaunchSpec
 
 # mma.sync fp16/bf16 FLOP per clock per SM, by arch (Volta/Turing 1024, Ampere+ 2048).
 _MMA_FLOP_PER_CLOCK = {70: 1024, 75: 1024, 80: 2048, 86: 1024, 87: 2048, 89: 1024, 90: 2048}
@@ -20,7 +20,10 @@ _MMA_FLOP_PER_CLOCK = {70: 1024, 75: 1024, 80: 2048, 86: 1024, 87: 2048, 89: 102
 _ALIGN_PENALTY = {8: 1.0, 4: 1.5, 2: 3.0, 1: 8.0}
 _LAUNCH_S = 3e-6  # fixed cost of a launch
 _SPLIT_HANDOFF_S = 1.5e-6  # one split waiting for its predecessor's partials
-_SWIZZLES = (0, 1, 2, 3)
+# NOTE: the ranking searches groups of up to 8 N tiles, a subset of plan.SWIZZLES that
+# keeps the candidates (and what the tuner refines) few; the wider groups stay valid for
+# forced kernels and cache records.
+_SEARCHED_SWIZZLES = tuple(s for s in SWIZZLES if s <= 3)
 _OVERLAP_LOSS = 0.2
 _SMS_TO_SATURATE = 0.3  # fraction of the SMs whose combined loads saturate DRAM
 # Quantized B: every weight becomes a 16-bit value in the SM's ALUs before its MMA
@@ -92,7 +95,7 @@ def split_options(spec: KernelSpec, key: ProblemKey, max_splits: int, barriers_b
 def swizzle_options(spec: KernelSpec, key: ProblemKey) -> list[int]:
     """Rasterization groups that fit the N tiles (a group wider than N does nothing new)."""
     _, tn = tiles_of(spec, key)
-    return [s for s in _SWIZZLES if s == 0 or (1 << s) <= tn]
+    return [s for s in _SEARCHED_SWIZZLES if s == 0 or (1 << s) <= tn]
 
 
 def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: ProblemKey, splits: int = 1) -> float:

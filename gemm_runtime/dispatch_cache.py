@@ -15,14 +15,16 @@ import json
 import os
 import threading
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Union
 
 from codegen.fsutil import atomic_write
+from codegen.spec import KernelSpec
 from gemm_runtime.context import ProblemKey
 from gemm_runtime.errors import DispatchCacheError, DispatchCacheWarning, GemmArgumentError
+from gemm_runtime.feasibility import launch_error
 from gemm_runtime.plan import LaunchSpec
 
 FORMAT = "gemm-runtime/dispatch-cache"
@@ -40,6 +42,7 @@ class ImportReport:
     replaced: int = 0  # exact entries that existed with a different LaunchSpec, overwritten
     skipped_unknown: int = 0  # records naming kernels not in known_kernels (one warning says so)
     unchanged: int = 0  # exact entries that existed with the same LaunchSpec
+    skipped_invalid: int = 0  # well-formed records this build cannot use (the same warning says so)
 
 
 def _sort_key(key: ProblemKey) -> tuple:
@@ -133,6 +136,10 @@ class DispatchCache:
             raise GemmArgumentError("key", type(key).__name__, "a gemm_runtime.context.ProblemKey")
         if key.arch != self._arch:
             raise GemmArgumentError("key.arch", key.arch, f"{self._arch} (the arch of this cache)")
+        try:
+            key.validate()  # what export writes, import must read back
+        except ValueError as e:
+            raise GemmArgumentError("key", str(e), "a valid ProblemKey (ProblemKey.validate)") from None
 
     def _store(self, key: ProblemKey, spec: LaunchSpec, replace: bool) -> str:
         """Store under the lock (held by the caller). Returns "added", "replaced",
@@ -191,35 +198,53 @@ class DispatchCache:
         else:
             path_or_file.write(text)
 
-    def import_(self, path_or_file: PathOrFile, known_kernels: Collection[str]) -> ImportReport:
+    def import_(self, path_or_file: PathOrFile, kernels: Mapping[str, KernelSpec] | Collection[str]) -> ImportReport:
         """Merge a file written by ``export`` into this cache; its records replace exact
         entries already here. The whole file is read and validated first: a file that is
-        unreadable, malformed, of another format or version, or recorded on another arch
-        raises DispatchCacheError and leaves the cache exactly as it was. Records naming
-        kernels not in ``known_kernels`` are skipped, with one DispatchCacheWarning."""
+        unreadable, not a well-formed export (bad JSON, another format, version or arch,
+        a record with a missing field or a value of the wrong JSON type, a repeated key)
+        raises DispatchCacheError and leaves the cache exactly as it was.
+
+        ``kernels`` maps the names of this build's kernels to their specs (a collection
+        of names alone skips the check that a record's kernel can serve its key). Well-
+        formed records this build cannot use are skipped, with one DispatchCacheWarning
+        that counts them: records naming kernels not in ``kernels``, and invalid ones
+        (values out of range, names no build knows, a kernel that cannot serve the key)."""
         name, text = _read(path_or_file)
-        records = self._parse(name, text)
-        known = known_kernels if isinstance(known_kernels, (set, frozenset, dict)) else frozenset(known_kernels)
-        usable = [(k, s) for k, s in records if s.kernel in known]
-        skipped = [s.kernel for k, s in records if s.kernel not in known]
+        records, invalid, total = self._parse(name, text)
+        specs = kernels if isinstance(kernels, Mapping) else None
+        known = kernels if isinstance(kernels, (set, frozenset, Mapping)) else frozenset(kernels)
+        usable: list[tuple[ProblemKey, LaunchSpec]] = []
+        unknown: list[str] = []
+        for i, key, spec in records:
+            if spec.kernel not in known:
+                unknown.append(spec.kernel)
+                continue
+            # NOTE: a record is checked against its own key here, so nothing a build
+            # cannot serve is stored (or exported again); lookups check every hit once
+            # more against the actual problem, since REUSE serves another M with it and
+            # the caller's workspace is only known then (Dispatcher.select).
+            error = launch_error(specs[spec.kernel], spec, key) if specs is not None else None
+            if error is not None:
+                invalid.append((i, str(error)))
+                continue
+            usable.append((key, spec))
         counts = {"added": 0, "replaced": 0, "unchanged": 0, "kept": 0}
         with self._lock:
             for key, spec in usable:
                 counts[self._store(key, spec, replace=True)] += 1
             self._version += 1
-        if skipped:
-            examples = ", ".join(sorted(set(skipped))[:3])
-            more = "" if len(set(skipped)) <= 3 else f" and {len(set(skipped)) - 3} more"
+        if unknown or invalid:
             warnings.warn(
-                f"dispatch cache file {name}: {len(skipped)} of {len(records)} records name kernels this build does"
-                f" not have; they were skipped (e.g. {examples}{more}). Build those kernels or tune again.",
+                f"dispatch cache file {name}: {_skipped_text(unknown, invalid, total)}",
                 DispatchCacheWarning,
                 stacklevel=2,
             )
-        return ImportReport(counts["added"], counts["replaced"], len(skipped), counts["unchanged"])
+        return ImportReport(counts["added"], counts["replaced"], len(unknown), counts["unchanged"], len(invalid))
 
-    def _parse(self, name: str, text: str) -> list[tuple[ProblemKey, LaunchSpec]]:
-        """Validate a whole export document; every record as (key, spec)."""
+    def _parse(self, name: str, text: str) -> tuple[list[tuple[int, ProblemKey, LaunchSpec]], list[tuple[int, str]], int]:
+        """Validate a whole export document: (index, key, spec) of every valid record,
+        (index, reason) of every well-formed but invalid one, and the record count."""
 
         def fail(reason: str) -> DispatchCacheError:
             return DispatchCacheError(name, reason)
@@ -231,6 +256,10 @@ class DispatchCache:
                 f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno}, char {e.pos} of {len(text)});"
                 " the file may be truncated or not a dispatch cache export"
             ) from None
+        except RecursionError:
+            raise fail("nested too deeply to parse: not a dispatch cache export") from None
+        except ValueError as e:  # e.g. an integer longer than Python converts (sys.get_int_max_str_digits)
+            raise fail(f"not a dispatch cache export: {e}") from None
         if not isinstance(doc, dict):
             raise fail(f"the top level is a JSON {_json_type(doc)}, expected an object with \"format\": \"{FORMAT}\"")
         if doc.get("format") != FORMAT:
@@ -254,7 +283,8 @@ class DispatchCache:
         if not isinstance(raw, list):
             raise fail(f"\"records\" is {'missing' if raw is None else 'a JSON ' + _json_type(raw)}, expected a list")
 
-        out: list[tuple[ProblemKey, LaunchSpec]] = []
+        out: list[tuple[int, ProblemKey, LaunchSpec]] = []
+        invalid: list[tuple[int, str]] = []
         seen: dict[ProblemKey, int] = {}
         for i, rec in enumerate(raw):
             if not isinstance(rec, dict):
@@ -262,7 +292,11 @@ class DispatchCache:
             extra = sorted(set(rec) - {"key", "launch"})
             if extra:
                 raise fail(f"record {i} has unexpected field(s) {extra}; a record holds \"key\" and \"launch\"")
-            parsed = []
+            # NOTE: a record that is not what export writes (a field missing, a value of
+            # the wrong JSON type) refuses the file: it was damaged or hand-edited. One
+            # that is well-formed but has values this build cannot use (another build's
+            # names, numbers out of range) is skipped, like a kernel this build lacks.
+            parsed, errors = [], []
             for part, parse in (("key", ProblemKey.from_json), ("launch", LaunchSpec.from_json)):
                 if part not in rec:
                     raise fail(f"record {i} has no {part!r}")
@@ -272,16 +306,36 @@ class DispatchCache:
                     parsed.append(parse(rec[part]))
                 except KeyError as e:
                     raise fail(f"record {i}: {part!r} is missing field {e}") from None
-                except (TypeError, ValueError) as e:
+                except TypeError as e:
                     raise fail(f"record {i}: {part!r} is malformed: {e}") from None
+                except ValueError as e:
+                    errors.append(str(e))
+            if rec["key"]["arch"] != arch:
+                raise fail(f"record {i}: key arch {rec['key']['arch']} differs from the file's arch {arch}")
+            if errors:
+                invalid.append((i, "; ".join(errors)))
+                continue
             key, spec = parsed
-            if key.arch != arch:
-                raise fail(f"record {i}: key arch {key.arch} differs from the file's arch {arch}")
             if key in seen:
                 raise fail(f"record {i} repeats the key of record {seen[key]}")
             seen[key] = i
-            out.append((key, spec))
-        return out
+            out.append((i, key, spec))
+        return out, invalid, len(raw)
+
+
+def _skipped_text(unknown: list[str], invalid: list[tuple[int, str]], total: int) -> str:
+    """The one warning line of an import that skipped records."""
+    parts = []
+    if unknown:
+        names = sorted(set(unknown))
+        more = "" if len(names) <= 3 else f" and {len(names) - 3} more"
+        verb = "names a kernel" if len(unknown) == 1 else "name kernels"
+        parts.append(f"{len(unknown)} {verb} this build does not have (e.g. {', '.join(names[:3])}{more})")
+    if invalid:
+        index, reason = min(invalid)
+        parts.append(f"{len(invalid)} {'is' if len(invalid) == 1 else 'are'} invalid (e.g. record {index}: {reason})")
+    advice = "Build those kernels or tune again." if unknown else "Tune again to replace them."
+    return f"{len(unknown) + len(invalid)} of {total} records skipped: {', '.join(parts)}. {advice}"
 
 
 def _read(path_or_file: PathOrFile) -> tuple[str, str]:

@@ -8,6 +8,8 @@ import math
 from codegen.params import PARAM_NAMES, PARAM_STRUCT
 from codegen.spec import KernelSpec
 from gemm_runtime.context import Problem
+from gemm_runtime.cost_model import tiles_of
+from gemm_runtime.feasibility import grid_of
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel
 from gemm_runtime.types import Epilogue
@@ -19,12 +21,9 @@ _EPILOGUE_CODES = {e.value: e.code for e in Epilogue}
 def geometry(spec: KernelSpec, problem: Problem, plan: LaunchSpec) -> tuple[tuple[int, int, int], int, int, int]:
     """(grid, tiles_m, tiles_n, k_tiles_per_split) of a launch."""
     key = problem.key
-    cm, cn, ck = spec.cta
-    tiles_m, tiles_n = math.ceil(key.m / cm), math.ceil(key.n / cn)
-    group = 1 << plan.swizzle
-    grid = (tiles_m * group, math.ceil(tiles_n / group), plan.splits)
-    k_tiles = math.ceil(key.k / ck)
-    return grid, tiles_m, tiles_n, math.ceil(k_tiles / plan.splits) if k_tiles else 0
+    tiles_m, tiles_n = tiles_of(spec, key)
+    k_tiles = math.ceil(key.k / spec.cta[2])
+    return grid_of(spec, key, plan), tiles_m, tiles_n, math.ceil(k_tiles / plan.splits) if k_tiles else 0
 
 
 def pack_params(

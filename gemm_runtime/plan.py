@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The one source of both ranges; settings, the cost model, forced kernels and the cache
+# file all read these.
+# NOTE: 64 splits bound the workspace a tuned entry may ask for (the fp32 partials of
+# 63 splits) and the tuner's search; more never pays for K sizes of LLM layers.
+MAX_SPLITS = 64
+# NOTE: the kernel takes the swizzle as a runtime shift (templates/include/gemm/kernel.cuh:
+# tile_m = blockIdx.x >> swizzle), so any shift works as long as the grid stays in
+# bounds; 0..5 (groups of up to 32 N tiles) covers every useful rasterization.
+SWIZZLES = range(0, 6)
+
 
 @dataclass(frozen=True, order=True)
 class LaunchSpec:
@@ -15,12 +25,25 @@ class LaunchSpec:
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "splits": self.splits, "swizzle": self.swizzle}
 
+    def validate(self) -> None:
+        """ValueError when a field is out of its range (types are the caller's: from_json)."""
+        if not self.kernel:
+            raise ValueError("kernel is an empty name")
+        if not 1 <= self.splits <= MAX_SPLITS:
+            raise ValueError(f"splits {self.splits} is not in 1..{MAX_SPLITS}")
+        if self.swizzle not in SWIZZLES:
+            raise ValueError(f"swizzle {self.swizzle} is not in {SWIZZLES[0]}..{SWIZZLES[-1]}")
+
     @classmethod
     def from_json(cls, data: dict) -> "LaunchSpec":
+        """Inverse of to_json: KeyError for a missing field, TypeError for a value of the
+        wrong JSON type, ValueError for one out of range (see validate)."""
         kernel, splits, swizzle = data["kernel"], data.get("splits", 1), data.get("swizzle", 0)
-        if not isinstance(kernel, str) or not kernel:
-            raise TypeError(f"kernel must be a non-empty string, got {kernel!r}")
-        for name, v, hi in (("splits", splits, 64), ("swizzle", swizzle, 5)):
-            if not isinstance(v, int) or isinstance(v, bool) or not (0 if name == "swizzle" else 1) <= v <= hi:
-                raise TypeError(f"{name} must be an integer in range, got {v!r}")
-        return cls(kernel, splits, swizzle)
+        if not isinstance(kernel, str):
+            raise TypeError(f"kernel must be a string, got {kernel!r}")
+        for name, v in (("splits", splits), ("swizzle", swizzle)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"{name} must be an integer, got {v!r}")
+        spec = cls(kernel, splits, swizzle)
+        spec.validate()
+        return spec

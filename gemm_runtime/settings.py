@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemm_runtime.errors import TuneSettingsError
+from gemm_runtime.plan import MAX_SPLITS
 
 # The repository root: the parent of the gemm_runtime package.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +43,6 @@ TUNE_VAR = "GEMM_TUNE"
 DEFAULT_SEQ_TEXT = "1-16-1,16-128-16,128-1024-128,1024-8193-1024"
 MAX_SEQ_VALUES = 4096  # a longer sequence is almost surely a typo (and would tune for days)
 _MAX_M = 2**31 - 1
-_MAX_SPLITS = 64
 _UINT = re.compile(r"[0-9]+")
 _RANGE = re.compile(r"([0-9]+)\s*-\s*([0-9]+)\s*-\s*([0-9]+)")
 
@@ -90,7 +90,7 @@ class TuneSettings:
     GEMM_TUNE (see the module doc); build one with parse_tune() or directly (for tests)."""
 
     seq: tuple[int, ...] = DEFAULT_SEQ  # M values to tune, ascending, unique
-    max_splits: int = 8  # the most split-K slices tried (1..64)
+    max_splits: int = 8  # the most split-K slices tried (1..plan.MAX_SPLITS)
     top_k: int = 8  # candidates measured per problem, best first by the cost model
     max_time: float = 0.5  # seconds of timing budget per candidate
     reps: int = 10  # timed repetitions per candidate
@@ -101,7 +101,7 @@ class TuneSettings:
         if not seq or any(not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= _MAX_M for m in seq):
             raise TuneSettingsError(src, "seq", self.seq, f"a non-empty sequence of integers in 1..{_MAX_M}")
         object.__setattr__(self, "seq", tuple(sorted(set(seq))))
-        for name, lo, hi in (("max_splits", 1, _MAX_SPLITS), ("top_k", 1, None), ("reps", 1, None)):
+        for name, lo, hi in (("max_splits", 1, MAX_SPLITS), ("top_k", 1, None), ("reps", 1, None)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v > hi):
                 raise TuneSettingsError(src, name, v, f"an integer >= {lo}" + (f" and <= {hi}" if hi else ""))
@@ -152,7 +152,7 @@ def parse_tune(text: str, source: str = TUNE_VAR) -> TuneSettings:
         if name == "seq":
             given[name] = _seq(value, source)
         elif name == "max_splits":
-            given[name] = _int_item(source, name, value, 1, _MAX_SPLITS)
+            given[name] = _int_item(source, name, value, 1, MAX_SPLITS)
         elif name == "max_time":
             given[name] = _float_item(source, name, value)
         else:

@@ -29,7 +29,7 @@ def test_tuned_choice_matches_exhaustive_oracle(gemm, monkeypatch):
     from gemm_runtime import tuner as tuner_module
 
     g = Gemm(measurer=Measurer(timer=lambda fn, reps, max_s: fn(), reps=1, max_time=1.0))
-    order = {name: i for i, name in enumerate(sorted(g._by_name, reverse=True))}
+    order = {name: i for i, name in enumerate(sorted((k.name for k in g.kernels), reverse=True))}
 
     def synthetic(plan):
         return 1.0 + order[plan.kernel] + 0.001 * abs(plan.splits - 2) + 0.0001 * abs(plan.swizzle - 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -110,12 +112,12 @@ def test_feasibility_rules():
 # --- quantized B -------------------------------------------------------------------------
 
 
-def _quant_call(qb=None, vdesc=None, v=None, bdesc=None, b=None, k=256, n=24):
+def _quant_call(qb=None, vdesc=None, v=None, bdesc=None, b=None, k=256, n=24, group=64):
     from gemm_runtime.packed_weight import pack_for_gemm
     from gemm_runtime.quant import quantize
 
     a = torch.randn(4, k, dtype=torch.float16)
-    p = pack_for_gemm(quantize(torch.randn(n, k), bits=4, group_size=64, scale_dtype=torch.float16))
+    p = pack_for_gemm(quantize(torch.randn(n, k), bits=4, group_size=group, scale_dtype=torch.float16))
     d = torch.empty(4, n, dtype=torch.float16)
     qb = qb or QuantDesc(DataType.U4, 64)
     bdesc = bdesc or MatrixLayout(DataType.U4, Order.COL_MAJOR, k, n, p.padded_k)
@@ -138,7 +140,8 @@ def test_quantized_problem_key_and_pointers():
     [
         (dict(qb=QuantDesc(DataType.U8, 64)), r"Bdesc.type: got u4; accepted: u4 or u8, as operation.quant_b says"),
         (dict(vdesc=MatrixLayout(DataType.F16, Order.ROW_MAJOR, 4, 24, 24)), r"Vdesc.*scales, then zeros"),
-        (dict(vdesc=MatrixLayout(DataType.BF16, Order.ROW_MAJOR, 8, 24, 24)), r"Vdesc.*of f16"),
+        (dict(vdesc=MatrixLayout(DataType.BF16, Order.ROW_MAJOR, 8, 24, 24)),
+         r"^Vdesc.type: got bf16; accepted: scales of f16, the type of A \(quantize and pack the weight for f16"),
         (dict(vdesc=MatrixLayout(DataType.F16, Order.ROW_MAJOR, 8, 20, 20), n=20), r"Vdesc.ld: got 20"),
         (dict(qb=QuantDesc(DataType.U4, 48)), r"Vdesc|group_size"),
         (dict(b=torch.zeros(24, 100, dtype=torch.uint8)), r"^B: got torch.uint8 \(24, 100\).*\(3, 1024\)"),
@@ -149,3 +152,44 @@ def test_quantized_problem_key_and_pointers():
 def test_quantized_problem_errors(kwargs, pattern):
     with pytest.raises(GemmArgumentError, match=pattern):
         _quant_call(**kwargs)
+
+
+def test_quantized_keys_spell_one_group_with_k():
+    # Per-channel given as -1, as K or as more than K: one problem, one key.
+    for qb_group in (-1, 256, 4096):
+        p = _quant_call(qb=QuantDesc(DataType.U4, qb_group), group=-1)
+        assert p.key.quant == "u4g256" and p.groups == 1
+        p.key.validate()
+
+
+def test_quant_groups_rule():
+    from gemm_runtime.context import quant_groups, quant_name
+
+    assert [quant_groups(g, 4096) for g in (32, 64, 128, 256)] == [128, 64, 32, 16]
+    assert quant_groups(48, 4096) is None and quant_groups(16, 4096) is None
+    assert quant_groups(-1, 100) == quant_groups(100, 100) == quant_groups(128, 100) == 1
+    assert quant_name(DataType.U8, 128, 100) == "u8g100" and quant_name(DataType.U4, 64, 4096) == "u4g64"
+
+
+def test_keys_of_valid_problems_validate():
+    a, b, d = _mats()
+    _call(a, b, d).key.validate()
+    _quant_call().key.validate()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(align=3), "align 3 is not one of 1, 2, 4, 8"),
+        (dict(m=0), "m 0 is not in 1..2147483647"),
+        (dict(k=2**31), "k 2147483648 is not in"),
+        (dict(arch=-1), "arch -1 is negative"),
+        (dict(epilogue="banana"), "epilogue 'banana' is not one of"),
+        (dict(quant="u4g64"), "b_type f16 is not u4"),
+        (dict(a_type=DataType.U8, b_type=DataType.U8), "a_type u8 is not one of f16, bf16"),
+    ],
+)
+def test_invalid_keys_say_which_field(change, message):
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 8, 64, 64)._replace(**change)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        key.validate()

@@ -19,8 +19,8 @@ ARCH = 90
 KERNELS = frozenset({"k_small", "k_mid", "k_big"})
 
 
-def key(m: int, n: int = 4096, k: int = 4096, *, a=DataType.F16, order=BOrder.NK, d=DataType.F16, arch: int = ARCH):
-    return make_key(a, order, d, m, n, k, arch=arch)
+def key(m: int, n: int = 4096, k: int = 4096, *, a=DataType.F16, order=BOrder.NK, d=None, arch: int = ARCH):
+    return make_key(a, order, d or a, m, n, k, arch=arch)
 
 
 def populated() -> DispatchCache:
@@ -294,11 +294,12 @@ def test_refuse_record_arch_differs_from_file(tmp_path):
     "index, part, changes, reason",
     [
         (1, "launch", {"splits": "x"}, ("record 1", "launch", "splits")),
-        (0, "launch", {"splits": 0}, ("record 0", "splits")),
+        (0, "launch", {"splits": 1.0}, ("record 0", "splits")),
         (3, "launch", {"kernel": 7}, ("record 3", "kernel")),
-        (4, "key", {"a_type": "f64"}, ("record 4", "key", "f64")),
-        (2, "key", {"n": -1}, ("record 2", "n")),
+        (4, "key", {"a_type": 16}, ("record 4", "key", "a_type")),
+        (2, "key", {"n": True}, ("record 2", "n")),
         (2, "key", {"m": "sixteen"}, ("record 2", "m")),
+        (1, "key", {"quant": None}, ("record 1", "quant")),
     ],
 )
 def test_refuse_malformed_record(tmp_path, index, part, changes, reason):
@@ -341,7 +342,7 @@ def test_refuse_duplicate_records(tmp_path):
 
 def test_bad_record_late_in_file_applies_nothing(tmp_path):
     # Every record but the last is fine: still nothing is applied.
-    _refused(tmp_path, _with_record(4, "launch", swizzle=99), "record 4", "swizzle")
+    _refused(tmp_path, _with_record(4, "launch", swizzle="1"), "record 4", "swizzle")
 
 
 def test_refuse_missing_file(tmp_path):
@@ -387,3 +388,122 @@ def test_empty_cache_round_trip():
     before = c.entries()
     assert c.import_(io.StringIO(text), KERNELS) == ImportReport()
     assert c.entries() == before
+
+
+def test_refuse_deeply_nested_json(tmp_path):
+    _refused(tmp_path, "[" * 200_000 + "]" * 200_000, "nested too deeply")
+    doc = _exported_doc()
+    text = json.dumps(doc).replace('"records": [', '"records": [' + "[" * 100_000 + "]" * 100_000 + ", ", 1)
+    _refused(tmp_path, text, "nested too deeply")
+
+
+def test_refuse_integer_too_long_to_convert(tmp_path):
+    # Python refuses int() of more digits than sys.get_int_max_str_digits() with a bare ValueError.
+    text = _with_record(1, "key", m=0).replace('"m": 0', '"m": ' + "7" * 50_000, 1)
+    _refused(tmp_path, text, "not a dispatch cache export", "digits")
+
+
+# --- well-formed records this build cannot use: skipped, counted, one warning ----------------
+
+
+def _import_warning(text: str, kernels=KERNELS) -> tuple[DispatchCache, ImportReport, str]:
+    c = DispatchCache(ARCH)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = c.import_(io.StringIO(text), kernels)
+    assert len(caught) == 1 and issubclass(caught[0].category, DispatchCacheWarning), [str(w.message) for w in caught]
+    return c, report, str(caught[0].message)
+
+
+@pytest.mark.parametrize(
+    "index, part, changes, reason",
+    [
+        (3, "key", {"align": 3}, "record 3: align 3 is not one of 1, 2, 4, 8"),
+        (0, "key", {"align": 0}, "align 0 is not one of"),
+        (0, "key", {"align": 2**63}, f"align {2**63} is not one of"),
+        (1, "key", {"m": 0}, "m 0 is not in 1..2147483647"),
+        (1, "key", {"n": 0}, "n 0 is not in"),
+        (1, "key", {"k": 0}, "k 0 is not in"),
+        (2, "key", {"n": -1}, "n -1 is not in"),
+        (2, "key", {"m": 2**31}, f"m {2**31} is not in"),
+        (2, "key", {"epilogue": "banana"}, "epilogue 'banana' is not one of 'none', 'bias'"),
+        (2, "key", {"quant": "banana"}, "quant 'banana' is not 'none' or <u4|u8>g<group size>"),
+        (2, "key", {"quant": "u4g7777"}, "quant 'u4g7777': group 7777 is not a power of two"),
+        (2, "key", {"quant": "u4g128"}, "b_type f16 is not u4"),
+        (2, "key", {"quant": "u4g16", "b_type": "u4"}, "group 16 is not a power of two >= 32"),
+        (2, "key", {"quant": "u4g8192", "b_type": "u4"}, "nor K itself"),
+        (2, "key", {"quant": "u8g64", "b_type": "u8", "b_order": "kn"}, "b_order kn is not nk"),
+        (2, "key", {"b_type": "u4"}, "b_type u4 is not f16 (a_type) for quant 'none'"),
+        (4, "key", {"a_type": "f32"}, "a_type f32 is not one of f16, bf16"),
+        (4, "key", {"a_type": "f64"}, "a_type 'f64' is not one of f16, bf16, f32, u4, u8"),
+        (1, "key", {"d_type": "bf16"}, "d_type bf16 is not f16 (a_type) or f32"),
+        (1, "key", {"epilogue": "gated_silu", "n": 4095}, "needs an even N"),
+        (0, "launch", {"splits": 0}, "record 0: splits 0 is not in 1..64"),
+        (0, "launch", {"splits": 65}, "splits 65 is not in 1..64"),
+        (0, "launch", {"swizzle": 6}, "swizzle 6 is not in 0..5"),
+        (4, "launch", {"swizzle": -1}, "record 4: swizzle -1 is not in 0..5"),
+        (4, "launch", {"kernel": ""}, "kernel is an empty name"),
+    ],
+)
+def test_invalid_records_are_skipped_and_counted(index, part, changes, reason):
+    c, report, msg = _import_warning(_with_record(index, part, **changes))
+    assert report == ImportReport(added=4, skipped_invalid=1)
+    assert "1 of 5 records skipped: 1 is invalid (e.g. " in msg and reason in msg, msg
+    assert len(c) == 4 and populated().entries()[index] not in c.entries()
+
+
+def test_valid_quantized_and_epilogue_keys_are_imported():
+    doc = _exported_doc()
+    doc["records"][1]["key"].update(quant="u4g128", b_type="u4")
+    doc["records"][2]["key"].update(quant="u8g4096", b_type="u8", epilogue="bias_gated_silu")  # one group: g = K
+    doc["records"][3]["key"].update(align=1, d_type="f32", m=2**31 - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = DispatchCache(ARCH).import_(io.StringIO(json.dumps(doc)), KERNELS)
+    assert report == ImportReport(added=5)
+
+
+def test_one_warning_counts_unknown_kernels_and_invalid_records():
+    doc = _exported_doc()
+    doc["records"][3]["key"]["align"] = 3
+    doc["records"][4]["launch"]["splits"] = 0
+    c, report, msg = _import_warning(json.dumps(doc), {"k_mid"})
+    # Records 3 and 4 are invalid; of the rest, records 0 and 1 name k_small.
+    assert report == ImportReport(added=1, skipped_unknown=2, skipped_invalid=2)
+    assert "4 of 5 records skipped: 2 name kernels this build does not have (e.g. k_small)" in msg
+    assert "2 are invalid (e.g. record 3: align 3 is not one of 1, 2, 4, 8)" in msg
+    assert [s.kernel for _, s in c.entries()] == ["k_mid"]
+
+
+def test_invalid_records_take_no_part_in_the_duplicate_check():
+    doc = _exported_doc()
+    doc["records"].append(dict(doc["records"][1], launch={"kernel": "k_big", "splits": 0, "swizzle": 0}))
+    _, report, _ = _import_warning(json.dumps(doc))
+    assert report == ImportReport(added=5, skipped_invalid=1)
+
+
+def test_put_refuses_invalid_keys():
+    c = DispatchCache(ARCH)
+    for bad in (key(0), key(1, k=0), key(1)._replace(align=3), key(1)._replace(quant="u4g7777")):
+        with pytest.raises(GemmArgumentError, match=r"^key: got "):
+            c.put(bad, LaunchSpec("k_small"))
+    assert len(c) == 0
+
+
+# --- with the build's specs: a record whose kernel cannot serve its key is invalid -----------
+
+
+def test_records_whose_kernel_cannot_serve_their_key_are_skipped():
+    from tests.helpers import spec_for
+
+    f16_nk8 = spec_for()  # f16, N x K, align 8
+    thin = spec_for(cta=(16, 64, 128), warps=(1, 2, 2))
+    c = DispatchCache(ARCH)
+    c.put(key(16), LaunchSpec("f16_nk8", splits=2, swizzle=1))  # fine
+    c.put(make_key(DataType.BF16, BOrder.KN, DataType.BF16, 16, 4096, 4096, align=2, arch=ARCH), LaunchSpec("f16_nk8"))
+    c.put(key(2**31 - 1), LaunchSpec("thin", swizzle=5))  # 2**27 M tiles x 32: past gridDim.x
+    c.put(key(2**31 - 1, n=1024), LaunchSpec("thin", swizzle=3))  # fine
+    _, report, msg = _import_warning(c.to_json_text(), {"f16_nk8": f16_nk8, "thin": thin})
+    assert report == ImportReport(added=2, skipped_invalid=2)
+    assert "2 of 4 records skipped: 2 are invalid (e.g. record 0: kernel: got f16_nk8; accepted: a kernel that" in msg
+    assert "operand type is not bf16" in msg

@@ -1,0 +1,170 @@
+"""Dispatch decisions, without a GPU: which kernels can serve a problem, how the cost
+model ranks their launches, and which launch a policy picks (the dispatch cache, its
+lower-bound reuse, a forced kernel, or a measurement the caller runs). ``Gemm`` owns the
+GPU side (validation of the call, workspaces, streams, timing, launching) and asks here.
+
+The kernels are anything with ``name``, ``spec`` (a KernelSpec) and ``ctas_per_sm``, so
+tests pass fakes."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from codegen.spec import KernelSpec
+from gemm_runtime.context import ProblemKey, describe, infeasible_reason
+from gemm_runtime.cost_model import DeviceModel, rank
+from gemm_runtime.dispatch_cache import DispatchCache, ImportReport, PathOrFile
+from gemm_runtime.errors import UnsupportedProblemError
+from gemm_runtime.feasibility import launch_error
+from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.settings import settings
+from gemm_runtime.tuner import Measurement
+from gemm_runtime.types import DispatchPolicy
+
+
+class DispatchKernel(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> KernelSpec: ...
+
+    @property
+    def ctas_per_sm(self) -> int: ...
+
+
+# (barrier bytes, partial bytes) of a split-K workspace.
+WorkspaceSizes = tuple[int, int]
+
+
+class Dispatcher:
+    """Decisions for one device: its kernels, its DeviceModel, its DispatchCache.
+
+    Thread-safe: the memo of cost-model choices is behind a lock, the cache has its own."""
+
+    def __init__(
+        self,
+        kernels: Iterable[DispatchKernel],
+        device_model: DeviceModel,
+        cache: DispatchCache,
+        default_workspace: WorkspaceSizes,
+    ) -> None:
+        self._kernels = list(kernels)
+        self._by_name = {k.name: k for k in self._kernels}
+        self.device_model = device_model
+        self.cache = cache
+        self.default_workspace = default_workspace
+        self._lock = threading.Lock()
+        self._predicted: dict[ProblemKey, LaunchSpec] = {}  # cost-model choices (never exported)
+
+    @property
+    def kernels(self) -> list[DispatchKernel]:
+        return list(self._kernels)
+
+    def kernel(self, name: str) -> DispatchKernel | None:
+        return self._by_name.get(name)
+
+    # ---- the cost model -------------------------------------------------------------
+    def feasible(self, key: ProblemKey) -> list[DispatchKernel]:
+        return [k for k in self._kernels if infeasible_reason(k.spec, key) is None]
+
+    def ranked(self, key: ProblemKey, workspace: WorkspaceSizes | None = None) -> list[tuple[float, LaunchSpec]]:
+        """Every feasible (kernel, splits, swizzle), cheapest predicted first; raises
+        UnsupportedProblemError (with each kernel's reason, counted) when none is."""
+        candidates = self.feasible(key)
+        if not candidates:
+            reasons: dict[str, int] = {}
+            for k in self._kernels:
+                r = infeasible_reason(k.spec, key) or "?"
+                reasons[r] = reasons.get(r, 0) + 1
+            raise UnsupportedProblemError(describe(key), reasons)
+        barriers, partials = workspace or self.default_workspace
+        return rank(
+            candidates,
+            key,
+            self.device_model,
+            max_splits=settings().tune.max_splits,
+            barriers_bytes=barriers,
+            partials_bytes=partials,
+        )
+
+    def predicted(self, key: ProblemKey) -> LaunchSpec:
+        """The cost model's choice for the default workspace (memoized)."""
+        with self._lock:
+            hit = self._predicted.get(key)
+        if hit is None:
+            hit = self.ranked(key)[0][1]
+            with self._lock:
+                self._predicted[key] = hit
+        return hit
+
+    # ---- decisions ------------------------------------------------------------------
+    def usable(
+        self, plan: LaunchSpec | None, key: ProblemKey, workspace: WorkspaceSizes | None = None
+    ) -> LaunchSpec | None:
+        """``plan`` where it can serve ``key``, with one split where its split-K does not
+        fit ``workspace`` (smaller than the one it was chosen for); None where it cannot
+        serve ``key`` at all. Every launch taken from the cache passes here.
+
+        NOTE: checked on every lookup rather than memoized: it is a dozen comparisons,
+        small beside the validation of the call on the same path, and matmul's fast path
+        replays its result."""
+        if plan is None:
+            return None
+        kern = self._by_name.get(plan.kernel)
+        spec = kern.spec if kern is not None else None
+        if launch_error(spec, plan, key) is not None:
+            return None
+        if plan.splits > 1 and launch_error(spec, plan, key, workspace or self.default_workspace) is not None:
+            return dataclasses.replace(plan, splits=1)
+        return plan
+
+    def select(
+        self, key: ProblemKey, policy: DispatchPolicy = DispatchPolicy.DEFAULT, workspace: WorkspaceSizes | None = None
+    ) -> LaunchSpec:
+        """The launch for ``key`` without measuring: the exact cache entry (REUSE: else the
+        entry of the nearest tuned M at or above), if it can serve ``key``; else the
+        cost model's choice."""
+        hit = self.usable(self.cache.get(key), key, workspace)
+        if hit is None and policy is DispatchPolicy.REUSE:
+            hit = self.usable(self.cache.get_at_or_above(key), key, workspace)
+        if hit is not None:
+            return hit
+        plan = self.usable(self.predicted(key), key, workspace)
+        assert plan is not None, "the cost model ranks only feasible launches"
+        return plan
+
+    def forced(self, plan: LaunchSpec, key: ProblemKey, workspace: WorkspaceSizes) -> LaunchSpec:
+        """A caller's ``kernel=`` choice, or the GemmArgumentError saying why it cannot serve."""
+        kern = self._by_name.get(plan.kernel)
+        error = launch_error(kern.spec if kern is not None else None, plan, key, workspace)
+        if error is not None:
+            raise error
+        return plan
+
+    def plan(
+        self,
+        policy: DispatchPolicy,
+        key: ProblemKey,
+        workspace: WorkspaceSizes,
+        measure: Callable[[], Measurement],
+    ) -> LaunchSpec:
+        """The launch ``policy`` picks. MEASURE, and APPEND without an exact entry, call
+        ``measure`` (the caller times the ranking on the GPU) and store its winner."""
+        # K = 0 computes D = beta * C whatever the kernel: nothing worth measuring or
+        # keeping (ProblemKey.validate refuses such keys).
+        tunes = policy is DispatchPolicy.MEASURE or (policy is DispatchPolicy.APPEND and self.cache.get(key) is None)
+        if tunes and key.k > 0:
+            best = measure().best
+            if best is not None:
+                self.cache.put(key, best, replace=policy is DispatchPolicy.MEASURE)
+                # Another thread may have stored its own winner first (APPEND keeps it).
+                return self.usable(self.cache.get(key), key, workspace) or best
+        return self.select(key, policy, workspace)
+
+    # ---- the cache file -------------------------------------------------------------
+    def import_cache(self, path: PathOrFile) -> ImportReport:
+        return self.cache.import_(path, {k.name: k.spec for k in self._kernels})

@@ -1,0 +1,52 @@
+"""One answer to "can this launch serve this problem": the kernel is in this build, its
+spec computes the key, its splits and swizzle are in range, the grid stays within the
+device's limits and split-K fits the workspace. Forced kernels, every dispatch-cache
+hit (exact, lower-bound reuse, imported or tuned) and every imported record ask here."""
+
+from __future__ import annotations
+
+import math
+
+from codegen.spec import KernelSpec
+from gemm_runtime.context import MAX_GRID_Y, ProblemKey, describe, infeasible_reason
+from gemm_runtime.cost_model import fits_workspace, tiles_of
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.plan import MAX_SPLITS, SWIZZLES, LaunchSpec
+
+_MAX_GRID_X = 2**31 - 1  # CUDA's limit on gridDim.x
+
+
+def grid_of(spec: KernelSpec, key: ProblemKey, plan: LaunchSpec) -> tuple[int, int, int]:
+    """The launch grid: 2**swizzle CTAs per tile row of M in x, the N tile groups in y,
+    the splits in z (templates/include/gemm/kernel.cuh)."""
+    tiles_m, tiles_n = tiles_of(spec, key)
+    group = 1 << plan.swizzle
+    return tiles_m * group, math.ceil(tiles_n / group), plan.splits
+
+
+def launch_error(
+    spec: KernelSpec | None, plan: LaunchSpec, key: ProblemKey, workspace: tuple[int, int] | None = None
+) -> GemmArgumentError | None:
+    """Why ``plan`` cannot serve ``key``, as the error a forced ``kernel=`` argument gets,
+    or None if it can. ``spec`` is the registry's spec of ``plan.kernel`` (None: this build
+    does not have it). ``workspace`` is (barrier bytes, partial bytes); None skips the
+    workspace check (an import, where no workspace is known yet)."""
+    if spec is None:
+        return GemmArgumentError("kernel", plan.kernel, "a kernel name from Gemm.kernels")
+    reason = infeasible_reason(spec, key)
+    if reason is not None:
+        return GemmArgumentError("kernel", plan.kernel, f"a kernel that can serve {describe(key)} ({reason})")
+    if plan.swizzle not in SWIZZLES:
+        return GemmArgumentError("kernel.swizzle", plan.swizzle, f"{SWIZZLES[0]}..{SWIZZLES[-1]}")
+    if not 1 <= plan.splits <= MAX_SPLITS:
+        return GemmArgumentError("kernel.splits", plan.splits, f"1..{MAX_SPLITS}")
+    if plan.splits > 1 and workspace is not None and not fits_workspace(spec, key, plan.splits, *workspace):
+        return GemmArgumentError(
+            "kernel.splits", plan.splits, "1, or a split count whose semaphores and partials fit the workspace"
+        )
+    x, y, _ = grid_of(spec, key, plan)
+    if y > MAX_GRID_Y:
+        return GemmArgumentError("kernel.swizzle", plan.swizzle, f"a group size that keeps the grid within {MAX_GRID_Y} rows")
+    if x > _MAX_GRID_X:
+        return GemmArgumentError("kernel.swizzle", plan.swizzle, f"a group size that keeps the grid within {_MAX_GRID_X} columns")
+    return None

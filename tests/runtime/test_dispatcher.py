@@ -1,0 +1,214 @@
+"""Dispatcher: feasibility, ranking, the policies and the check of every cached launch,
+with fake kernels (real KernelSpecs) on CPU."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import pytest
+
+from codegen.spec import KernelSpec
+from codegen.vocabulary import BOrder, DataType
+from gemm_runtime.context import make_key
+from gemm_runtime.cost_model import DeviceModel
+from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
+from gemm_runtime.dispatcher import Dispatcher
+from gemm_runtime.errors import DispatchCacheWarning, GemmArgumentError, UnsupportedProblemError
+from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.tuner import Measurement
+from gemm_runtime.types import DispatchPolicy
+from tests.helpers import spec_for
+
+ARCH = 90
+H200 = DeviceModel.of(ARCH, 132, 1980000, 3201000, 6144)
+WORKSPACE = (1 << 20, 32 << 20)
+
+
+@dataclass(frozen=True)
+class FakeKernel:
+    spec: KernelSpec
+    ctas_per_sm: int = 2
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+F16_NK8 = FakeKernel(spec_for())
+THIN = FakeKernel(spec_for(cta=(16, 64, 128), warps=(1, 2, 2)), ctas_per_sm=4)
+BF16_KN2 = FakeKernel(spec_for(a_type=DataType.BF16, b_type=DataType.BF16, d_type=DataType.BF16, b_order=BOrder.KN, align=2))
+
+
+def dispatcher(*kernels: FakeKernel) -> Dispatcher:
+    return Dispatcher(kernels or (F16_NK8, THIN, BF16_KN2), H200, DispatchCache(ARCH, "fake"), WORKSPACE)
+
+
+def f16(m: int, n: int = 4096, k: int = 4096):
+    return make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=ARCH)
+
+
+def bf16_kn2(m: int, n: int = 4096, k: int = 4096):
+    return make_key(DataType.BF16, BOrder.KN, DataType.BF16, m, n, k, align=2, arch=ARCH)
+
+
+def never_measure() -> Measurement:
+    raise AssertionError("measured")
+
+
+# --- the cost model -----------------------------------------------------------------------
+
+
+def test_feasible_ranked_and_predicted():
+    d = dispatcher()
+    assert d.feasible(bf16_kn2(16)) == [BF16_KN2]
+    assert d.feasible(f16(16)) == [F16_NK8, THIN]
+    ranking = d.ranked(f16(16))
+    assert [c for c, _ in ranking] == sorted(c for c, _ in ranking)
+    assert {p.kernel for _, p in ranking} == {F16_NK8.name, THIN.name}
+    assert d.predicted(f16(16)) == ranking[0][1]
+    assert d.predicted(f16(16)) is d.predicted(f16(16))  # memoized
+    assert d.kernel(THIN.name) is THIN and d.kernel("nope") is None
+
+
+def test_no_feasible_kernel_says_why():
+    with pytest.raises(UnsupportedProblemError, match="operand type is not bf16") as info:
+        dispatcher(F16_NK8, THIN).ranked(bf16_kn2(1))
+    assert info.value.reasons == {"operand type is not bf16": 2}
+
+
+# --- no cached decision launches the wrong kernel -------------------------------------------
+
+
+def test_cached_launch_of_a_kernel_that_cannot_serve_the_problem_gives_way_to_the_cost_model():
+    d = dispatcher()
+    key = bf16_kn2(16)
+    d.cache.put(key, LaunchSpec(F16_NK8.name))  # f16 / N x K / align 8 for a bf16 / K x N / align 2 problem
+    assert d.select(key) == d.predicted(key) and d.select(key).kernel == BF16_KN2.name
+    assert d.select(key, DispatchPolicy.REUSE).kernel == BF16_KN2.name
+    assert d.plan(DispatchPolicy.DEFAULT, key, WORKSPACE, never_measure).kernel == BF16_KN2.name
+    assert d.plan(DispatchPolicy.APPEND, key, WORKSPACE, never_measure).kernel == BF16_KN2.name
+
+
+def test_imported_record_that_cannot_serve_its_key_is_skipped():
+    source = DispatchCache(ARCH)
+    source.put(bf16_kn2(16), LaunchSpec(F16_NK8.name))
+    source.put(f16(16), LaunchSpec(THIN.name, splits=2, swizzle=1))
+    d = dispatcher()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = d.import_cache(io.StringIO(source.to_json_text()))
+    assert report == ImportReport(added=1, skipped_invalid=1)
+    assert len(caught) == 1 and issubclass(caught[0].category, DispatchCacheWarning)
+    assert "operand type is not bf16" in str(caught[0].message)
+    assert d.cache.get(bf16_kn2(16)) is None
+    assert d.select(f16(16)) == LaunchSpec(THIN.name, splits=2, swizzle=1)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        LaunchSpec("not_in_this_build"),
+        LaunchSpec(F16_NK8.name, swizzle=6),
+        LaunchSpec(F16_NK8.name, splits=0),
+        LaunchSpec(F16_NK8.name, splits=65),
+    ],
+)
+def test_exact_and_reused_hits_out_of_range_give_way_to_the_cost_model(plan):
+    d = dispatcher()
+    d.cache.put(f16(64), plan)
+    assert d.select(f16(64)) == d.predicted(f16(64))
+    assert d.select(f16(20), DispatchPolicy.REUSE) == d.predicted(f16(20))
+
+
+def test_hits_are_checked_against_the_grid_of_the_actual_problem():
+    d = dispatcher()
+    huge = f16(2**31 - 1, n=1024)
+    d.cache.put(huge, LaunchSpec(THIN.name, swizzle=5))  # 2**27 M tiles x 32 CTAs: past gridDim.x
+    assert d.select(huge) == d.predicted(huge)
+    assert d.select(huge._replace(m=2**31 - 2), DispatchPolicy.REUSE) == d.predicted(huge._replace(m=2**31 - 2))
+    # The same launch serves a smaller M, which REUSE maps to it.
+    assert d.select(f16(2**20, n=1024), DispatchPolicy.REUSE) == LaunchSpec(THIN.name, swizzle=5)
+
+
+def test_reused_hit_that_serves_the_problem_is_used():
+    d = dispatcher()
+    d.cache.put(f16(64), LaunchSpec(THIN.name, splits=2, swizzle=2))
+    assert d.select(f16(20), DispatchPolicy.REUSE) == LaunchSpec(THIN.name, splits=2, swizzle=2)
+    assert d.select(f16(20)) == d.predicted(f16(20))  # DEFAULT: exact hits only
+    assert d.select(f16(65), DispatchPolicy.REUSE) == d.predicted(f16(65))
+
+
+def test_split_k_that_does_not_fit_the_callers_workspace_runs_with_one_split():
+    d = dispatcher()
+    d.cache.put(f16(64), LaunchSpec(THIN.name, splits=4, swizzle=1))
+    assert d.select(f16(64), workspace=(0, 0)) == LaunchSpec(THIN.name, splits=1, swizzle=1)
+    assert d.select(f16(64), workspace=WORKSPACE) == LaunchSpec(THIN.name, splits=4, swizzle=1)
+    assert d.select(f16(64), workspace=(0, 0)).splits == 1
+
+
+# --- forced kernels: the same check, as an error naming the argument -------------------------
+
+
+@pytest.mark.parametrize(
+    "plan, key, workspace, argument, accepted",
+    [
+        (LaunchSpec("nope"), f16(8), WORKSPACE, "kernel", "a kernel name from Gemm.kernels"),
+        (LaunchSpec(F16_NK8.name), bf16_kn2(8), WORKSPACE, "kernel", "operand type is not bf16"),
+        (LaunchSpec(F16_NK8.name, swizzle=6), f16(8), WORKSPACE, "kernel.swizzle", "0..5"),
+        (LaunchSpec(F16_NK8.name, splits=0), f16(8), WORKSPACE, "kernel.splits", "1..64"),
+        (LaunchSpec(F16_NK8.name, splits=65), f16(8), WORKSPACE, "kernel.splits", "1..64"),
+        (LaunchSpec(F16_NK8.name, splits=2), f16(8), (0, 0), "kernel.splits", "fit the workspace"),
+        (LaunchSpec(THIN.name, swizzle=5), f16(2**31 - 1, n=1024), WORKSPACE, "kernel.swizzle", "2147483647 columns"),
+    ],
+)
+def test_forced_launch_errors(plan, key, workspace, argument, accepted):
+    with pytest.raises(GemmArgumentError) as info:
+        dispatcher().forced(plan, key, workspace)
+    assert info.value.argument == argument and accepted in info.value.accepted
+
+
+def test_forced_launch_in_range_is_used_as_given():
+    plan = LaunchSpec(F16_NK8.name, splits=3, swizzle=5)
+    assert dispatcher().forced(plan, f16(8), WORKSPACE) == plan
+
+
+# --- policies that measure ------------------------------------------------------------------
+
+
+def _measured(best: LaunchSpec | None):
+    calls = []
+
+    def measure() -> Measurement:
+        calls.append(1)
+        return Measurement({best: 1.0} if best is not None else {})
+
+    return measure, calls
+
+
+def test_measure_stores_the_winner_and_append_measures_only_once():
+    d = dispatcher()
+    winner = LaunchSpec(THIN.name, splits=2)
+    measure, calls = _measured(winner)
+    assert d.plan(DispatchPolicy.APPEND, f16(8), WORKSPACE, measure) == winner
+    assert d.plan(DispatchPolicy.APPEND, f16(8), WORKSPACE, measure) == winner
+    assert len(calls) == 1 and d.cache.get(f16(8)) == winner
+    other = LaunchSpec(F16_NK8.name)
+    measure, calls = _measured(other)
+    assert d.plan(DispatchPolicy.MEASURE, f16(8), WORKSPACE, measure) == other
+    assert len(calls) == 1 and d.cache.get(f16(8)) == other
+
+
+def test_measure_with_every_candidate_failing_falls_back_to_the_cost_model():
+    d = dispatcher()
+    measure, calls = _measured(None)
+    assert d.plan(DispatchPolicy.MEASURE, f16(8), WORKSPACE, measure) == d.predicted(f16(8))
+    assert len(calls) == 1 and len(d.cache) == 0
+
+
+def test_empty_k_is_never_measured_nor_stored():
+    d = dispatcher()
+    key = f16(8, k=0)
+    assert d.plan(DispatchPolicy.MEASURE, key, WORKSPACE, never_measure) == d.predicted(key)
+    assert len(d.cache) == 0
