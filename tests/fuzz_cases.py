@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 
 from codegen.vocabulary import BOrder, DataType
-from gemm_runtime.context import ProblemKey, vector_align
+from gemm_runtime.context import ProblemKey, quant_name, vector_align
 from gemm_runtime.types import Epilogue
 
 _EPILOGUES = tuple(Epilogue)
@@ -141,6 +141,6 @@ def problem_key(case: FuzzCase, arch: int) -> ProblemKey:
         # pack_for_gemm's rows are whole 16-byte n8 x k32 blocks: B never narrows align.
         bits, group, _ = case.quant
         b_type = DataType.U4 if bits == 4 else DataType.U8
-        quant = f"{b_type.value}g{case.k if group == -1 else group}"
+        quant = quant_name(b_type, case.k if group == -1 else group, case.k)
     return ProblemKey(arch, case.dtype, b_type, case.b_order, case.out_dtype, align, quant, case.epilogue.value,
                       case.n, case.k, case.m)  # fmt: skip
