@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +29,7 @@ HOPPER = KernelSpec(
 )
 KERNEL_FIELDS = {
     "name", "symbol", "cubin", "source", "spec", "registers", "stack_frame", "spill_stores",
-    "spill_loads", "smem_static", "smem_dynamic", "threads",
+    "spill_loads", "smem_static", "smem_dynamic", "threads", "size", "sha256",
 }  # fmt: skip
 
 
@@ -53,7 +55,7 @@ def test_build_writes_cubins_and_manifests(generated, tmp_path):
     assert report.compiled == 3 and report.cached == 0
 
     m80, m90 = _manifest(out, 80), _manifest(out, 90)
-    assert (m80["version"], m80["arch"], m90["arch"]) == (1, 80, 90)
+    assert (m80["version"], m80["arch"], m90["arch"]) == (2, 80, 90)
     assert m80["nvrtc"].count(".") == 1
     assert [k["name"] for k in m80["kernels"]] == [SMALL.name]
     assert m80["skipped"] == [{"name": HOPPER.name, "reason": "family arch range sm_90..sm_90 excludes sm_80"}]
@@ -67,8 +69,12 @@ def test_build_writes_cubins_and_manifests(generated, tmp_path):
             assert rec["source"] == _source(0 if spec == SMALL else 1)
             assert rec["registers"] > 0 and rec["spill_stores"] == rec["spill_loads"] == 0
             assert (rec["smem_dynamic"], rec["threads"]) == (spec.smem_bytes, spec.threads)
-            assert (out / f"sm_{m['arch']}" / rec["cubin"]).read_bytes()[:4] == b"\x7fELF"
-    assert sorted(p.name for p in (out / "sm_80").iterdir()) == sorted(["manifest.json", f"{SMALL.name}.cubin"])
+            cubin = (out / f"sm_{m['arch']}" / rec["cubin"]).read_bytes()
+            assert cubin[:4] == b"\x7fELF"
+            assert (rec["size"], rec["sha256"]) == (len(cubin), hashlib.sha256(cubin).hexdigest())
+    assert sorted(p.name for p in (out / "sm_80").iterdir()) == sorted(
+        [".lock", "manifest.json", f"{SMALL.name}.cubin"]
+    )
     assert "sm_90: 2 kernels (2 compiled, 0 cached, 0 skipped)" in report.summary_lines()[1]
 
 
@@ -196,3 +202,153 @@ def test_full_default_set_compiles(tmp_path, capsys):
             if arch in (80, 90) and lo <= arch <= hi and max(k["spill_stores"], k["spill_loads"]) > budget:
                 spills.append(f"{n} on sm_{arch}: {k['spill_stores']} B stores, {k['spill_loads']} B loads")
     assert not spills, "kernels spill registers:\n" + "\n".join(spills)
+
+
+# ---- interruption ----------------------------------------------------------------------
+SMALL_YAML = """\
+families:
+  - name: intr
+    arch: [80, 90]
+    mainloop: sm80
+    mma: m16n8k16
+    a_type: f16
+    b_type: f16
+    acc_type: f32
+    d_types: [f16, f32]
+    b_orders: [nk, kn]
+    align: [8]
+    tiles:
+      - {cta: [128, 128, 32], warps: [2, 2, 1], stages: 3}
+"""
+
+
+def _children(pid: int) -> set[int]:
+    """Child pids of ``pid``, from /proc (no psutil)."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_stops_a_cold_build_at_once(tmp_path, signum, code):
+    from tests.helpers import build_dir_problems
+
+    (tmp_path / "small.yaml").write_text(SMALL_YAML)
+    gen, out = tmp_path / "gen", tmp_path / "out"
+    cmd = [sys.executable, "-m", "codegen", "--config", str(tmp_path / "small.yaml"), "--out", str(gen)]
+    subprocess.run(cmd, cwd=REPO_ROOT, check=True, capture_output=True)
+    cmd = [sys.executable, "-m", "gemm_runtime.build", "--generated", str(gen), "--out", str(out), "--jobs", "2",
+           "--arch", "80", "--arch", "90"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workers: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            workers = {p for p in _children(proc.pid) if _is_worker(p)}
+            time.sleep(0.05)
+        assert len(workers) == 2, "the build's workers never started"
+        time.sleep(0.5)  # into NVRTC
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=3)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr + stdout
+    assert len(stderr.strip().splitlines()) == 1 and signal.Signals(signum).name in stderr, stderr
+    assert not [p for p in workers if _alive(p)]
+    assert build_dir_problems(out) == []
+
+
+# ---- concurrency ---------------------------------------------------------------------
+def test_concurrent_builds_of_different_sets_stay_consistent(tmp_path):
+    """What races is publication, so the cache is warm: each round two builds of
+    different sets publish into one directory at the same time."""
+    from codegen.vocabulary import MmaAtom
+    from tests.helpers import build_dir_problems, spec_for, write_tiny_generated
+
+    set_a = [spec_for(family=f"a{i}", cta=(64, 64, 32), stages=3) for i in range(4)]
+    set_b = [spec_for(family=f"b{i}", mma=MmaAtom.M16N8K8, cta=(64, 64, 32), stages=3) for i in range(4)]
+    gens = [write_tiny_generated(tmp_path / name, specs) for name, specs in (("ga", set_a), ("gb", set_b))]
+    out = tmp_path / "out"
+    for gen in gens:
+        build(gen, out, archs=[80, 90], jobs=2, progress=False)
+
+    def cmd(gen: Path) -> list[str]:
+        return [sys.executable, "-m", "gemm_runtime.build", "--generated", str(gen), "--out", str(out),
+                "--arch", "80", "--arch", "90", "--no-progress"]  # fmt: skip
+
+    sets = [{s.name for s in set_a}, {s.name for s in set_b}]
+    for _ in range(4):
+        procs = [subprocess.Popen(cmd(g), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for g in gens]
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        assert build_dir_problems(out) == []
+        for arch in (80, 90):
+            assert {k["name"] for k in _manifest(out, arch)["kernels"]} in sets
+
+
+# ---- what is built -------------------------------------------------------------------
+def test_emulated_pairs_are_skipped_unless_asked(tmp_path):
+    from codegen.vocabulary import MmaAtom
+    from tests.helpers import spec_for, write_tiny_generated
+
+    emu = spec_for(family="emu", mainloop=Mainloop.SM70, mma=MmaAtom.M8N8K4, cta=(64, 64, 32), stages=2, arch_min=75)
+    gen = write_tiny_generated(tmp_path / "gen", [emu])
+    out = tmp_path / "build"
+    report = build(gen, out, archs=[75, 80], jobs=1, progress=False)
+    assert [k["name"] for k in _manifest(out, 75)["kernels"]] == [emu.name]  # native on sm_75
+    assert _manifest(out, 80)["kernels"] == []
+    (reason,) = [s["reason"] for s in _manifest(out, 80)["skipped"] if s["name"] == emu.name]
+    assert "m8n8k4 MMA is emulated on sm_80" in reason and "--with-emulated" in reason
+    assert not any(emu.name in line for line in report.warning_lines())
+
+    again = build(gen, out, archs=[75, 80], jobs=1, progress=False, with_emulated=True)
+    assert [k["name"] for k in _manifest(out, 80)["kernels"]] == [emu.name]
+    assert again.compiled == 1 and again.cached == 1
+
+
+def test_next_build_restores_missing_and_damaged_cubins(generated, tmp_path, capsys):
+    out = tmp_path / "build"
+    build(generated, out, archs=[90], jobs=2, progress=False)
+    names = sorted([SMALL.name, HOPPER.name])
+    (out / "sm_90" / f"{names[0]}.cubin").unlink()
+    (out / "sm_90" / f"{names[1]}.cubin").write_bytes(b"\x7fELF")
+    assert main(["--generated", str(generated), "--out", str(out), "--arch", "90", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "sm_90: 2 kernels (0 compiled, 2 cached, 0 skipped)" in captured.out
+    assert "2 damaged or missing cubins restored" in captured.out
+    assert all(f"restored {n}.cubin" in captured.err for n in names)
+    from tests.helpers import build_dir_problems
+
+    assert build_dir_problems(out) == []
+
+
+def test_progress_lines_without_a_terminal(generated, tmp_path, capsys, monkeypatch):
+    import gemm_runtime.build as build_mod
+
+    real = build_mod._Progress
+    monkeypatch.setattr(build_mod, "_Progress", lambda total, enabled: real(total, enabled, every=0.0))
+    build(generated, tmp_path / "build", archs=[80, 90], jobs=2, progress=True)
+    err = capsys.readouterr().err  # pytest's capture is not a terminal
+    assert "nvrtc: 1/3 kernels" in err or "nvrtc: 2/3 kernels" in err
+    assert "sm_80: 1 kernels done (" in err and "sm_90: 2 kernels done (" in err and "s of NVRTC time" in err
