@@ -205,21 +205,12 @@ def test_full_default_set_compiles(tmp_path, capsys):
 
 
 # ---- interruption ----------------------------------------------------------------------
-SMALL_YAML = """\
-families:
-  - name: intr
-    arch: [80, 90]
-    mainloop: sm80
-    mma: m16n8k16
-    a_type: f16
-    b_type: f16
-    acc_type: f32
-    d_types: [f16, f32]
-    b_orders: [nk, kn]
-    align: [8]
-    tiles:
-      - {cta: [128, 128, 32], warps: [2, 2, 1], stages: 3}
-"""
+# Four real GEMM kernels: each takes NVRTC seconds, so a signal lands mid-compile.
+SMALL_FAMILY = dict(
+    name="intr", arch=[80, 90], mainloop="sm80", mma="m16n8k16", a_type="f16", b_type="f16", acc_type="f32",
+    d_types=["f16", "f32"], b_orders=["nk", "kn"], align=[8],
+    tiles=[{"cta": [128, 128, 32], "warps": [2, 2, 1], "stages": 3}],
+)  # fmt: skip
 
 
 def _children(pid: int) -> set[int]:
@@ -252,7 +243,9 @@ def _is_worker(pid: int) -> bool:
 def test_signal_stops_a_cold_build_at_once(tmp_path, signum, code):
     from tests.helpers import build_dir_problems
 
-    (tmp_path / "small.yaml").write_text(SMALL_YAML)
+    import yaml
+
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump({"families": [SMALL_FAMILY]}))
     gen, out = tmp_path / "gen", tmp_path / "out"
     cmd = [sys.executable, "-m", "codegen", "--config", str(tmp_path / "small.yaml"), "--out", str(gen)]
     subprocess.run(cmd, cwd=REPO_ROOT, check=True, capture_output=True)
