@@ -1,10 +1,16 @@
 """Compile generated/ into build/: one cubin per (kernel, arch) and a manifest per arch.
 
     python -m gemm_runtime.build [--arch 80 --arch 90] [--jobs N] [--generated DIR] [--out DIR]
+        [--with-emulated]
 
 Compiles are content-addressed (``<out>/.cache``), so a rebuild with nothing changed
 compiles nothing. The outputs the runtime reads (``<out>/sm_XX/manifest.json`` and the
-cubins it names) are written atomically and only when they change.
+cubins it names, with their sha256) are published by ``build_manifest.publish`` under
+the arch's lock, only when they change, so concurrent builds never mix. (kernel, arch)
+pairs whose MMA is emulated on the arch are skipped unless ``--with-emulated``.
+
+SIGINT / SIGTERM end the compile workers at once, publish nothing and exit 130 / 143
+with one line.
 
 Each arch is compiled by the NVRTC ``compiler.backend_for`` picks (CUDA 13's; CUDA 12's
 for sm_70, from the ``[volta]`` extra), and its manifest records which. An arch that no
