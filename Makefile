@@ -15,6 +15,11 @@ endif
 
 ARCH ?=
 ARCH_FLAGS := $(foreach a,$(ARCH),--arch $(a))
+# WITH_EMULATED=1: also build kernels whose MMA is emulated on an arch (for Gemm(allow_emulated=True))
+WITH_EMULATED ?=
+ifeq ($(WITH_EMULATED),1)
+  ARCH_FLAGS += --with-emulated
+endif
 
 .PHONY: install generate build test test-gpu bench list clean
 

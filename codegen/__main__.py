@@ -1,8 +1,9 @@
 """``python -m codegen [--config A.yaml ...] [--out DIR]``: YAML kernel set -> .cu files.
 
 Without --config, every codegen/configs/*.yaml (sorted) is loaded; without --out,
-the repository's generated/ folder is written. A config error prints one line to
-stderr and exits 2 (no traceback: the message already says file, entry and field).
+the repository's generated/ folder is written. A config error (or an --out that
+is not a directory) prints one line to stderr and exits 2 (no traceback: the message
+already says file, entry and field); an output that cannot be written exits 1.
 """
 
 from __future__ import annotations
@@ -37,7 +38,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    result = write_generated(loaded, args.out)
+    if args.out.exists() and not args.out.is_dir():
+        print(f"error: --out {display_path(args.out)}: is not a directory; accepted: a directory (created if missing)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        result = write_generated(loaded, args.out)
+    except OSError as e:  # a parent that is a file, no permission, a full disk
+        print(f"error: cannot write {display_path(args.out)}: {e.strerror or e} ({e.filename or args.out})",
+              file=sys.stderr)  # fmt: skip
+        return 1
     print(
         f"{len(loaded)} kernels from {len(paths)} files -> {display_path(args.out)} "
         f"({len(result.written)} written, {len(result.unchanged)} unchanged, {len(result.removed)} removed)"

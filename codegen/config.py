@@ -40,6 +40,7 @@ from typing import Any, NoReturn, TypeVar
 
 import yaml
 
+from codegen.fsutil import NAME_MAX, TEMP_NAME_OVERHEAD
 from codegen.spec import KernelSpec
 from codegen.vocabulary import (
     ARCH_SMEM_LIMIT,
@@ -63,6 +64,11 @@ _MIN_STAGES, _MAX_STAGES = 2, 8  # deeper rings only burn shared memory
 _MMA_M = 16  # the warp loop steps in m16 tiles
 _LDMATRIX_N = 16  # one ldmatrix.x4 feeds two n8 MMAs
 _MAX_THREADS = 1024
+# A kernel name becomes file names (generated/<family>/<name>.cu, build/sm_XX/<name>.cubin,
+# the longer) and their temp files ".<file>.<pid>.<random>.tmp" (codegen.fsutil): the
+# longest of these must fit one path component.
+_LONGEST_SUFFIX = ".cubin"
+MAX_KERNEL_NAME = NAME_MAX - TEMP_NAME_OVERHEAD - len(_LONGEST_SUFFIX)
 
 
 def _choices(members: Sequence[enum.Enum]) -> str:
@@ -170,10 +176,32 @@ class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that rejects repeated mapping keys (PyYAML keeps the last one silently)."""
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
+    """A mapping with merge keys (``<<: *tile``, ``<<: [*a, *b]``) as the YAML merge spec
+    has them: explicit keys override merged ones, and in a list the earlier mapping wins.
+    Repeated explicit keys are errors (PyYAML keeps the last one silently); a merged
+    mapping is checked where it is constructed. PyYAML's own flatten_mapping is not
+    used: it lets a later mapping of a merge list win once an alias was merged before."""
+    merged: dict[Any, Any] = {}
+    explicit = []
+    for key_node, value_node in node.value:
+        if key_node.tag != _MERGE_TAG:
+            explicit.append((key_node, value_node))
+            continue
+        sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        for sub in sources:
+            if not isinstance(sub, yaml.MappingNode):
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"a merge key (<<) takes a mapping or a list of mappings, not a {sub.id}", sub.start_mark,
+                )  # fmt: skip
+            for k, v in loader.construct_object(sub, deep=True).items():
+                merged.setdefault(k, v)
     seen: set[Any] = set()
-    for key_node, _ in node.value:
+    for key_node, _ in explicit:
         key = loader.construct_object(key_node, deep=deep)
         try:
             dup = key in seen
@@ -184,7 +212,9 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
             raise yaml.constructor.ConstructorError(
                 "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
             )
-    return loader.construct_mapping(node, deep=deep)
+    own = yaml.MappingNode(node.tag, explicit, node.start_mark, node.end_mark, node.flow_style)
+    merged.update(loader.construct_mapping(own, deep=deep))
+    return merged
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -435,6 +465,18 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
         )
 
 
+def _check_name_length(where: _Where, spec: KernelSpec) -> None:
+    size = len(spec.name.encode())
+    if size <= MAX_KERNEL_NAME:
+        return
+    most = len(spec.family.encode()) - (size - MAX_KERNEL_NAME)
+    where.reject(
+        "name", spec.family, f"a name of at most {max(most, 0)} characters for this family's kernels",
+        f" (kernel {spec.name[:48]!r}... would be {size} bytes; kernel names are at most {MAX_KERNEL_NAME} "
+        f"bytes, so that <name>{_LONGEST_SUFFIX} and its temp file fit the {NAME_MAX}-byte file name limit)",
+    )  # fmt: skip
+
+
 # ---- entry points ---------------------------------------------------------------------
 
 
@@ -479,6 +521,7 @@ def load_configs(paths: Sequence[str | Path]) -> list[LoadedKernel]:
                                 arch_max=fam.arch[1],
                             )  # fmt: skip
                             _check_kernel(tile_where, spec)
+                            _check_name_length(where, spec)
                             if spec.name in names:
                                 tile_where.fail(None, f"kernel {spec.name!r} is defined twice: here and at "
                                                       f"{names[spec.name]}; accepted: each kernel once")

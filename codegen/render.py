@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 
 from codegen import params
-from codegen.fsutil import atomic_write
+from codegen.fsutil import write_if_changed
 from codegen.config import REPO_ROOT, LoadedKernel
 from codegen.spec import KernelSpec
 
@@ -72,15 +72,7 @@ class WriteResult:
 
 
 def _write_if_changed(path: Path, text: str) -> bool:
-    """Write ``text`` atomically unless the file already holds it; True if written."""
-    data = text.encode("utf-8")
-    try:
-        if path.read_bytes() == data:
-            return False
-    except FileNotFoundError:
-        pass
-    atomic_write(path, data)
-    return True
+    return write_if_changed(path, text.encode("utf-8"))
 
 
 def write_generated(loaded: Sequence[LoadedKernel], out_dir: str | Path) -> WriteResult:

@@ -112,6 +112,10 @@ class MmaAtom(enum.Enum):
         """Inclusive arch range where the instruction runs in hardware at full rate."""
         return {MmaAtom.M16N8K16: (80, 999), MmaAtom.M16N8K8: (75, 999), MmaAtom.M8N8K4: (70, 75)}[self]
 
+    def native_on(self, arch: int) -> bool:
+        lo, hi = self.native_archs
+        return lo <= arch <= hi
+
     @property
     def supported_types(self) -> tuple[DataType, ...]:
         if self is MmaAtom.M8N8K4:

@@ -9,7 +9,9 @@
 ``list`` with a GPU visible loads the registry for it (what ``Gemm()`` would load) and
 prints its kernels, then the ones filtered out and why. With no GPU it prints the
 kernels of each ``build/sm_XX/manifest.json`` and, per arch, what a GPU of that arch
-would filter out.
+would filter out. Either way it verifies the build directory first: a manifest entry
+whose cubin is missing or damaged (size or sha256) is named, with its manifest, and
+``list`` exits 1; so does a malformed manifest.
 
 ``tune`` measures, on the GPU, every linear layer (N, K) of the models named (from
 ``bench/shapes.yaml``) at every M of the tuning sequence (``GEMM_TUNE``'s ``seq``, or
@@ -26,6 +28,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
@@ -76,33 +79,39 @@ def visible_gpus() -> int:
         return 0
 
 
-def read_manifests(build_dir: Path) -> list[tuple[int, dict]]:
-    """(arch, manifest) for each ``build_dir/sm_XX/manifest.json``, by arch; ListError
-    when there are none or one is unreadable."""
+class BuildDirDamaged(ListError):
+    """Manifest entries whose cubin is missing or damaged; ``problems`` lists them, and
+    ``lines`` is the listing, printed before the error."""
+
+    def __init__(self, problems: Sequence[Any], lines: Sequence[str]) -> None:
+        self.problems = list(problems)
+        self.lines = list(lines)
+        text = "\n".join("  " + p.describe() for p in self.problems)
+        super().__init__(f"{len(self.problems)} manifest entries are missing or damaged:\n{text}")
+
+
+def read_manifests(build_dir: Path) -> list[tuple[Any, list[Any]]]:
+    """(manifest, its missing or damaged entries) for each ``build_dir/sm_XX/manifest.json``,
+    by arch; ListError when there are none or one is unreadable or malformed."""
+    from gemm_runtime import build_manifest
+
     build_dir = Path(build_dir)
-    paths = sorted(
-        (int(p.name[3:]), p / "manifest.json")
-        for p in (build_dir.glob("sm_*") if build_dir.is_dir() else ())
-        if p.name[3:].isdigit() and (p / "manifest.json").is_file()
-    )
+    paths = build_manifest.arch_dirs(build_dir)
     if not paths:
         what = "does not exist" if not build_dir.exists() else "holds no sm_XX/manifest.json"
         raise ListError(f"{build_dir} {what}: no kernels are built; {BUILD_HINT}")
     out = []
     for arch, path in paths:
         try:
-            data = json.loads(path.read_text())
-            if not isinstance(data.get("kernels"), list):
-                raise ValueError("no kernel list")
-        except (OSError, ValueError, AttributeError) as e:
-            raise ListError(f"{path} is unreadable ({e}); rebuild with `make build`") from None
-        out.append((arch, data))
+            manifest, _, problems = build_manifest.read_verified(path, arch)
+        except build_manifest.ManifestError as e:
+            raise ListError(str(e)) from None
+        out.append((manifest, problems))
     return out
 
 
 # ---- list ----------------------------------------------------------------------------
 def list_without_gpu(build_dir: Path, allow_emulated: bool) -> list[str]:
-    from codegen.spec import KernelSpec
     from codegen.vocabulary import ARCH_SMEM_LIMIT
     from gemm_runtime.registry import filter_reason
 
@@ -113,32 +122,28 @@ def list_without_gpu(build_dir: Path, allow_emulated: bool) -> list[str]:
             "below each arch, what a GPU of that arch would filter out"
         )
     ]
-    for arch, data in manifests:
-        records = data["kernels"]
-        lines += ["", f"sm_{arch}: {len(records)} kernels (NVRTC {data.get('nvrtc', '?')})"]
+    all_problems = []
+    for m, problems in manifests:
+        arch = m.arch
+        all_problems += problems
+        lines += ["", f"sm_{arch}: {len(m.records)} kernels (NVRTC {m.nvrtc})"]
         rows = []
         would_filter = []
         limit = ARCH_SMEM_LIMIT.get(arch)
-        for rec in sorted(records, key=lambda r: r.get("name", "")):
-            name = rec.get("name", "?")
-            try:
-                spec = KernelSpec.from_json(rec["spec"])
-            except (KeyError, TypeError, ValueError) as e:
-                would_filter.append(f"    {name}: unreadable spec ({e}); rebuild with `make build`")
-                spec = None
-            smem = int(rec.get("smem_dynamic", spec.smem_bytes if spec else 0))
-            spills = int(rec.get("spill_stores", 0)) + int(rec.get("spill_loads", 0))
-            rows.append((name, int(rec.get("registers", 0)), smem, spills))
-            if spec is not None and limit is not None:
-                reason = filter_reason(spec, arch, limit, allow_emulated)
+        for rec in sorted(m.records, key=lambda r: r.name):
+            rows.append((rec.name, rec.registers, rec.smem_dynamic, rec.spills))
+            if limit is not None:
+                reason = filter_reason(rec.spec, arch, limit, allow_emulated)
                 if reason is not None:
-                    would_filter.append(f"    {name}: {reason}")
+                    would_filter.append(f"    {rec.name}: {reason}")
         if rows:
             lines += table(("name", "registers", "smem", "spills"), rows, indent="  ")
-        skipped = data.get("skipped") or []
-        if skipped:
+        if m.skipped:
             lines.append(f"  not built for sm_{arch}:")
-            lines += [f"    {s.get('name', '?')}: {s.get('reason', '?')}" for s in skipped]
+            lines += [f"    {name}: {reason}" for name, reason in m.skipped]
+        if problems:
+            lines.append(f"  missing or damaged cubins in {m.directory}:")
+            lines += [f"    {p.name}: {p.kind} ({p.detail})" for p in problems]
         if limit is None:
             lines.append(f"  sm_{arch} is not a known arch: no per-device filter to show")
         elif would_filter:
@@ -146,6 +151,8 @@ def list_without_gpu(build_dir: Path, allow_emulated: bool) -> list[str]:
             lines += would_filter
         else:
             lines.append(f"  on an sm_{arch} GPU ({limit} B shared memory), nothing is filtered out")
+    if all_problems:
+        raise BuildDirDamaged(all_problems, lines)
     return lines
 
 
@@ -166,8 +173,11 @@ def _function_registers(k) -> int:
 def list_with_gpu(device: int, build_dir: Path, allow_emulated: bool) -> list[str]:
     from gemm_runtime.registry import Registry
 
-    read_manifests(build_dir)  # the same message as without a GPU when nothing is built
-    reg = Registry.load(device, Path(build_dir), allow_emulated)
+    # The same messages as without a GPU when nothing is built or a manifest is malformed.
+    problems = [p for _, found in read_manifests(build_dir) for p in found]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the damaged entries are reported below, once
+        reg = Registry.load(device, Path(build_dir), allow_emulated)
     d = reg.device
     lines = [
         f"GPU {d.index}: sm_{d.arch}, {d.sms} SMs, {d.smem_optin} B shared memory per CTA; "
@@ -192,6 +202,8 @@ def list_with_gpu(device: int, build_dir: Path, allow_emulated: bool) -> list[st
         lines += [f"  {name}: {why}" for name, why in sorted(reg.filtered.items())]
     else:
         lines.append("filtered out: none")
+    if problems:
+        raise BuildDirDamaged(problems, lines)
     return lines
 
 
@@ -446,6 +458,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         lines = list_kernels(args.build_dir, args.allow_emulated, args.device)
+    except BuildDirDamaged as e:
+        print("\n".join(e.lines))
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except GemmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,10 +1,16 @@
 """Compile generated/ into build/: one cubin per (kernel, arch) and a manifest per arch.
 
     python -m gemm_runtime.build [--arch 80 --arch 90] [--jobs N] [--generated DIR] [--out DIR]
+        [--with-emulated]
 
 Compiles are content-addressed (``<out>/.cache``), so a rebuild with nothing changed
 compiles nothing. The outputs the runtime reads (``<out>/sm_XX/manifest.json`` and the
-cubins it names) are written atomically and only when they change.
+cubins it names, with their sha256) are published by ``build_manifest.publish`` under
+the arch's lock, only when they change, so concurrent builds never mix. (kernel, arch)
+pairs whose MMA is emulated on the arch are skipped unless ``--with-emulated``.
+
+SIGINT / SIGTERM end the compile workers at once, publish nothing and exit 130 / 143
+with one line.
 
 Each arch is compiled by the NVRTC ``compiler.backend_for`` picks (CUDA 13's; CUDA 12's
 for sm_70, from the ``[volta]`` extra), and its manifest records which. An arch that no
@@ -14,20 +20,23 @@ available NVRTC targets is skipped with one line saying what to install.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from codegen.fsutil import remove_temp_files
 from codegen.spec import KernelSpec
 from codegen.vocabulary import ARCH_SMEM_LIMIT, KNOWN_ARCHS
-from gemm_runtime import compiler
-from codegen.fsutil import atomic_write
+from gemm_runtime import build_manifest, compiler
 from gemm_runtime.compiler import ArchUnsupportedError, CompileError, CompileResult
 from gemm_runtime.errors import GemmError
 from gemm_runtime.settings import REPO_ROOT, settings
@@ -35,7 +44,7 @@ from gemm_runtime.settings import REPO_ROOT, settings
 INCLUDE_DIR = REPO_ROOT / "templates" / "include"
 DEFAULT_ARCHS = (80, 90)  # when no GPU is visible
 BUILD_OPTIONS: tuple[str, ...] = ()  # extra NVRTC options for every kernel
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 1  # of generated/manifest.json (codegen.render's); build/'s is build_manifest's
 
 
 class BuildError(GemmError):
@@ -75,15 +84,24 @@ class ArchReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
     spills: list[tuple[str, int, int]] = field(default_factory=list)  # (name, stores, loads) over the spill budget
     failed: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # NVRTC time of this arch's compiles, summed over the parallel jobs
+    finished_at: float | None = None  # seconds into the build when its last compile ended
+    restored: list[str] = field(default_factory=list)  # kernels whose cubin was missing or damaged
     nvrtc: str = ""  # version of the NVRTC that compiles this arch, e.g. "13.5" ("12.9" for sm_70)
+
+    def timing(self) -> str:
+        if self.finished_at is None:
+            return "nothing compiled"
+        return f"{self.seconds:.1f} s of NVRTC time, finished {self.finished_at:.1f} s into the build"
 
     def summary(self) -> str:
         line = (
             f"sm_{self.arch}: {self.kernels} kernels ({self.compiled} compiled, {self.cached} cached, "
-            f"{len(self.skipped)} skipped) in {self.seconds:.1f} s"
+            f"{len(self.skipped)} skipped), {self.timing()}"
         )
         line += f", NVRTC {self.nvrtc}" if self.nvrtc else ""
+        if self.restored:
+            line += f"; {len(self.restored)} damaged or missing cubins restored"
         return line + (f"; {self.failed} FAILED, manifest not written" if self.failed else "")
 
 
@@ -107,6 +125,7 @@ class BuildReport:
     def warning_lines(self) -> list[str]:
         lines = list(self.skipped_archs.values())
         for a in self.archs:
+            lines += [f"sm_{a.arch}: restored {name}.cubin (missing or damaged)" for name in a.restored]
             lines += [
                 f"warning: {name} spills on sm_{a.arch}: {st} bytes spill stores, {ld} bytes spill loads"
                 for name, st, ld in a.spills
@@ -199,32 +218,20 @@ def skip_reason(spec: KernelSpec, arch: int) -> str:
 
 
 # ---- outputs -------------------------------------------------------------------------
-def _write_if_changed(path: Path, data: bytes) -> None:
-    # Unchanged outputs keep their mtime, so make and rsync see nothing to do.
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    atomic_write(path, data)
-
-
-def _write_arch(
+def _publish_arch(
     out_dir: Path,
     arch: int,
     kernels: list[GeneratedKernel],
     results: dict[str, CompileResult],
     skipped: list,
     nvrtc: str,
-) -> None:
-    arch_dir = out_dir / f"sm_{arch}"
-    arch_dir.mkdir(parents=True, exist_ok=True)
-    records = []
+) -> build_manifest.PublishResult:
+    records, cubins = [], {}
     for k in kernels:
         if k.name not in results:
             continue
         r = results[k.name]
-        _write_if_changed(arch_dir / f"{k.name}.cubin", r.cubin)
+        cubins[k.name] = r.cubin
         records.append(
             {
                 "name": k.name,
@@ -237,39 +244,122 @@ def _write_arch(
                 "threads": k.spec.threads,
             }
         )
-    manifest = {
-        "version": MANIFEST_VERSION,
-        "arch": arch,
-        "nvrtc": nvrtc,  # the version of the NVRTC that compiled this arch
-        "kernels": records,
-        "skipped": [{"name": n, "reason": why} for n, why in sorted(skipped)],
-    }
-    _write_if_changed(arch_dir / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
-    keep = {rec["cubin"] for rec in records}
-    for stale in arch_dir.glob("*.cubin"):
-        if stale.name not in keep:
-            stale.unlink()
+    # NOTE: a signal now would leave the cubins written and the manifest not; both are
+    # consistent states, but deferring it keeps the publication one step.
+    with _signals_deferred():
+        return build_manifest.publish(out_dir / f"sm_{arch}", arch, nvrtc, records, cubins, skipped)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT / SIGTERM arriving inside are delivered when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are only delivered to the main thread anyway
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+# ---- compiling -----------------------------------------------------------------------
+def _worker_init() -> None:
+    # Ctrl-C reaches the whole process group; only the parent decides what stops, and
+    # it ends workers itself (a worker's KeyboardInterrupt would print a traceback).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _end_workers(pool: ProcessPoolExecutor, cache_dir: Path, grace: float = 0.5) -> None:
+    """Terminate the pool's workers now (shutdown() would let running compiles finish:
+    tens of seconds), kill those that linger, and remove the temp files they left."""
+    # NOTE: ProcessPoolExecutor has no public way to stop running workers before 3.14.
+    procs = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            with contextlib.suppress(Exception):
+                p.kill()
+            p.join(1.0)
+    remove_temp_files(cache_dir, {p.pid for p in procs if p.pid is not None})
+
+
+class _Progress:
+    """The tqdm bar on a terminal; otherwise a line to stderr every ``every`` seconds and
+    one per arch as it finishes, so a log shows a long build is alive."""
+
+    def __init__(self, total: int, enabled: bool, every: float = 10.0) -> None:
+        from tqdm import tqdm
+
+        self.tty = sys.stderr.isatty()
+        self.enabled = enabled
+        self.total, self.done, self.every = total, 0, every
+        self.t0 = self.last = time.perf_counter()
+        self.bar = tqdm(total=total, unit="kernel", desc="nvrtc", disable=not enabled or not self.tty)
+
+    def update(self) -> None:
+        self.done += 1
+        self.bar.update()
+        now = time.perf_counter()
+        if self.enabled and not self.tty and now - self.last >= self.every and self.done < self.total:
+            self.last = now
+            self.line(f"nvrtc: {self.done}/{self.total} kernels, {now - self.t0:.0f} s")
+
+    def line(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 # ---- the build -----------------------------------------------------------------------
+def emulated_reason(spec: KernelSpec, arch: int) -> str | None:
+    """Why the build leaves (spec, arch) out by default: its MMA is emulated there, so
+    the registry would not dispatch it unless asked."""
+    if spec.mma.native_on(arch):
+        return None
+    return f"{spec.mma.value} MMA is emulated on sm_{arch} (build with --with-emulated to include it)"
+
+
 def build(
     generated_dir: Path,
     out_dir: Path,
     archs: Sequence[int] | None = None,
     jobs: int | None = None,
     progress: bool = True,
+    with_emulated: bool = False,
+    cache_dir: Path | None = None,
 ) -> BuildReport:
     """Compile every generated kernel for every arch it fits; see the module docstring.
 
+    ``with_emulated``: also (kernel, arch) pairs whose MMA is emulated on the arch
+    (``Gemm(allow_emulated=True)`` dispatches them); otherwise they are skipped.
+    ``cache_dir``: the compile cache (default ``out_dir/.cache``).
+
     Raises BuildError (with ``failures`` and the partial ``report``) after writing the
-    archs that compiled cleanly, if any kernel failed.
+    archs that compiled cleanly, if any kernel failed. An exception while compiling
+    (KeyboardInterrupt included) ends the worker processes and publishes nothing.
     """
     t_start = time.perf_counter()
     generated_dir, out_dir = Path(generated_dir), Path(out_dir)
     kernels = load_generated(generated_dir)
     wanted, skipped_archs = resolve_archs(archs)
     jobs = max(1, jobs or settings().jobs or os.cpu_count() or 1)
-    cache_dir = out_dir / ".cache"
+    cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / ".cache"
     include_dirs = [INCLUDE_DIR]
     sources = {k.name: k.source_file.read_text() for k in kernels}
 
@@ -277,16 +367,17 @@ def build(
     tasks: list[tuple[GeneratedKernel, int]] = []
     for a in wanted:  # arch-major, so the first arch tends to finish first
         for k in kernels:
-            if k.spec.archs_that_fit([a]):
-                tasks.append((k, a))
-            else:
+            if not k.spec.archs_that_fit([a]):
                 reports[a].skipped.append((k.name, skip_reason(k.spec, a)))
-
-    from tqdm import tqdm
+            elif not with_emulated and emulated_reason(k.spec, a):
+                reports[a].skipped.append((k.name, emulated_reason(k.spec, a)))
+            else:
+                tasks.append((k, a))
+    remaining = {a: sum(1 for _, ta in tasks if ta == a) for a in wanted}
 
     results: dict[int, dict[str, CompileResult]] = {a: {} for a in wanted}
     failures: list[Failure] = []
-    bar = tqdm(total=len(tasks), unit="kernel", desc="nvrtc", disable=not progress or not sys.stderr.isatty())
+    bar = _Progress(len(tasks), progress)
 
     def done(k: GeneratedKernel, a: int, result: CompileResult | None, error: BaseException | None) -> None:
         rep = reports[a]
@@ -294,12 +385,16 @@ def build(
             results[a][k.name] = result
             rep.cached += result.cached
             rep.compiled += not result.cached
+            rep.seconds += 0.0 if result.cached else result.seconds
         else:
             rep.failed += 1
             log = error.log if isinstance(error, CompileError) else f"{type(error).__name__}: {error}"
             failures.append(Failure(k.name, a, k.source, log))
-        rep.seconds = time.perf_counter() - t_start
         bar.update()
+        remaining[a] -= 1
+        if remaining[a] == 0 and rep.compiled + rep.failed:
+            rep.finished_at = time.perf_counter() - t_start
+            bar.line(f"sm_{a}: {len(results[a])} kernels done ({rep.timing()})")
 
     def args(k: GeneratedKernel, a: int) -> dict:
         return dict(name=k.name, arch=a, include_dirs=include_dirs, options=BUILD_OPTIONS)
@@ -314,40 +409,38 @@ def build(
             misses.append((k, a))
 
     try:
-        if len(misses) == 1 or jobs == 1:
-            for k, a in misses:
-                try:
-                    done(k, a, compiler.compile_cubin(sources[k.name], cache_dir=cache_dir, **args(k, a)), None)
-                except CompileError as e:
-                    done(k, a, None, e)
-        elif misses:
-            # spawn, not fork: the parent may hold a CUDA context and tqdm's monitor thread.
+        if misses:
+            # Always in worker processes, even one job: a compile in this process could
+            # not be interrupted until NVRTC returns. spawn, not fork: the parent may
+            # hold a CUDA context and tqdm's monitor thread.
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=min(jobs, len(misses)), mp_context=ctx) as pool:
+            pool = ProcessPoolExecutor(max_workers=min(jobs, len(misses)), mp_context=ctx, initializer=_worker_init)
+            try:
                 pending: dict[Future, tuple[GeneratedKernel, int]] = {
                     pool.submit(compiler.compile_cubin, sources[k.name], cache_dir=cache_dir, **args(k, a)): (k, a)
                     for k, a in misses
                 }
-                try:
-                    while pending:
-                        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                        for fut in finished:
-                            k, a = pending.pop(fut)
-                            err = fut.exception()
-                            done(k, a, None if err else fut.result(), err)
-                except BaseException:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+                while pending:
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        k, a = pending.pop(fut)
+                        err = fut.exception()
+                        done(k, a, None if err else fut.result(), err)
+            except BaseException:
+                _end_workers(pool, cache_dir)
+                raise
+            pool.shutdown(wait=True)
     finally:
         bar.close()
 
     report = BuildReport(skipped_archs=skipped_archs)
+    specs = {k.name: k.spec for k in kernels}
     for a in wanted:
         rep = reports[a]
         if not rep.failed:  # a failing arch keeps its previous outputs rather than half of new ones
-            _write_arch(out_dir, a, kernels, results[a], rep.skipped, rep.nvrtc)
+            published = _publish_arch(out_dir, a, kernels, results[a], rep.skipped, rep.nvrtc)
             rep.kernels = len(results[a])
-        specs = {k.name: k.spec for k in kernels}
+            rep.restored = list(published.restored)
         rep.spills = [
             (n, r.spill_stores, r.spill_loads)
             for n, r in sorted(results[a].items())
@@ -372,6 +465,33 @@ def _arch_arg(text: str) -> int:
     return int(digits)
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; a BaseException so no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """Turn the first SIGINT / SIGTERM into Interrupted; ignore repeats, so cleanup
+    (ending workers) is not itself interrupted."""
+    fired: list[int] = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     s = settings()
     parser = argparse.ArgumentParser(prog="python -m gemm_runtime.build", description=__doc__.split("\n")[0])
@@ -385,10 +505,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--generated", type=Path, default=s.generated_dir, help="generated sources (%(default)s)")
     parser.add_argument("--out", type=Path, default=s.build_dir, help="output directory (%(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--with-emulated",
+        action="store_true",
+        help="also build kernels for archs where their MMA is emulated (for Gemm(allow_emulated=True))",
+    )
     args = parser.parse_args(argv)
 
     try:
-        report = build(args.generated, args.out, args.arch, args.jobs, progress=not args.no_progress)
+        with _stop_on_signals():
+            report = build(
+                args.generated, args.out, args.arch, args.jobs, progress=not args.no_progress,
+                with_emulated=args.with_emulated,
+            )  # fmt: skip
+    except (Interrupted, KeyboardInterrupt) as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        name = signal.Signals(signum).name
+        print(f"interrupted by {name}: build stopped; {args.out} holds only complete outputs", file=sys.stderr)
+        return 128 + signum
     except BuildError as e:
         if e.report is not None:
             for line in e.report.warning_lines():

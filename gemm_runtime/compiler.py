@@ -24,8 +24,8 @@ from typing import Any, Callable, Sequence
 from codegen.fsutil import atomic_write
 from gemm_runtime.errors import GemmError
 
-# Bump when the cache entry layout changes, so old entries become misses.
-_CACHE_FORMAT = 1
+# Bump when the cache entry layout or key changes, so old entries become misses.
+_CACHE_FORMAT = 2
 _REPORT_FIELDS = ("registers", "stack_frame", "spill_stores", "spill_loads", "smem_static")
 
 
@@ -112,6 +112,9 @@ class NvrtcBackend:
     version: tuple[int, int]
     archs: tuple[int, ...]
     compile: Callable[[str, str, list[str]], tuple[bool, str, bytes]] = field(repr=False, compare=False)
+    # The exact library ("path size mtime"), for the cache key: nvrtcVersion gives only
+    # major.minor, and a patch release (13.5.37 -> 13.5.40) may emit other code.
+    library: str = ""
 
     @property
     def version_text(self) -> str:
@@ -123,10 +126,31 @@ class NvrtcBackend:
         return f"{self.label}'s NVRTC {self.version_text} ({span})"
 
 
+def library_identity(path: str | Path) -> str:
+    """"<resolved path> <size> <mtime_ns>" of a shared library; "" if it cannot be stat'ed."""
+    try:
+        p = Path(path).resolve()
+        st = p.stat()
+    except OSError:
+        return ""
+    return f"{p} {st.st_size} {st.st_mtime_ns}"
+
+
+@functools.lru_cache(maxsize=None)
+def _primary_library() -> str:
+    major = _primary_version()[0]  # loads the library first
+    try:
+        with open("/proc/self/maps") as f:
+            paths = [line.split()[-1] for line in f if f"libnvrtc.so.{major}" in line]
+    except OSError:
+        paths = []  # not Linux: the version alone identifies it
+    return library_identity(paths[0]) if paths else ""
+
+
 def primary_backend() -> NvrtcBackend:
     """The NVRTC of cuda.bindings (CUDA 13, a hard dependency)."""
     version = _primary_version()
-    return NvrtcBackend(f"CUDA {version[0]}", version, _primary_archs(), _nvrtc_compile)
+    return NvrtcBackend(f"CUDA {version[0]}", version, _primary_archs(), _nvrtc_compile, _primary_library())
 
 
 def legacy_backend() -> NvrtcBackend:
@@ -135,7 +159,8 @@ def legacy_backend() -> NvrtcBackend:
 
     lib = nvrtc_legacy.load()
     return NvrtcBackend(
-        f"CUDA {lib.version[0]}", lib.version, lib.archs, lambda src, name, opts: lib.compile(src, f"{name}.cu", opts)
+        f"CUDA {lib.version[0]}", lib.version, lib.archs, lambda src, name, opts: lib.compile(src, f"{name}.cu", opts),
+        library_identity(lib.path),
     )
 
 
@@ -283,12 +308,14 @@ def include_digest(include_dirs: Sequence[Path]) -> str:
 
 def cache_key(source: str, *, name: str, arch: int, include_dirs: Sequence[Path], options: Sequence[str] = ()) -> str:
     opts = compile_options(arch, include_dirs, options)
+    backend = backend_for(arch)
     parts = {
         "format": _CACHE_FORMAT,
         "name": name,
         "arch": arch,
         "options": opts,
-        "nvrtc": list(backend_for(arch).version),  # the NVRTC that compiles it, not just any
+        "nvrtc": list(backend.version),  # the NVRTC that compiles it, not just any
+        "nvrtc_library": backend.library,
         "package": _package_version(),
         "includes": include_digest(include_dirs),
         "source": hashlib.sha256(source.encode()).hexdigest(),

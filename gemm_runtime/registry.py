@@ -1,14 +1,20 @@
 """The kernels of build/ that run on one device: pick the cubin directory that fits the
 GPU's arch, filter by the family's arch range, shared memory and native MMA support,
-and load what remains."""
+and load what remains.
+
+A manifest entry whose cubin is missing or damaged (build_manifest.verify) is skipped
+with a warning and listed in ``filtered`` with the problem; a manifest that cannot be
+read at all is a NoKernelsError naming it.
+"""
 
 from __future__ import annotations
 
-import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from codegen.spec import KernelSpec
+from gemm_runtime import build_manifest
 from gemm_runtime.cuda_driver import LoadedFunction, device_attribute, ensure_context
 from gemm_runtime.errors import NoKernelsError
 
@@ -68,8 +74,7 @@ def filter_reason(spec: KernelSpec, device_arch: int, smem_optin: int, allow_emu
         return f"family arch range sm_{spec.arch_min}..sm_{spec.arch_max} excludes sm_{device_arch}"
     if spec.smem_bytes > smem_optin:
         return f"needs {spec.smem_bytes} B shared memory, device allows {smem_optin} B"
-    lo, hi = spec.mma.native_archs
-    if not lo <= device_arch <= hi and not allow_emulated:
+    if not spec.mma.native_on(device_arch) and not allow_emulated:
         return f"{spec.mma.value} MMA is emulated on sm_{device_arch} (pass allow_emulated=True to use it)"
     return None
 
@@ -83,10 +88,9 @@ class Registry:
     @classmethod
     def load(cls, device_index: int, build_dir: Path, allow_emulated: bool = False) -> "Registry":
         ensure_context(device_index)
+        build_dir = Path(build_dir)
         device = DeviceInfo.query(device_index)
-        available = sorted(
-            int(p.name[3:]) for p in build_dir.glob("sm_*") if p.name[3:].isdigit() and (p / "manifest.json").is_file()
-        )
+        available = [a for a, _ in build_manifest.arch_dirs(build_dir)]
         archs = compatible_cubin_archs(device.arch, available)
         if not archs:
             raise NoKernelsError(
@@ -94,30 +98,34 @@ class Registry:
                 f"{', '.join(f'sm_{a}' for a in available) or 'nothing'}. Run `make build` "
                 f"(or `python -m gemm_runtime.build --arch {device.arch}`) on this machine."
             )
-        entries: dict[str, tuple[int, dict]] = {}
+        # A later (closer) arch overrides an earlier one, its damaged entries included.
+        entries: dict[str, tuple[int, build_manifest.Record, bytes | None, str | None]] = {}
         for arch in archs:
-            manifest = build_dir / f"sm_{arch}" / "manifest.json"
             try:
-                data = json.loads(manifest.read_text())
-                records = data["kernels"]
-            except (OSError, ValueError, KeyError) as e:
-                raise NoKernelsError(f"{manifest} is unreadable ({e}); rebuild with `make build`") from None
-            for rec in records:
-                entries[rec["name"]] = (arch, rec)
+                manifest, cubins, problems = build_manifest.read_verified(
+                    build_dir / f"sm_{arch}" / build_manifest.MANIFEST, arch
+                )
+            except build_manifest.ManifestError as e:
+                raise NoKernelsError(str(e)) from None
+            bad = {p.name: p.describe() for p in problems}
+            for rec in manifest.records:
+                entries[rec.name] = (arch, rec, cubins.get(rec.name), bad.get(rec.name))
 
         kernels: list[Kernel] = []
         filtered: dict[str, str] = {}
         for name in sorted(entries):
-            arch, rec = entries[name]
-            spec = KernelSpec.from_json(rec["spec"])
-            reason = filter_reason(spec, device.arch, device.smem_optin, allow_emulated)
+            arch, rec, cubin, problem = entries[name]
+            reason = filter_reason(rec.spec, device.arch, device.smem_optin, allow_emulated)
             if reason is not None:
                 filtered[name] = reason
                 continue
-            cubin = (build_dir / f"sm_{arch}" / rec["cubin"]).read_bytes()
-            function = LoadedFunction(cubin, rec.get("symbol", name), spec.smem_bytes, spec.threads)
-            spills = int(rec.get("spill_stores", 0)) + int(rec.get("spill_loads", 0))
-            kernels.append(Kernel(spec, arch, int(rec.get("registers", 0)), spills, function))
+            if problem is not None:
+                # NOTE: skipped, not fatal: the other kernels still serve; `list` shows it.
+                warnings.warn(problem, stacklevel=2)
+                filtered[name] = problem
+                continue
+            function = LoadedFunction(cubin, rec.symbol, rec.spec.smem_bytes, rec.spec.threads)
+            kernels.append(Kernel(rec.spec, arch, rec.registers, rec.spills, function))
         if not kernels:
             raise NoKernelsError(
                 f"none of the {len(entries)} kernels in {build_dir} may run on sm_{device.arch}: "

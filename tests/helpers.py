@@ -46,3 +46,17 @@ def write_tiny_generated(out, specs):
         path.write_text(TINY_KERNEL.format(name=k.spec.name))
     (out / MANIFEST).write_text(manifest_text(loaded))
     return out
+
+
+def build_dir_problems(out) -> list[str]:
+    """What is inconsistent in a build directory: manifest entries whose cubin is
+    missing or damaged, and temp files left behind (anywhere, the cache included)."""
+    from pathlib import Path
+
+    from gemm_runtime import build_manifest
+
+    out = Path(out)
+    problems = [str(p) for p in out.rglob(".*.tmp")]
+    for arch, path in build_manifest.arch_dirs(out):
+        problems += [p.describe() for p in build_manifest.verify(build_manifest.read_manifest(path, arch))]
+    return problems

@@ -422,3 +422,68 @@ def test_default_configs() -> None:
     assert all(k.source.startswith("codegen/configs/") for k in loaded)
     # Loading is deterministic.
     assert [k.spec for k in load_configs(paths)] == [k.spec for k in loaded]
+
+
+# ---- YAML merge keys, name length, --out ----------------------------------------------
+
+MERGE_YAML = """\
+families:
+  - &base
+    name: base
+    arch: [80, 90]
+    mainloop: sm80
+    mma: m16n8k16
+    a_type: f16
+    b_type: f16
+    acc_type: f32
+    d_types: [f16]
+    b_orders: [nk]
+    align: [8]
+    tiles:
+      - &tile {cta: [128, 128, 32], warps: [2, 2, 1], stages: 4}
+  - <<: *base
+    name: derived
+    tiles:
+      - {<<: *tile, stages: 3}
+      - <<: [{stages: 2}, *tile]
+"""
+
+
+def test_yaml_merge_keys_merge_and_explicit_keys_override(tmp_path: Path) -> None:
+    specs = [k.spec for k in load_configs([write(tmp_path, MERGE_YAML)])]
+    assert [(s.family, s.cta, s.stages) for s in specs] == [
+        ("base", (128, 128, 32), 4), ("derived", (128, 128, 32), 3), ("derived", (128, 128, 32), 2),
+    ]  # fmt: skip  (in a merged list the earlier mapping wins: stages 2, not the tile's 4)
+    assert specs[1].a_type == specs[0].a_type and specs[1].arch_min == 80
+
+
+def test_duplicate_keys_beside_merge_keys_are_still_errors(tmp_path: Path) -> None:
+    text = MERGE_YAML.replace("    name: derived\n", "    name: derived\n    name: again\n")
+    error(tmp_path, text, None, None, "duplicate key 'name'")
+    text = MERGE_YAML.replace("{<<: *tile, stages: 3}", "{<<: {stages: 2, stages: 3}, cta: [64, 64, 32]}")
+    error(tmp_path, text, None, None, "duplicate key 'stages'")
+
+
+def test_family_name_too_long_for_file_names(tmp_path: Path) -> None:
+    from codegen.config import MAX_KERNEL_NAME
+
+    name = "f" * 240
+    fam_error(tmp_path, family(name=name), f"families[0] ({name})", "name", f"at most {MAX_KERNEL_NAME} bytes",
+                    "255-byte file name limit", "accepted: a name of at most")  # fmt: skip
+    longest = max(len(k.spec.name) for k in load_configs([write(tmp_path, {"families": [family(name="f")]})]))
+    fits = "f" * (MAX_KERNEL_NAME - longest + 1)
+    assert load_configs([write(tmp_path, {"families": [family(name=fits)]})])
+    fam_error(tmp_path, family(name=fits + "f"), f"families[0] ({fits}f)", "name", f"at most {len(fits)} characters")
+
+
+def test_codegen_out_is_a_file(tmp_path: Path, capsys) -> None:
+    from codegen.__main__ import main
+
+    out = tmp_path / "file"
+    out.write_text("")
+    assert main(["--config", str(write(tmp_path, {"families": [family()]})), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out ") and "not a directory" in err and len(err.strip().splitlines()) == 1
+    assert main(["--config", str(tmp_path / "x.yaml"), "--out", str(out / "sub")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and "Traceback" not in err

@@ -29,7 +29,7 @@ def no_gpu(monkeypatch):
 def built(tmp_path):
     gen = write_tiny_generated(tmp_path / "gen", [PLAIN, EMULATED, HOPPER])
     out = tmp_path / "build"
-    build(gen, out, archs=[80, 90], jobs=1, progress=False)
+    build(gen, out, archs=[80, 90], jobs=1, progress=False, with_emulated=True)
     return out
 
 
@@ -53,8 +53,8 @@ def test_list_without_gpu_shows_kernels_and_would_be_filters(built, no_gpu, caps
     rows = {line.split()[0]: line.split()[1:] for line in sm80.splitlines() if line.strip().startswith("gemm_")}
     assert set(rows) >= {PLAIN.name, EMULATED.name}
     registers, smem, spills = (int(x) for x in rows[PLAIN.name])
-    (rec,) = [r for r in cli.read_manifests(built)[0][1]["kernels"] if r["name"] == PLAIN.name]
-    assert registers == rec["registers"] and smem == PLAIN.smem_bytes and spills == 0
+    (rec,) = [r for r in cli.read_manifests(built)[0][0].records if r.name == PLAIN.name]
+    assert registers == rec.registers and smem == PLAIN.smem_bytes and spills == 0
     # What was not built, and what a GPU of the arch would filter, with the registry's reasons.
     assert f"not built for sm_80:\n    {HOPPER.name}: family arch range sm_90..sm_90 excludes sm_80" in sm80
     assert f"on an sm_80 GPU ({ARCH_SMEM_LIMIT[80]} B shared memory), filtered out:" in sm80
@@ -136,3 +136,40 @@ def test_list_with_gpu_prints_the_registry(tmp_path, capsys):
     assert cli.main(["list", "--build-dir", str(out), "--allow-emulated"]) == 0
     out_text = capsys.readouterr().out
     assert "filtered out: none" in out_text and "(emulated MMAs allowed)" in out_text
+
+
+def test_list_names_missing_and_damaged_entries(built, no_gpu, capsys):
+    (built / "sm_80" / f"{PLAIN.name}.cubin").unlink()
+    cubin = built / "sm_90" / f"{HOPPER.name}.cubin"
+    cubin.write_bytes(cubin.read_bytes()[:100])
+    assert cli.main(["list", "--build-dir", str(built)]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    assert "sm_80: 2 kernels" in captured.out  # the listing still prints
+    err = captured.err
+    assert err.startswith("error: 2 manifest entries are missing or damaged")
+    assert f"{built / 'sm_80' / 'manifest.json'}: kernel {PLAIN.name!r}: cubin missing" in err
+    assert f"{built / 'sm_90' / 'manifest.json'}: kernel {HOPPER.name!r}: cubin damaged" in err
+    assert "truncated" in err and "make build" in err
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda recs: recs[0].update(registers="lots"), "field 'registers': got 'lots', accepted: an integer >= 0"),
+        (lambda recs: recs[0].update(registers=None), "field 'registers': got None, accepted: an integer >= 0"),
+        (lambda recs: recs.__setitem__(0, "gemm_x"), "kernels[0]: got 'gemm_x', accepted: a mapping"),
+    ],
+)
+def test_list_malformed_manifest_names_manifest_and_entry(built, no_gpu, capsys, change, needle):
+    import json
+
+    path = built / "sm_80" / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data["kernels"])
+    path.write_text(json.dumps(data))
+    assert cli.main(["list", "--build-dir", str(built)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert captured.err.startswith(f"error: {path}: kernels[0]") and needle in captured.err
+    assert "make build" in captured.err

@@ -7,6 +7,8 @@ Makefile installs it, so they run on CI); one that is installed but fails to loa
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import pickle
 import subprocess
@@ -162,6 +164,23 @@ def test_cache_key_holds_the_version_of_the_nvrtc_that_compiles(monkeypatch):
     assert on12 != on13
     monkeypatch.setattr(compiler, "backend_for", lambda arch: NvrtcBackend("CUDA 12", (12, 8), (80,), None))
     assert cache_key(src, name="tiny", arch=80, include_dirs=[INCLUDE]) not in (on12, on13)
+
+
+def test_cache_key_holds_the_exact_nvrtc_library(monkeypatch, tmp_path):
+    """nvrtcVersion says only major.minor: a patch release of the library (another file)
+    must not be served the cubins of the previous one."""
+    src = TINY_KERNEL.format(name="tiny")
+    primary = compiler.primary_backend()
+    assert primary.library.split()[0].endswith(f"libnvrtc.so.{primary.version[0]}")
+    lib = tmp_path / "libnvrtc.so.13"
+    lib.write_bytes(b"a")
+    keys = []
+    for content in (b"a", b"patched"):
+        lib.write_bytes(content)
+        patched = dataclasses.replace(primary, library=compiler.library_identity(lib))
+        monkeypatch.setattr(compiler, "backend_for", lambda arch, b=patched: b)
+        keys.append(cache_key(src, name="tiny", arch=80, include_dirs=[INCLUDE]))
+    assert keys[0] != keys[1]
 
 
 @needs_volta

@@ -1,0 +1,138 @@
+"""gemm_runtime.build_manifest: publication under the arch lock, reading, verification."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from gemm_runtime import build_manifest as bm
+from tests.helpers import build_dir_problems, spec_for
+
+SPECS = [spec_for(family=f"f{i}", cta=(64, 64, 32), stages=3) for i in range(6)]
+
+
+def _record(spec) -> dict:
+    return {
+        "name": spec.name, "symbol": spec.name, "cubin": f"{spec.name}.cubin", "source": "x.yaml",
+        "spec": spec.to_json(), "registers": 32, "stack_frame": 0, "spill_stores": 0, "spill_loads": 0,
+        "smem_static": 0, "smem_dynamic": spec.smem_bytes, "threads": spec.threads,
+    }  # fmt: skip
+
+
+def _publish(arch_dir, specs, tag: bytes = b"") -> bm.PublishResult:
+    cubins = {s.name: b"\x7fELF" + s.name.encode() + tag * 1000 for s in specs}
+    return bm.publish(arch_dir, 80, "13.5", [_record(s) for s in specs], cubins, [])
+
+
+def test_publish_then_read_verified(tmp_path):
+    arch_dir = tmp_path / "sm_80"
+    assert _publish(arch_dir, SPECS[:2]).restored == ()
+    manifest, cubins, problems = bm.read_verified(arch_dir / bm.MANIFEST, 80)
+    assert [r.name for r in manifest.records] == [s.name for s in SPECS[:2]] and problems == []
+    assert set(cubins) == {s.name for s in SPECS[:2]}
+    # The next set replaces the previous one: its stale cubins go.
+    _publish(arch_dir, SPECS[2:3])
+    assert sorted(p.name for p in arch_dir.glob("*.cubin")) == [f"{SPECS[2].name}.cubin"]
+
+
+def test_missing_and_damaged_entries_are_named_and_restored(tmp_path):
+    arch_dir = tmp_path / "sm_80"
+    _publish(arch_dir, SPECS[:3])
+    (arch_dir / f"{SPECS[0].name}.cubin").unlink()
+    data = (arch_dir / f"{SPECS[1].name}.cubin").read_bytes()
+    (arch_dir / f"{SPECS[1].name}.cubin").write_bytes(data[:10])  # truncated
+    flipped = bytearray((arch_dir / f"{SPECS[2].name}.cubin").read_bytes())
+    flipped[-1] ^= 1
+    (arch_dir / f"{SPECS[2].name}.cubin").write_bytes(bytes(flipped))  # same size, other content
+
+    problems = bm.verify(bm.read_manifest(arch_dir / bm.MANIFEST, 80))
+    assert [(p.name, p.kind) for p in problems] == [
+        (SPECS[0].name, "missing"), (SPECS[1].name, "damaged"), (SPECS[2].name, "damaged"),
+    ]  # fmt: skip
+    assert "truncated" in problems[1].detail and "sha256" in problems[2].detail
+    assert all(str(arch_dir / bm.MANIFEST) in p.describe() and "make build" in p.describe() for p in problems)
+
+    assert _publish(arch_dir, SPECS[:3]).restored == tuple(sorted(s.name for s in SPECS[:3]))
+    assert build_dir_problems(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "entry", "field"),
+    [
+        (lambda r: r.update(registers="lots"), "kernels[0] (", "registers"),
+        (lambda r: r.update(registers=None), "kernels[0] (", "registers"),
+        (lambda r: r.update(sha256=None), "kernels[0] (", "sha256"),
+        (lambda r: r.update(spec={"family": "x"}), "kernels[0] (", "spec"),
+        (lambda r: r.update(cubin="../x.cubin"), "kernels[0] (", "cubin"),
+    ],
+)
+def test_malformed_record_names_manifest_entry_and_field(tmp_path, change, entry, field):
+    arch_dir = tmp_path / "sm_80"
+    _publish(arch_dir, SPECS[:1])
+    path = arch_dir / bm.MANIFEST
+    data = json.loads(path.read_text())
+    change(data["kernels"][0])
+    path.write_text(json.dumps(data))
+    with pytest.raises(bm.ManifestError) as info:
+        bm.read_manifest(path, 80)
+    e = info.value
+    assert (e.path, e.field) == (path, field) and e.entry.startswith(entry)
+    assert str(path) in str(e) and f"field {field!r}" in str(e) and "make build" in str(e)
+
+
+@pytest.mark.parametrize("record", ["a string", None, 7])
+def test_a_record_that_is_not_a_mapping(tmp_path, record):
+    path = tmp_path / "sm_80" / bm.MANIFEST
+    path.parent.mkdir()
+    path.write_text(json.dumps({"version": bm.ARCH_MANIFEST_VERSION, "arch": 80, "kernels": [record]}))
+    with pytest.raises(bm.ManifestError, match=r"kernels\[0\]: got .*accepted: a mapping"):
+        bm.read_manifest(path, 80)
+
+
+def test_older_manifest_version_says_rebuild(tmp_path):
+    path = tmp_path / "sm_80" / bm.MANIFEST
+    path.parent.mkdir()
+    path.write_text(json.dumps({"version": 1, "arch": 80, "kernels": []}))
+    with pytest.raises(bm.ManifestError, match="field 'version': got 1, accepted: 2.*make build"):
+        bm.read_manifest(path, 80)
+
+
+def test_concurrent_publications_leave_the_directory_consistent(tmp_path):
+    """Publishers of different sets race on one arch directory, with readers alongside:
+    every state any reader sees, and the final one, is one whole set."""
+    arch_dir = tmp_path / "sm_80"
+    sets = [SPECS[:3], SPECS[2:], SPECS[1:5]]
+    seen_problems: list[str] = []
+    errors: list[BaseException] = []
+
+    def publisher(i: int) -> None:
+        try:
+            for n in range(25):
+                _publish(arch_dir, sets[i], tag=bytes([n % 3]))
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    def reader() -> None:
+        try:
+            for _ in range(50):
+                if (arch_dir / bm.MANIFEST).exists():
+                    manifest, _, problems = bm.read_verified(arch_dir / bm.MANIFEST, 80)
+                    seen_problems.extend(p.describe() for p in problems)
+                    assert {r.name for r in manifest.records} in [{s.name for s in x} for x in sets]
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=publisher, args=(i,)) for i in range(3)] + [
+        threading.Thread(target=reader) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and seen_problems == []
+    assert build_dir_problems(tmp_path) == []
+    final = {r.name for r in bm.read_manifest(arch_dir / bm.MANIFEST, 80).records}
+    assert final in [{s.name for s in x} for x in sets]
+    assert {p.stem for p in arch_dir.glob("*.cubin")} == final
