@@ -119,7 +119,7 @@ def test_list_with_gpu_prints_the_registry(tmp_path, capsys):
     (arch,) = detect_archs()[:1]
     gen = write_tiny_generated(tmp_path / "gen", [PLAIN, EMULATED])
     out = tmp_path / "build"
-    build(gen, out, archs=[arch], jobs=1, progress=False)
+    build(gen, out, archs=[arch], jobs=1, progress=False, with_emulated=True)
     assert cli.main(["list", "--build-dir", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"GPU 0: sm_{arch}, ") and "2 kernels" not in lines[0]
