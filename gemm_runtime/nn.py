@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
+from gemm_runtime import ops
 from gemm_runtime.errors import GemmArgumentError
-from gemm_runtime.types import Epilogue, Operation
 
 _gemms: dict[int, object] = {}
 _gemms_lock = threading.Lock()
@@ -36,19 +36,30 @@ def default_gemm(device: torch.device):
         return g
 
 
-class Linear(torch.nn.Module):
-    """``y = x @ weight.T + bias`` on this project's kernels; x is (..., in_features)."""
+def _parameter(t: torch.Tensor | None) -> torch.nn.Parameter | None:
+    """A parameter as given, or a tensor wrapped as one (no copy, no gradient)."""
+    if t is None or isinstance(t, torch.nn.Parameter):
+        return t
+    return torch.nn.Parameter(t, requires_grad=False)
 
-    def __init__(self, weight: torch.nn.Parameter, bias: torch.nn.Parameter | None, gemm=None) -> None:
+
+class Linear(torch.nn.Module):
+    """``y = x @ weight.T + bias`` on this project's kernels; x is (..., in_features).
+
+    Runs as ``torch.ops.gemm_runtime.linear`` (gemm_runtime.ops): torch.compile and
+    CUDA graphs see one op, and gradients flow to x, the weight and the bias."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, gemm=None) -> None:
         super().__init__()
         if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
             raise GemmArgumentError("weight", getattr(weight, "shape", type(weight).__name__), "a 2-D (out, in) tensor")
-        if weight.dtype not in _SUPPORTED or not weight.is_cuda:
-            raise GemmArgumentError("weight", (weight.dtype, weight.device), "a CUDA float16 or bfloat16 tensor")
-        self.weight = weight
-        self.bias = bias
+        if weight.dtype not in _SUPPORTED:
+            raise GemmArgumentError("weight.dtype", weight.dtype, "torch.float16 or torch.bfloat16")
+        self.weight = _parameter(weight)
+        self.bias = _parameter(bias)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self._gemm = gemm
+        self._handle = ops.handle_of(gemm)
 
     @classmethod
     def from_float(cls, linear: torch.nn.Linear, gemm=None) -> "Linear":
@@ -61,8 +72,7 @@ class Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != self.weight.dtype:
             raise GemmArgumentError("x.dtype", x.dtype, f"{self.weight.dtype} (the layer's weight type)")
-        bias = self.bias.detach() if self.bias is not None else None
-        return self.gemm.matmul(x, self.weight.detach().t(), bias=bias)
+        return torch.ops.gemm_runtime.linear(x, self.weight, self.bias, "none", self._handle)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -106,7 +116,8 @@ def interleave_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 
 class GatedMLPProjection(torch.nn.Module):
-    """``silu(x @ gate.T) * (x @ up.T)`` in one GEMM with the gated-SiLU epilogue."""
+    """``silu(x @ gate.T) * (x @ up.T)`` in one GEMM with the gated-SiLU epilogue
+    (``torch.ops.gemm_runtime.linear`` with ``epilogue="gated_silu"``)."""
 
     def __init__(self, gate: torch.nn.Linear, up: torch.nn.Linear, gemm=None) -> None:
         super().__init__()
@@ -118,28 +129,77 @@ class GatedMLPProjection(torch.nn.Module):
             g, u = (b.detach() if b is not None else zero for b in biases)
             self.bias = torch.nn.Parameter(torch.stack((g, u), dim=1).reshape(-1), requires_grad=False)
         self._gemm = gemm
+        self._handle = ops.handle_of(gemm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gemm = self._gemm if self._gemm is not None else default_gemm(self.weight.device)
-        return gemm.matmul(x, self.weight.t(), bias=self.bias, operation=Operation(epilogue=Epilogue.GATED_SILU))
+        if x.dtype != self.weight.dtype:
+            raise GemmArgumentError("x.dtype", x.dtype, f"{self.weight.dtype} (the layer's weight type)")
+        return torch.ops.gemm_runtime.linear(x, self.weight, self.bias, "gated_silu", self._handle)
+
+
+_QUANT_META = ("bits", "group_size", "symmetric", "in_features", "out_features")
 
 
 class QuantLinear(torch.nn.Module):
     """``y = x @ dequant(W).T + bias`` with W stored as 4- or 8-bit integers and
     group-wise scales and zeros (weight-only quantization, W4A16 / W8A16).
 
+    Every tensor is a registered buffer (``qweight``, ``scales_zeros``, ``bias``,
+    ``perm``) and the packed weight the forward reads is rebuilt from them, so
+    ``.to()``, ``state_dict`` / ``load_state_dict``, ``torch.save`` and ``deepcopy``
+    keep the layer whole; the quantization parameters travel as the module's extra
+    state. Runs as ``torch.ops.gemm_runtime.linear_packed`` (gemm_runtime.ops).
+
     Act-order checkpoints (GPTQ with g_idx) are reordered once at load time so groups
     are contiguous; the forward pass then permutes x's features the same way."""
 
     def __init__(self, packed, bias: torch.Tensor | None = None, perm: torch.Tensor | None = None, gemm=None):
         super().__init__()
-        self.packed = packed
-        self.register_buffer("qweight", packed.b, persistent=True)
-        self.register_buffer("scales_zeros", packed.v, persistent=True)
-        self.register_buffer("perm", perm, persistent=True)
-        self.bias = bias
+        self.register_buffer("qweight", packed.b)
+        self.register_buffer("scales_zeros", packed.v)
+        self.register_buffer("bias", None if bias is None else bias.detach())
+        self.register_buffer("perm", perm)
+        self.bits, self.group_size, self.symmetric = packed.bits, packed.group_size, packed.symmetric
         self.in_features, self.out_features = packed.k, packed.n
         self._gemm = gemm
+        self._handle = ops.handle_of(gemm)
+
+    @property
+    def packed(self):
+        """The packed_weight.PackedWeight of the current buffers."""
+        return ops.packed_weight(self.qweight, self.scales_zeros, self.bits, self.group_size, self.out_features,
+                                 self.in_features, self.symmetric)  # fmt: skip
+
+    @classmethod
+    def empty(
+        cls, in_features: int, out_features: int, *, bits: int = 4, group_size: int = 128, symmetric: bool = False,
+        bias: bool = False, act_order: bool = False, dtype: torch.dtype = torch.float16, device=None, gemm=None,
+    ) -> "QuantLinear":  # fmt: skip
+        """A layer of the given geometry with zero buffers, to load a state dict into
+        (no weight is quantized)."""
+        from gemm_runtime.packed_weight import BLOCK_K, BLOCK_N, PackedWeight, group_shift
+        from gemm_runtime.quant import _check_bits, _resolve_group_size
+
+        bits = _check_bits(bits)
+        k, n = in_features, out_features
+        size = _resolve_group_size(group_size, k)
+        groups = -(-k // size)
+        n8, kp = -(-n // BLOCK_N), -(-k // BLOCK_K) * BLOCK_K
+        b = torch.zeros(n8, kp * bits, dtype=torch.uint8, device=device)
+        v = torch.zeros(2 * groups, n8 * BLOCK_N, dtype=dtype, device=device)
+        packed = PackedWeight(b, v, bits, size, k, n, groups, group_shift(size, groups), symmetric)
+        bias_t = torch.zeros(n, dtype=dtype, device=device) if bias else None
+        perm = torch.arange(k, device=device) if act_order else None
+        return cls(packed, bias_t, perm, gemm)
+
+    def get_extra_state(self) -> dict:
+        return {name: getattr(self, name) for name in _QUANT_META}
+
+    def set_extra_state(self, state: dict) -> None:
+        if not isinstance(state, dict) or set(state) != set(_QUANT_META):
+            raise GemmArgumentError("QuantLinear extra state", state, f"a dict with keys {', '.join(_QUANT_META)}")
+        for name in _QUANT_META:
+            setattr(self, name, state[name])
 
     @classmethod
     def from_quantized(cls, qw, bias: torch.Tensor | None = None, gemm=None) -> "QuantLinear":
@@ -178,13 +238,43 @@ class QuantLinear(torch.nn.Module):
         return cls.from_quantized(qw, bias, gemm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != self.packed.dtype:
-            raise GemmArgumentError("x.dtype", x.dtype, f"{self.packed.dtype} (the layer's scale type)")
+        if x.dtype != self.scales_zeros.dtype:
+            raise GemmArgumentError("x.dtype", x.dtype, f"{self.scales_zeros.dtype} (the layer's scale type)")
         if self.perm is not None:
             x = x.index_select(-1, self.perm)
-        gemm = self._gemm if self._gemm is not None else default_gemm(self.qweight.device)
-        return gemm.matmul(x, self.packed, bias=self.bias)
+        return torch.ops.gemm_runtime.linear_packed(
+            x, self.qweight, self.scales_zeros, self.bits, self.group_size, self.out_features, self.in_features,
+            self.symmetric, self.bias, "none", self._handle,
+        )
 
     def extra_repr(self) -> str:
-        p = self.packed
-        return f"in_features={p.k}, out_features={p.n}, bits={p.bits}, group_size={p.group_size}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
+                f"group_size={self.group_size}")  # fmt: skip
+
+
+def from_quantized_state_dict(model: torch.nn.Module, state_dict: dict, *, gemm=None) -> list[str]:
+    """Load a state dict saved from a model with QuantLinear layers into ``model`` (the
+    same architecture with plain nn.Linear layers there), without quantizing anything:
+    every ``torch.nn.Linear`` whose name has a ``qweight`` entry becomes an empty
+    QuantLinear of the saved geometry, then ``model.load_state_dict(state_dict)``.
+    Returns the names of the replaced modules."""
+    replaced = []
+    for name, module in list(model.named_modules()):
+        prefix = f"{name}." if name else ""
+        if type(module) is not torch.nn.Linear or f"{prefix}qweight" not in state_dict:
+            continue
+        meta = state_dict.get(f"{prefix}_extra_state")
+        if not isinstance(meta, dict) or set(meta) != set(_QUANT_META):
+            raise GemmArgumentError(f"state_dict[{prefix}_extra_state]", type(meta).__name__,
+                                    f"the QuantLinear extra state (keys {', '.join(_QUANT_META)})")  # fmt: skip
+        scales = state_dict[f"{prefix}scales_zeros"]
+        layer = QuantLinear.empty(
+            meta["in_features"], meta["out_features"], bits=meta["bits"], group_size=meta["group_size"],
+            symmetric=meta["symmetric"], bias=f"{prefix}bias" in state_dict, act_order=f"{prefix}perm" in state_dict,
+            dtype=scales.dtype, device=module.weight.device, gemm=gemm,
+        )  # fmt: skip
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, layer)
+        replaced.append(name)
+    model.load_state_dict(state_dict)
+    return replaced

@@ -1,0 +1,196 @@
+"""The library's GEMMs as PyTorch custom operators, so ``torch.compile`` (fullgraph,
+and ``mode="reduce-overhead"``'s CUDA graphs) and autograd see them as single ops:
+
+    torch.ops.gemm_runtime.linear(x, weight, bias, epilogue, gemm)
+        x @ weight.T (+ bias), weight the (N, K) nn.Linear weight
+    torch.ops.gemm_runtime.linear_packed(x, qweight, scales_zeros, bits, group_size, n, k,
+                                          symmetric, bias, epilogue, gemm)
+        x @ dequant(W).T (+ bias), W a packed_weight.PackedWeight's tensors
+
+``epilogue`` is an ``Epilogue`` value without the bias part ("none" or "gated_silu");
+a bias switches to the bias form. ``gemm`` is 0 for the device's shared ``Gemm``
+(nn.default_gemm) or a handle from ``handle_of(gemm)``.
+
+Each op has a fake implementation (output shape, dtype and device only; no GPU), a
+CPU implementation in plain torch (the reference, and what lets opcheck run without
+a GPU), and a backward: the input's gradient runs on this library's GEMM where the
+weight is dense (the K x N order of the same weight), the weight's and the bias's
+in torch. Packed weights are buffers and get no gradient; the input's goes through
+the dequantized weight.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.nn.functional as F
+
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.types import Epilogue, Operation
+
+_OPERATIONS = {(e.value, has_bias): Operation(epilogue=e.with_bias() if has_bias else e)
+               for e in (Epilogue.NONE, Epilogue.GATED_SILU) for has_bias in (False, True)}  # fmt: skip
+EPILOGUES = ("none", "gated_silu")
+
+_handles: dict[int, object] = {}
+_handles_lock = threading.Lock()
+
+
+def handle_of(gemm) -> int:
+    """The ``gemm`` argument of the ops for a ``Gemm`` of your own (0 for None)."""
+    if gemm is None:
+        return 0
+    with _handles_lock:
+        _handles[id(gemm)] = gemm  # kept alive: a compiled graph may call it any time
+    return id(gemm)
+
+
+_by_device: dict[int, object] = {}  # device index -> nn.default_gemm's instance, read without a lock
+
+
+def _gemm(handle: int, device: torch.device):
+    if handle == 0:
+        gemm = _by_device.get(device.index)
+        if gemm is None:
+            from gemm_runtime.nn import default_gemm
+
+            gemm = _by_device[device.index] = default_gemm(device)
+        return gemm
+    gemm = _handles.get(handle)
+    if gemm is None:
+        raise GemmArgumentError("gemm", handle, "0 or a handle from gemm_runtime.ops.handle_of(gemm)")
+    return gemm
+
+
+def _operation(epilogue: str, has_bias: bool) -> Operation:
+    op = _OPERATIONS.get((epilogue, has_bias))
+    if op is None:
+        raise GemmArgumentError("epilogue", repr(epilogue), " or ".join(map(repr, EPILOGUES)))
+    return op
+
+
+def _out_features(n: int, epilogue: str) -> int:
+    return n // 2 if epilogue == "gated_silu" else n
+
+
+def _gated(v: torch.Tensor) -> torch.Tensor:
+    return F.silu(v[..., 0::2]) * v[..., 1::2]
+
+
+def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, epilogue: str) -> torch.Tensor:
+    """The op in fp32 torch, rounded once to x's dtype (what the kernels compute)."""
+    _operation(epilogue, bias is not None)
+    v = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+    return (_gated(v) if epilogue == "gated_silu" else v).to(x.dtype)
+
+
+# ---- dense ---------------------------------------------------------------------------------
+@torch.library.custom_op("gemm_runtime::linear", mutates_args=())
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, epilogue: str = "none",
+           gemm: int = 0) -> torch.Tensor:  # fmt: skip
+    """x @ weight.T (+ bias) with the epilogue; weight is (N, K)."""
+    return _reference(x, weight, bias, epilogue)
+
+
+@linear.register_kernel("cuda")
+def _linear_cuda(x, weight, bias=None, epilogue="none", gemm=0):
+    return _gemm(gemm, x.device).matmul(x, weight.t(), bias=bias, operation=_operation(epilogue, bias is not None))
+
+
+@linear.register_fake
+def _linear_fake(x, weight, bias=None, epilogue="none", gemm=0):
+    _operation(epilogue, bias is not None)
+    return x.new_empty((*x.shape[:-1], _out_features(weight.shape[0], epilogue)))
+
+
+def _setup_linear(ctx, inputs, output):
+    x, weight, bias, epilogue, gemm = inputs
+    ctx.epilogue, ctx.gemm, ctx.has_bias = epilogue, gemm, bias is not None
+    ctx.save_for_backward(x, weight, bias)
+
+
+def _pre_activation_grad(ctx, grad, x, weight, bias):
+    """The gradient with respect to v = x @ W.T + bias (N columns)."""
+    if ctx.epilogue != "gated_silu":
+        return grad
+    v = torch.ops.gemm_runtime.linear(x, weight, bias, "none", ctx.gemm).float()
+    gate, up = v[..., 0::2], v[..., 1::2]
+    sig = torch.sigmoid(gate)
+    g = grad.float()
+    d_gate = g * up * sig * (1 + gate * (1 - sig))
+    d_up = g * gate * sig
+    return torch.stack((d_gate, d_up), dim=-1).flatten(-2).to(grad.dtype)
+
+
+def _linear_backward(ctx, grad):
+    x, weight, bias = ctx.saved_tensors
+    dv = _pre_activation_grad(ctx, grad, x, weight, bias)
+    grad_x = grad_w = grad_b = None
+    if ctx.needs_input_grad[0]:
+        # dX = dV @ W: the same weight read as K x N, on this library's kernels.
+        grad_x = torch.ops.gemm_runtime.linear(dv, weight.t(), None, "none", ctx.gemm)
+    if ctx.needs_input_grad[1]:
+        grad_w = (dv.reshape(-1, dv.shape[-1]).t().float() @ x.reshape(-1, x.shape[-1]).float()).to(weight.dtype)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_b = dv.reshape(-1, dv.shape[-1]).float().sum(0).to(bias.dtype)
+    return grad_x, grad_w, grad_b, None, None
+
+
+linear.register_autograd(_linear_backward, setup_context=_setup_linear)
+
+
+# ---- packed weights ------------------------------------------------------------------------
+def packed_weight(qweight, scales_zeros, bits: int, group_size: int, n: int, k: int, symmetric: bool):
+    """The PackedWeight whose tensors the op was given (validated by the GEMM)."""
+    from gemm_runtime.packed_weight import PackedWeight, group_shift
+
+    groups = scales_zeros.shape[0] // 2
+    return PackedWeight(qweight, scales_zeros, bits, group_size, k, n, groups, group_shift(group_size, groups), symmetric)
+
+
+@torch.library.custom_op("gemm_runtime::linear_packed", mutates_args=())
+def linear_packed(x: torch.Tensor, qweight: torch.Tensor, scales_zeros: torch.Tensor, bits: int, group_size: int,
+                  n: int, k: int, symmetric: bool, bias: torch.Tensor | None = None, epilogue: str = "none",
+                  gemm: int = 0) -> torch.Tensor:  # fmt: skip
+    """x @ dequant(W).T (+ bias) for a weight packed by packed_weight.pack_for_gemm."""
+    w = packed_weight(qweight, scales_zeros, bits, group_size, n, k, symmetric).unpack().dequantize(torch.float32)
+    return _reference(x, w, bias, epilogue)
+
+
+@linear_packed.register_kernel("cuda")
+def _linear_packed_cuda(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias=None, epilogue="none",
+                        gemm=0):  # fmt: skip
+    return _gemm(gemm, x.device).linear_packed(
+        x, qweight, scales_zeros, (bits, group_size, n, k, symmetric), bias, _operation(epilogue, bias is not None)
+    )
+
+
+@linear_packed.register_fake
+def _linear_packed_fake(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias=None, epilogue="none",
+                        gemm=0):  # fmt: skip
+    _operation(epilogue, bias is not None)
+    if x.shape[-1] != k:
+        raise GemmArgumentError("x.shape", tuple(x.shape), f"(..., {k}): K of the weight")
+    return x.new_empty((*x.shape[:-1], _out_features(n, epilogue)))
+
+
+def _setup_packed(ctx, inputs, output):
+    x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias, epilogue, gemm = inputs
+    ctx.meta = (bits, group_size, n, k, symmetric)
+    ctx.epilogue, ctx.gemm, ctx.has_bias = epilogue, gemm, bias is not None
+    ctx.save_for_backward(x, qweight, scales_zeros, bias)
+
+
+def _packed_backward(ctx, grad):
+    x, qweight, scales_zeros, bias = ctx.saved_tensors
+    weight = packed_weight(qweight, scales_zeros, *ctx.meta).unpack().dequantize(x.dtype)
+    dv = _pre_activation_grad(ctx, grad, x, weight, bias)
+    grad_x = torch.ops.gemm_runtime.linear(dv, weight.t(), None, "none", ctx.gemm) if ctx.needs_input_grad[0] else None
+    grad_b = None
+    if ctx.has_bias and ctx.needs_input_grad[8]:
+        grad_b = dv.reshape(-1, dv.shape[-1]).float().sum(0).to(bias.dtype)
+    return grad_x, None, None, None, None, None, None, None, grad_b, None, None
+
+
+linear_packed.register_autograd(_packed_backward, setup_context=_setup_packed)

@@ -1,0 +1,128 @@
+"""The layers as torch modules, on CPU: registered tensors, state dicts, deepcopy,
+save/load, .to(), loading a quantized state dict without quantizing, gradients."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.nn import GatedMLPProjection, Linear, QuantLinear, from_quantized_state_dict
+from gemm_runtime.quant import QuantizedWeight, quantize
+
+
+def _float_linear(k=64, n=48, bias=True, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(k, n, bias=bias).half()
+
+
+def _quant_layer(bias=True, act_order=False, bits=4):
+    lin = _float_linear(bias=bias)
+    qw = quantize(lin.weight.detach(), bits=bits, group_size=32)
+    if act_order:
+        g_idx = (torch.arange(64) // 32)[torch.randperm(64, generator=torch.Generator().manual_seed(3))].int()
+        qw = QuantizedWeight(qw.q, qw.scales, qw.zeros, bits, 32, qw.symmetric, g_idx)
+    return QuantLinear.from_quantized(qw, lin.bias.detach() if bias else None), qw
+
+
+def test_quant_linear_registers_every_tensor():
+    layer, _ = _quant_layer(act_order=True)
+    names = set(dict(layer.named_buffers()))
+    assert names == {"qweight", "scales_zeros", "bias", "perm"}
+    state = layer.state_dict()
+    assert {"qweight", "scales_zeros", "bias", "perm", "_extra_state"} <= set(state)
+    assert state["_extra_state"] == {"bits": 4, "group_size": 32, "symmetric": False, "in_features": 64,
+                                     "out_features": 48}  # fmt: skip
+
+
+def test_quant_linear_forward_matches_the_dequantized_weight():
+    layer, qw = _quant_layer(act_order=True)
+    x = torch.randn(3, 64).half()
+    ref = x.float() @ qw.dequantize(torch.float32).t() + layer.bias.float()
+    torch.testing.assert_close(layer(x).float(), ref, rtol=3e-3, atol=3e-3)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "save_load", "state_dict"])
+def test_quant_linear_survives_copies(how):
+    layer, _ = _quant_layer(act_order=True)
+    x = torch.randn(2, 64).half()
+    want = layer(x)
+    if how == "deepcopy":
+        other = copy.deepcopy(layer)
+    elif how == "save_load":
+        buf = io.BytesIO()
+        torch.save(layer, buf)
+        buf.seek(0)
+        other = torch.load(buf, weights_only=False)
+    else:
+        other = QuantLinear.empty(64, 48, bits=4, group_size=32, bias=True, act_order=True)
+        other.load_state_dict(layer.state_dict())
+    assert torch.equal(other(x), want)
+
+
+def test_to_moves_every_buffer_and_dtype_of_state_is_kept():
+    layer, _ = _quant_layer()
+    moved = layer.to(torch.device("meta"))
+    assert all(t.device.type == "meta" for t in moved.buffers())
+
+
+def test_a_quantized_model_loads_without_quantizing():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32, bias=False)).half()
+    for i in (0, 2):
+        qw = quantize(model[i].weight.detach(), bits=8 if i else 4, group_size=32)
+        model[i] = QuantLinear.from_quantized(qw, model[i].bias.detach() if model[i].bias is not None else None)
+    x = torch.randn(5, 64).half()
+    want = model(x)
+    fresh = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32, bias=False)).half()
+    names = from_quantized_state_dict(fresh, model.state_dict())
+    assert names == ["0", "2"] and isinstance(fresh[2], QuantLinear) and fresh[2].bits == 8
+    assert torch.equal(fresh(x), want)
+
+
+def test_bad_extra_state_is_named():
+    layer, _ = _quant_layer()
+    state = layer.state_dict()
+    state["_extra_state"] = {"bits": 4}
+    with pytest.raises(GemmArgumentError, match="extra state"):
+        layer.load_state_dict(state)
+
+
+def test_linear_keeps_parameters_and_gradients():
+    lin = _float_linear()
+    layer = Linear.from_float(lin)
+    assert layer.weight is lin.weight and layer.bias is lin.bias
+    assert set(dict(layer.named_parameters())) == {"weight", "bias"}
+    x = torch.randn(4, 64).half().requires_grad_()
+    layer(x).float().sum().backward()
+    ref_x = x.detach().float().requires_grad_()
+    ref_lin = copy.deepcopy(lin).float()
+    ref_lin(ref_x).sum().backward()
+    for got, want in ((x.grad, ref_x.grad), (lin.weight.grad, ref_lin.weight.grad), (lin.bias.grad, ref_lin.bias.grad)):
+        torch.testing.assert_close(got.float(), want, rtol=3e-3, atol=3e-3)
+
+
+def test_linear_wraps_plain_tensors_as_parameters():
+    w = torch.randn(8, 16).half()
+    layer = Linear(w, None)
+    assert isinstance(layer.weight, torch.nn.Parameter) and not layer.weight.requires_grad
+    assert "weight" in layer.state_dict()
+
+
+def test_gated_projection_matches_two_linears():
+    torch.manual_seed(1)
+    gate, up = torch.nn.Linear(32, 16).half(), torch.nn.Linear(32, 16, bias=False).half()
+    proj = GatedMLPProjection(gate, up)
+    x = torch.randn(3, 32).half()
+    ref = F.silu(gate(x).float()) * up(x).float()
+    torch.testing.assert_close(proj(x).float(), ref, rtol=5e-3, atol=5e-3)
+
+
+def test_dtype_mismatch_is_named():
+    layer, _ = _quant_layer()
+    with pytest.raises(GemmArgumentError, match="x.dtype"):
+        layer(torch.randn(2, 64))
