@@ -47,6 +47,13 @@ def device_attribute(device_index: int, name: str) -> int:
     return int(check(drv.cuDeviceGetAttribute(attr, dev), f"cuDeviceGetAttribute({name})"))
 
 
+def is_capturing(stream: int) -> bool:
+    """Whether ``stream`` (a raw handle) is capturing a CUDA graph."""
+    drv = _driver()
+    status = check(drv.cuStreamIsCapturing(drv.CUstream(stream)), "cuStreamIsCapturing")
+    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+
+
 class LoadedFunction:
     """A kernel loaded from a cubin into the current context."""
 
@@ -71,10 +78,15 @@ class LoadedFunction:
         self._launch = drv.cuLaunchKernel
         self._stream_type = drv.CUstream
 
-    def launch(self, grid: tuple[int, int, int], threads: int, smem_bytes: int, stream: int, params_addr: int) -> None:
-        """``params_addr``: address of a one-entry void* array pointing at the packed struct."""
-        (err,) = self._launch(
-            self.handle, grid[0], grid[1], grid[2], threads, 1, 1, smem_bytes, self._stream_type(stream), params_addr, 0
-        )
+    def stream(self, handle: int) -> Any:
+        """The driver's stream object for a raw handle (a replay keeps it, not the int)."""
+        return self._stream_type(handle)
+
+    def launch(self, grid: tuple[int, int, int], threads: int, smem_bytes: int, stream: Any, params_addr: int) -> None:
+        """``stream``: a raw handle or ``stream(handle)``; ``params_addr``: address of a
+        one-entry void* array pointing at the packed struct."""
+        if type(stream) is not self._stream_type:
+            stream = self._stream_type(stream)
+        (err,) = self._launch(self.handle, grid[0], grid[1], grid[2], threads, 1, 1, smem_bytes, stream, params_addr, 0)
         if int(err) != 0:
             raise CudaError("cuLaunchKernel", err)

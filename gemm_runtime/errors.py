@@ -30,6 +30,10 @@ class UnsupportedProblemError(GemmError, ValueError):
         )
 
 
+class GraphCaptureError(GemmError, RuntimeError):
+    """A call needs something a CUDA graph capture cannot hold (measuring candidates)."""
+
+
 class NoKernelsError(GemmError, RuntimeError):
     """``build/`` holds nothing that runs on this GPU."""
 

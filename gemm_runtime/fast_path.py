@@ -5,7 +5,11 @@ struct and only writes the new pointers and scalars into it.
 
 A signature holds everything the validation and the dispatch decision depend on, so
 a reused plan is exactly what the slow path would compute; plans are dropped when
-the dispatch cache changes (its version)."""
+the dispatch cache changes (its version).
+
+NOTE: the signature is taken from the arguments as the caller gave them, before any
+of matmul's own processing (reshapes, the output's allocation, layouts), so a replay
+costs about what torch.matmul's own host path does (docs/PERFORMANCE.md)."""
 
 from __future__ import annotations
 
@@ -32,18 +36,31 @@ _V = PARAM_OFFSETS["V"]
 _MAX_PLANS = 4096
 
 
-def signature(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, c: torch.Tensor | None, read_c: bool, extra: tuple):
+def tensor_part(t: torch.Tensor) -> tuple:
+    """What validation reads of one tensor: geometry, type, device, alignment."""
+    return (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15)
+
+
+def packed_signature(b: torch.Tensor, v: torch.Tensor, meta: tuple) -> tuple:
+    """The ``b`` part of a signature for a packed weight's tensors and its (bits,
+    group_size, n, k, symmetric)."""
+    return (tensor_part(b), tensor_part(v), meta)
+
+
+def signature(a, b_part: tuple, out, c, bias, read_c: bool, extra: tuple) -> tuple:
     """Everything about a matmul call that validation and dispatch look at, except the
-    pointer values themselves (only their alignment)."""
-    sig = (
-        a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15,
-        b.shape, b.stride(), b.dtype, b.device, b.data_ptr() & 15,
-        out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15,
-        read_c, extra,
-    )
+    pointer values themselves (only their alignment), from the arguments as given:
+    it is computed before any of them is checked, so it must be cheap. AttributeError
+    where an argument is not a tensor (the validating path then says what it is).
+    ``b_part``: tensor_part of a dense B, or packed_signature."""
+    c_part = None
     if read_c and c is not None:
-        sig += (c.shape, c.stride(), c.dtype, c.device, c.data_ptr() & 15, c.data_ptr() == out.data_ptr())
-    return sig
+        c_part = (*tensor_part(c), out is not None and c.data_ptr() == out.data_ptr())
+    return (
+        tensor_part(a), b_part, None if out is None else tensor_part(out),
+        None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()),
+        read_c, c_part, extra,
+    )  # fmt: skip
 
 
 class FastPlan(NamedTuple):
@@ -51,13 +68,30 @@ class FastPlan(NamedTuple):
     grid: tuple[int, int, int]
     threads: int
     smem: int
-    stream: int
+    stream: object  # the CUstream handle of the launch
     template: bytes
     a_bytes: int  # spans of A, B and D, for the aliasing check
     b_bytes: int
     d_bytes: int
     version: int
     keep: tuple  # the workspace tensors the template points at
+    rows: int  # A as (rows, K): a's leading dimensions flattened
+    k: int
+    out_shape: tuple[int, ...]  # of an output matmul allocates
+    out_dtype: torch.dtype
+    device: torch.device
+    read_c: bool
+
+    def replay(self, a, b_ptr: int, v_ptr: int, out, c, bias, alpha: float, beta: float) -> torch.Tensor:
+        """``Gemm.matmul`` for arguments of this plan's signature (B and V by pointer)."""
+        if a.dim() != 2:
+            a = a.reshape(self.rows, self.k)  # a copy where a's strides allow no view, as the first call made
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        c_ptr = c.data_ptr() if self.read_c else 0
+        self.run(a.data_ptr(), b_ptr, c_ptr, out.data_ptr(), alpha, beta if self.read_c else 0.0,
+                 0 if bias is None else bias.data_ptr(), v_ptr)  # fmt: skip
+        return out
 
     def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int, v: int = 0) -> None:
         if (d < a + self.a_bytes and a < d + self.d_bytes) or (d < b + self.b_bytes and b < d + self.d_bytes):

@@ -14,10 +14,10 @@ import torch
 
 from gemm_runtime.context import Problem, ProblemKey, make_problem
 from gemm_runtime.cost_model import DeviceModel
-from gemm_runtime.cuda_driver import ensure_context
+from gemm_runtime.cuda_driver import ensure_context, is_capturing
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
 from gemm_runtime.dispatcher import Dispatcher
-from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.errors import GemmArgumentError, GraphCaptureError
 from gemm_runtime import fast_path
 from gemm_runtime.launch import launch, prepare
 from gemm_runtime.plan import LaunchSpec
@@ -169,16 +169,27 @@ class Gemm:
         if problem.key.m == 0 or problem.key.n == 0:
             return None  # an empty output: nothing to compute, nothing to choose
         handle = self._stream_handle(stream)
-        ws = workspace if workspace is not None else self._workspace(handle)
-        sizes = _check_workspace(ws, self.device)
         ensure_context(self.device.index)
+        capturing = is_capturing(handle)
+        ws = workspace if workspace is not None else self._workspace(handle, capturing)
+        sizes = _check_workspace(ws, self.device)
+
+        def measure() -> Measurement:
+            # NOTE: timing candidates inside a capture would record them into the graph
+            # and synchronize a capturing stream (which invalidates the capture).
+            if capturing:
+                raise GraphCaptureError(
+                    f"operation.dispatch is {operation.dispatch} for {problem.key.m}x{problem.key.n}x{problem.key.k}"
+                    " while the stream captures a CUDA graph; tune before capturing (the tune CLI, or one call"
+                    " outside the capture) or capture with DispatchPolicy.DEFAULT / REUSE"
+                )
+            return self.measure(problem, alpha, beta, handle, ws, sizes)
+
         if kernel is not None:
             forced = kernel if isinstance(kernel, LaunchSpec) else LaunchSpec(kernel)
             plan = self.dispatcher.forced(forced, problem.key, sizes)
         else:
-            plan = self.dispatcher.plan(
-                operation.dispatch, problem.key, sizes, lambda: self.measure(problem, alpha, beta, handle, ws, sizes)
-            )
+            plan = self.dispatcher.plan(operation.dispatch, problem.key, sizes, measure)
         self._launch(plan, problem, alpha, beta, handle, ws)
         return problem, plan, ws, handle
 
@@ -205,7 +216,59 @@ class Gemm:
         output has N / 2 columns. ``b`` may also be a ``packed_weight.PackedWeight``
         (an N x K quantized weight): then the call computes ``a @ dequant(w).T``."""
         alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
-        operation = operation or Operation()
+        packed = type(b) is PackedWeight
+        sig = self._signature(a, b.signature if packed else b, out, c, bias, beta, operation, out_dtype, stream,
+                              workspace, kernel)  # fmt: skip
+        if sig is not None:
+            plan = self._fast.get(sig, self.cache.version)
+            if plan is not None:
+                if packed:
+                    return plan.replay(a, b.b.data_ptr(), b.v.data_ptr(), out, c, bias, alpha, beta)
+                return plan.replay(a, b.data_ptr(), 0, out, c, bias, alpha, beta)
+        return self._matmul(a, b, out, alpha, beta, c, out_dtype, bias, operation, workspace, stream, kernel, sig)
+
+    def linear_packed(self, x, qweight, scales_zeros, meta: tuple, bias, operation: Operation) -> torch.Tensor:
+        """``matmul(x, PackedWeight(qweight, scales_zeros, *meta), bias=bias, operation=...)``
+        for gemm_runtime.ops: a replay builds no PackedWeight. ``meta``: (bits,
+        group_size, n, k, symmetric)."""
+        sig = self._signature(x, fast_path.packed_signature(qweight, scales_zeros, meta), None, None, bias, 0.0,
+                              operation, None, None, None, None)  # fmt: skip
+        if sig is not None:
+            plan = self._fast.get(sig, self.cache.version)
+            if plan is not None:
+                return plan.replay(x, qweight.data_ptr(), scales_zeros.data_ptr(), None, None, bias, 1.0, 0.0)
+        from gemm_runtime.ops import packed_weight
+
+        w = packed_weight(qweight, scales_zeros, *meta)
+        return self._matmul(x, w, None, 1.0, 0.0, None, None, bias, operation, None, None, None, sig)
+
+    def _signature(self, a, b, out, c, bias, beta, operation, out_dtype, stream, workspace, kernel) -> tuple | None:
+        """The replay signature of a matmul call (fast_path.signature), or None where the
+        call cannot be replayed (a measuring policy) or its arguments are not even of
+        the right kinds (the validating path then says what is wrong with them)."""
+        if operation is not None and (type(operation) is not Operation or operation.dispatch not in _REPLAYABLE):
+            return None
+        if stream is None:
+            handle, capturing = _current_stream(self.device.index), _current_stream_capturing()
+        else:
+            handle = self._stream_handle(stream)
+            capturing = is_capturing(handle)
+        # NOTE: capturing is part of it: a launch planned inside a capture may use the
+        # graph's own workspace (_workspace), which calls outside it must not replay.
+        extra = (operation, out_dtype, handle, capturing, _workspace_signature(workspace), kernel)
+        try:
+            sig = fast_path.signature(a, b if type(b) is tuple else fast_path.tensor_part(b), out, c, bias,
+                                      beta != 0.0, extra)  # fmt: skip
+            hash(sig)
+        except (AttributeError, TypeError):
+            return None
+        return sig
+
+    def _matmul(self, a, b, out, alpha, beta, c, out_dtype, bias, operation, workspace, stream, kernel, sig):
+        """The validating path of ``matmul``; what it launches is kept for replay under ``sig``."""
+        operation = operation or _DEFAULT_OPERATION
+        if bias is not None and not isinstance(operation, Operation):
+            raise GemmArgumentError("operation", type(operation).__name__, "a gemm_runtime.Operation")
         if bias is not None and not operation.epilogue.has_bias:
             operation = dataclasses.replace(operation, epilogue=operation.epilogue.with_bias())
         if isinstance(b, PackedWeight):
@@ -228,25 +291,6 @@ class Gemm:
             c2 = _as_rows(c, "c")
         read_c = beta != 0.0
         v = ops.packed.v if ops.packed is not None else None
-        sig = None
-        if operation.dispatch in _REPLAYABLE and a2.numel() and d2.numel():
-            bias_sig = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
-            extra = (operation, self._stream_handle(stream), _workspace_signature(workspace), kernel, bias_sig,
-                     ops.v_signature)  # fmt: skip
-            sig = fast_path.signature(a2, ops.b, d2, c2, read_c, extra)
-            fast = self._fast.get(sig, self.cache.version)
-            if fast is not None:
-                fast.run(
-                    a2.data_ptr(),
-                    ops.b.data_ptr(),
-                    c2.data_ptr() if read_c and c2 is not None else 0,
-                    d2.data_ptr(),
-                    alpha,
-                    beta if read_c else 0.0,
-                    bias.data_ptr() if bias is not None else 0,
-                    v.data_ptr() if v is not None else 0,
-                )
-                return out
         version = self.cache.version
         adesc, ddesc = MatrixLayout.of(a2, "a"), MatrixLayout.of(d2, "out")
         if ops.packed is not None:
@@ -258,24 +302,26 @@ class Gemm:
             operation, alpha, a2, adesc, None, v, vdesc, ops.b, bdesc, beta, c2,
             MatrixLayout.of(c2, "c") if c2 is not None else None, d2, ddesc, workspace, stream, kernel, bias,
         )  # fmt: skip
-        if sig is not None and done is not None:
+        if sig is not None and done is not None and a2.numel() and d2.numel():
             spans = (adesc.span * adesc.type.bits // 8, b_bytes, ddesc.span * ddesc.type.bits // 8)
-            self._remember(sig, version, spans, *done)
+            shape = (a2.shape[0], a2.shape[1], tuple(out.shape), out.dtype, out.device, read_c)
+            self._remember(sig, version, spans, shape, *done)
         return out
 
     def _remember(
-        self, sig: tuple, version: int, spans: tuple[int, int, int], problem: Problem, plan: LaunchSpec,
-        ws: Workspace, handle: int,
+        self, sig: tuple, version: int, spans: tuple[int, int, int], shape: tuple, problem: Problem,
+        plan: LaunchSpec, ws: Workspace, handle: int,
     ) -> None:  # fmt: skip
-        """Keep the launch of a validated call for replay by later calls of its signature."""
+        """Keep the launch of a validated call for replay by later calls of its signature.
+        ``shape``: (rows, K, output shape, output dtype, device, read_c) of the call."""
         kern = self.dispatcher.kernel(plan.kernel)
         pointers = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
         grid, template = prepare(kern, problem, plan, 1.0, 0.0, *pointers)
         self._fast.put(
             sig,
             fast_path.FastPlan(
-                kern.function.launch, grid, kern.spec.threads, kern.spec.smem_bytes, handle, template, *spans,
-                version, (ws.barriers, ws.partials) if plan.splits > 1 else (),
+                kern.function.launch, grid, kern.spec.threads, kern.spec.smem_bytes, kern.function.stream(handle),
+                template, *spans, version, (ws.barriers, ws.partials) if plan.splits > 1 else (), *shape,
             ),
         )
 
@@ -317,12 +363,15 @@ class Gemm:
         else:
             launch(kern, problem, plan, alpha, beta, stream)
 
-    def _workspace(self, stream: int) -> Workspace:
+    def _workspace(self, stream: int, capturing: bool) -> Workspace:
+        """The stream's split-K workspace. One allocated during a graph capture is the
+        graph's own: its zeroing is recorded, not run, so it is ready only when the graph
+        replays; calls outside the capture never get it."""
         with self._lock:
-            ws = self._workspaces.get(stream)
+            ws = self._workspaces.get((stream, capturing))
             if ws is None:
                 ws = Workspace.allocate(self.device, self.kBarriersSize, self.kPartialsSize)
-                self._workspaces[stream] = ws
+                self._workspaces[(stream, capturing)] = ws
             return ws
 
     def _stream_handle(self, stream: object) -> int:
@@ -349,7 +398,6 @@ class _Operands(NamedTuple):
     b: torch.Tensor
     # NOTE: layouts are described only on the slow path: the replay must stay cheap.
     packed: PackedWeight | None  # the quantized weight b (and V) come from
-    v_signature: tuple | None  # what validation looks at in V, beyond B's tensor
     operation: Operation
 
 
@@ -362,7 +410,7 @@ def _dense_operands(a: object, b: object, operation: Operation) -> _Operands:
         raise GemmArgumentError("b.shape", tuple(b.shape), f"({a.shape[-1]}, N): K must match a.shape[-1]")
     lead = tuple(a.shape[:-1])
     n_out = b.shape[1] // 2 if operation.epilogue.gated else b.shape[1]
-    return _Operands(a.reshape(math.prod(lead), a.shape[-1]), lead, n_out, b, None, None, operation)
+    return _Operands(a.reshape(math.prod(lead), a.shape[-1]), lead, n_out, b, None, operation)
 
 
 def _packed_operands(a: object, w: PackedWeight, operation: Operation) -> _Operands:
@@ -378,8 +426,7 @@ def _packed_operands(a: object, w: PackedWeight, operation: Operation) -> _Opera
     operation = dataclasses.replace(operation, quant_b=QuantDesc(b_type, w.group_size, w.symmetric))
     lead = tuple(a.shape[:-1])
     n_out = w.n // 2 if operation.epilogue.gated else w.n
-    v_sig = (w.v.shape, w.v.stride(), w.v.dtype, w.v.device, w.v.data_ptr() & 15, w.k, w.n, w.group_size)
-    return _Operands(a.reshape(math.prod(lead), w.k), lead, n_out, w.b, w, v_sig, operation)
+    return _Operands(a.reshape(math.prod(lead), w.k), lead, n_out, w.b, w, operation)
 
 
 def _packed_layouts(w: PackedWeight) -> tuple[MatrixLayout, MatrixLayout]:
@@ -415,6 +462,14 @@ def _workspace_signature(ws: object) -> object:
 
 # Policies whose decision for a signature cannot change until the dispatch cache does.
 _REPLAYABLE = (DispatchPolicy.DEFAULT, DispatchPolicy.REUSE)
+_DEFAULT_OPERATION = Operation()
+# NOTE: the raw handle of torch's current stream without building a torch.cuda.Stream
+# (a third of a replay's host time otherwise); what torch.cuda.current_stream wraps.
+# CPU builds of torch lack it (and run no GEMM).
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)
+_current_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
 
 
 def _check_workspace(ws: Workspace, device: torch.device) -> tuple[int, int]:

@@ -19,6 +19,7 @@ weight's device.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -63,6 +64,14 @@ class PackedWeight:
     @property
     def dtype(self) -> torch.dtype:
         return self.v.dtype
+
+    @functools.cached_property
+    def signature(self) -> tuple:
+        """What a matmul's validation reads of this weight beyond its pointers' values
+        (gemm_runtime.fast_path; computed once: the tensors are fixed)."""
+        from gemm_runtime.fast_path import packed_signature
+
+        return packed_signature(self.b, self.v, (self.bits, self.group_size, self.n, self.k, self.symmetric))
 
     @property
     def padded_k(self) -> int:
