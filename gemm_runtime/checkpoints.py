@@ -231,7 +231,8 @@ class _Gptq(_NotConvertList):
             # GPTQModel's per-module overrides (regex -> bits / group_size) are not read yet.
             raise self._error("dynamic", config["dynamic"], "null or {} (no per-module overrides)")
         self.act_order = bool(config.get("desc_act", False))
-        self._scheme = LinearScheme(self._int(("bits",), BITS), self._int(("group_size",), GROUP_SIZES + (PER_CHANNEL,)))
+        group_size = self._int(("group_size",), GROUP_SIZES + (PER_CHANNEL,))
+        self._scheme = LinearScheme(self._int(("bits",), BITS), group_size)
 
     def required(self, scheme):
         # Act-order weights are meaningless without their g_idx; others may omit it.

@@ -146,7 +146,8 @@ Q = "model.layers.0.self_attn.q_proj"
 def test_missing_quantized_tensor(tmp_path):
     written = write_checkpoint(tmp_path, "awq")
     rewrite(tmp_path, written, drop=(f"{Q}.scales",))
-    with pytest.raises(CheckpointError, match=r"model.safetensors, tensor .*q_proj.scales: missing: a awq linear needs") as e:
+    message = r"model.safetensors, tensor .*q_proj.scales: missing: a awq linear needs"
+    with pytest.raises(CheckpointError, match=message) as e:
         from_pretrained_quantized(tmp_path, device="cpu")
     assert e.value.tensor == f"{Q}.scales" and e.value.path.endswith("model.safetensors")
     # Act-order GPTQ needs g_idx; without act-order it may be absent.
@@ -168,7 +169,8 @@ def test_wrong_shapes(tmp_path):
     assert isinstance(e.value.__cause__, GemmArgumentError)
     # A quantized weight of another size than the model's linear.
     k_proj = "model.layers.0.self_attn.k_proj"
-    rewrite(tmp_path, written, replace={f"{Q}.{s}": written.tensors[f"{k_proj}.{s}"] for s in ("qweight", "qzeros", "scales", "g_idx")})
+    suffixes = ("qweight", "qzeros", "scales", "g_idx")
+    rewrite(tmp_path, written, replace={f"{Q}.{s}": written.tensors[f"{k_proj}.{s}"] for s in suffixes})
     with pytest.raises(CheckpointError, match=r"holds a \[32, 64\] weight .*q_proj is \[64, 64\]"):
         from_pretrained_quantized(tmp_path, device="cpu")
     # A float tensor: checked before the model changes.
@@ -198,7 +200,8 @@ def test_missing_and_unexpected_float_tensors(tmp_path):
 def test_config_errors(tmp_path):
     write_checkpoint(tmp_path, "awq")
     cases = [
-        ({"quant_method": "bitsandbytes"}, r"quant_method: got 'bitsandbytes'; accepted: 'awq', 'gptq', 'compressed-tensors'"),
+        ({"quant_method": "bitsandbytes"},
+         r"quant_method: got 'bitsandbytes'; accepted: 'awq', 'gptq', 'compressed-tensors'"),
         ({"bits": 8}, r"quantization_config.bits: got 8; accepted: 4"),
         ({"group_size": 16}, r"group_size: got 16; accepted: 32 or 64 or 128 or -1"),
         ({"version": "gemv"}, r"version: got 'gemv'"),
