@@ -29,6 +29,8 @@ _EXPORTS = {
     "UnsupportedProblemError": "gemm_runtime.errors",
     "NoKernelsError": "gemm_runtime.errors",
     "CudaError": "gemm_runtime.errors",
+    "CheckpointError": "gemm_runtime.errors",
+    "CheckpointMismatchError": "gemm_runtime.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -71,3 +71,37 @@ class DispatchCacheError(GemmError, ValueError):
 
 class DispatchCacheWarning(UserWarning):
     """Part of a dispatch cache file was skipped on import (e.g. kernels this build lacks)."""
+
+
+class CheckpointError(GemmError, ValueError):
+    """A checkpoint on disk cannot be loaded: names the file, the tensor (when one is to
+    blame) and what is wrong, with what was found and what is accepted."""
+
+    def __init__(self, path: str, reason: str, tensor: str | None = None) -> None:
+        self.path = str(path)
+        self.reason = reason
+        self.tensor = tensor
+        where = f"checkpoint {self.path}" + (f", tensor {tensor}" if tensor else "")
+        super().__init__(f"{where}: {reason}")
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The checkpoint's tensors and the model's do not match one to one (``strict=True``):
+    ``missing`` are model tensors the checkpoint lacks, ``unexpected`` checkpoint tensors
+    the model has no place for. Nothing of the model was changed."""
+
+    def __init__(self, path: str, missing: list[str], unexpected: list[str]) -> None:
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        parts = []
+        for what, names in (("missing from the checkpoint", self.missing),
+                            ("in the checkpoint but not in the model", self.unexpected)):
+            if names:
+                shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+                parts.append(f"{len(names)} tensor(s) {what}: {shown}")
+        super().__init__(path, "; ".join(parts) + " (strict=False loads the rest and warns)")
+
+
+class CheckpointWarning(UserWarning):
+    """``strict=False``: some model tensors were left as they were, or some checkpoint
+    tensors were not used."""

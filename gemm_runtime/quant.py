@@ -1,11 +1,12 @@
 """Weight-only quantized weights (W4A16 / W8A16) on the weight side: the canonical form
 the kernels' packer starts from, round-to-nearest quantization, the generic int32
-packers, and import of AWQ and GPTQ checkpoints. Pure torch: everything runs on the
+packers, and import of AWQ, GPTQ and compressed-tensors checkpoints. Pure torch: everything runs on the
 weight's device (CPU or CUDA) and nothing here moves tensors between devices.
 
     qw = quantize(linear.weight, bits=4, group_size=128)        # [N, K] -> QuantizedWeight
     qw = from_awq(qweight, qzeros, scales, group_size=128)      # AutoAWQ "GEMM" tensors
     qw = from_gptq(qweight, qzeros, scales, g_idx, bits=4, group_size=128)
+    qw = from_compressed_tensors(weight_packed, weight_scale, weight_shape, group_size=128)
     w = qw.dequantize()                                         # [N, K] in scales' dtype
 
 The layouts and the sources they were checked against are in docs/QUANT.md.
@@ -435,7 +436,7 @@ def from_awq(
     )
 
 
-def _gptq_g_idx(g_idx: object, k: int, group_size: int) -> torch.Tensor | None:
+def _act_order_g_idx(g_idx: object, k: int, group_size: int) -> torch.Tensor | None:
     """int32 [K] or None; a g_idx that is just k // group_size (what checkpoints without
     act-order ship) carries nothing and becomes None."""
     if g_idx is None:
@@ -482,10 +483,76 @@ def from_gptq(
     _check_shape("scales", scales, (groups, n),
                  f"[G, N], G = ceil(K={k} / group_size={group_size}), N={n} from qweight")
     _check_shape("qzeros", qzeros, (groups, -(-n // per)), f"[G, ceil(N * bits / 32)] with N={n}")
-    g_idx = _gptq_g_idx(g_idx, k, group_size)
+    g_idx = _act_order_g_idx(g_idx, k, group_size)
     q = _unpack_last(qweight.t(), bits, k).contiguous()  # packed along K: unpack the transpose
     zeros = (_unpack_last(qzeros, bits, n).to(torch.int32) + zero_point_offset).to(scales.dtype)
     return QuantizedWeight(
         q=q, scales=scales, zeros=zeros, bits=bits, group_size=group_size,
         symmetric=_infer_symmetric(zeros, bits, symmetric), g_idx=g_idx,
+    )
+
+
+def _weight_shape(weight_shape: object) -> tuple[int, int]:
+    """compressed-tensors' weight_shape (a 2-element integer tensor) or a pair -> (N, K)."""
+    accepted = "(N, K): a 2-element integer tensor or a pair of ints >= 1"
+    if isinstance(weight_shape, torch.Tensor):
+        if weight_shape.dtype.is_floating_point or weight_shape.is_complex() or weight_shape.numel() != 2:
+            raise GemmArgumentError("weight_shape", _describe(weight_shape), accepted)
+        weight_shape = weight_shape.flatten().tolist()
+    if not isinstance(weight_shape, (tuple, list)) or len(weight_shape) != 2:
+        raise GemmArgumentError("weight_shape", repr(weight_shape), accepted)
+    n, k = weight_shape
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (n, k)):
+        raise GemmArgumentError("weight_shape", repr(tuple(weight_shape)), accepted)
+    return n, k
+
+
+def from_compressed_tensors(
+    weight_packed: torch.Tensor,
+    weight_scale: torch.Tensor,
+    weight_shape: torch.Tensor | tuple[int, int],
+    weight_zero_point: torch.Tensor | None = None,
+    g_idx: torch.Tensor | None = None,
+    *,
+    bits: int = 4,
+    group_size: int = 128,
+) -> QuantizedWeight:
+    """compressed-tensors' "pack-quantized" layout (llm-compressor W4A16 / W8A16) ->
+    QuantizedWeight.
+
+    weight_packed      int32 [N, ceil(K*bits/32)]  packed along K, little-endian: element
+                       k at bit (k % (32/bits)) * bits of word k // (32/bits)
+    weight_scale       fp16/bf16 [N, G]            note: N first, unlike AWQ and GPTQ
+    weight_shape       (N, K): the packed width only gives K to within a word
+    weight_zero_point  None (symmetric) or int32 [ceil(N*bits/32), G]: packed along N
+                       (dim 0), the same little-endian way
+    g_idx              None or int [K] (``weight_g_idx``, GPTQ act-order)
+
+    Values are signed, -2**(bits-1) .. 2**(bits-1) - 1, and stored plus 2**(bits-1), both
+    the weights and the zero points, so the stored codes are already the unsigned q and
+    zero of W = (q - zero) * scale; no zero point means zero = 2**(bits-1).
+    group_size -1 is the "channel" strategy (G = 1)."""
+    bits = _check_bits(bits)
+    per = 32 // bits
+    packed = _check_tensor("weight_packed", weight_packed, (torch.int32,), 2)
+    scale = _check_tensor("weight_scale", weight_scale, SCALE_DTYPES, 2)
+    n, k = _weight_shape(weight_shape)
+    group_size = _resolve_group_size(group_size, k)
+    groups = _num_groups(k, group_size)
+    _check_shape("weight_packed", packed, (n, -(-k // per)),
+                 f"[N, ceil(K * bits / 32)] with (N, K)=({n}, {k}) from weight_shape")
+    _check_shape("weight_scale", scale, (n, groups), f"[N, G], G = ceil(K={k} / group_size={group_size})")
+    q = _unpack_last(packed, bits, k)
+    scales = scale.t().contiguous()
+    if weight_zero_point is None:
+        zeros = torch.full_like(scales, 1 << (bits - 1))
+    else:
+        zero_point = _check_tensor("weight_zero_point", weight_zero_point, (torch.int32,), 2)
+        _check_shape("weight_zero_point", zero_point, (-(-n // per), groups),
+                     f"[ceil(N * bits / 32), G] with N={n} (packed along N)")
+        zeros = _unpack_last(zero_point.t(), bits, n).to(scales.dtype)
+    g_idx = _act_order_g_idx(g_idx, k, group_size)
+    return QuantizedWeight(
+        q=q, scales=scales, zeros=zeros, bits=bits, group_size=group_size,
+        symmetric=weight_zero_point is None, g_idx=g_idx,
     )
