@@ -47,6 +47,26 @@ def device_attribute(device_index: int, name: str) -> int:
     return int(check(drv.cuDeviceGetAttribute(attr, dev), f"cuDeviceGetAttribute({name})"))
 
 
+_raw_launch = None
+
+
+def raw_launcher():
+    """libcuda's cuLaunchKernel through ctypes, for replays: a third of the host time of
+    cuda.bindings' wrapper, which converts and checks every argument anew (H200 host:
+    about 3 of 9 us; docs/PERFORMANCE.md). Arguments: function, grid x/y/z, block
+    x/y/z, shared bytes, stream, kernel-parameter array, extra (all plain ints)."""
+    global _raw_launch
+    if _raw_launch is None:
+        import ctypes
+
+        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+        u = ctypes.c_uint
+        fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _raw_launch = fn
+    return _raw_launch
+
+
 def is_capturing(stream: int) -> bool:
     """Whether ``stream`` (a raw handle) is capturing a CUDA graph."""
     drv = _driver()
@@ -77,10 +97,7 @@ class LoadedFunction:
         )
         self._launch = drv.cuLaunchKernel
         self._stream_type = drv.CUstream
-
-    def stream(self, handle: int) -> Any:
-        """The driver's stream object for a raw handle (a replay keeps it, not the int)."""
-        return self._stream_type(handle)
+        self.address = int(self.handle)  # the CUfunction as a plain pointer (raw_launcher)
 
     def launch(self, grid: tuple[int, int, int], threads: int, smem_bytes: int, stream: Any, params_addr: int) -> None:
         """``stream``: a raw handle or ``stream(handle)``; ``params_addr``: address of a

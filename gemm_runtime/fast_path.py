@@ -21,7 +21,8 @@ from typing import NamedTuple
 import torch
 
 from codegen.params import PARAM_NAMES, PARAM_OFFSETS
-from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.cuda_driver import raw_launcher as _launch
+from gemm_runtime.errors import CudaError, GemmArgumentError
 
 # NOTE: A, B, C, D are the first four fields and alpha, beta two adjacent ones, so a
 # call rewrites them with two pack_into calls.
@@ -64,17 +65,19 @@ def signature(a, b_part: tuple, out, c, bias, read_c: bool, extra: tuple) -> tup
 
 
 class FastPlan(NamedTuple):
-    launch: object  # LoadedFunction.launch
+    function: int  # CUfunction address (LoadedFunction.address)
     grid: tuple[int, int, int]
     threads: int
     smem: int
-    stream: object  # the CUstream handle of the launch
-    template: bytes
+    stream: int  # the raw stream handle of the launch
+    params: object  # ctypes buffer holding the packed parameter struct (the template)
+    args: int  # address of the one-entry void* array pointing at ``params``
+    lock: object  # guards ``params`` from its write to the launch (which copies it)
     a_bytes: int  # spans of A, B and D, for the aliasing check
     b_bytes: int
     d_bytes: int
     version: int
-    keep: tuple  # the workspace tensors the template points at
+    keep: tuple  # what the parameters point at that must stay alive (workspace, the args array)
     rows: int  # A as (rows, K): a's leading dimensions flattened
     k: int
     out_shape: tuple[int, ...]  # of an output matmul allocates
@@ -82,12 +85,20 @@ class FastPlan(NamedTuple):
     device: torch.device
     read_c: bool
 
+    @classmethod
+    def build(cls, function: int, grid, threads: int, smem: int, stream: int, template: bytes, spans, version: int,
+              keep: tuple, shape: tuple) -> "FastPlan":  # fmt: skip
+        params = ctypes.create_string_buffer(template, len(template))
+        args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+        return cls(function, grid, threads, smem, stream, params, ctypes.addressof(args), threading.Lock(), *spans,
+                   version, (*keep, args), *shape)  # fmt: skip
+
     def replay(self, a, b_ptr: int, v_ptr: int, out, c, bias, alpha: float, beta: float) -> torch.Tensor:
         """``Gemm.matmul`` for arguments of this plan's signature (B and V by pointer)."""
         if a.dim() != 2:
             a = a.reshape(self.rows, self.k)  # a copy where a's strides allow no view, as the first call made
         if out is None:
-            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+            out = a.new_empty(self.out_shape, dtype=self.out_dtype)  # on a's device, as the signature says
         c_ptr = c.data_ptr() if self.read_c else 0
         self.run(a.data_ptr(), b_ptr, c_ptr, out.data_ptr(), alpha, beta if self.read_c else 0.0,
                  0 if bias is None else bias.data_ptr(), v_ptr)  # fmt: skip
@@ -96,14 +107,15 @@ class FastPlan(NamedTuple):
     def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int, v: int = 0) -> None:
         if (d < a + self.a_bytes and a < d + self.d_bytes) or (d < b + self.b_bytes and b < d + self.d_bytes):
             raise GemmArgumentError("D", "memory overlapping A or B", "an output that does not alias its inputs")
-        buf = bytearray(self.template)
-        _POINTERS.pack_into(buf, 0, a, b, c, d)
-        _SCALARS.pack_into(buf, _ALPHA, alpha, beta)
-        _POINTER.pack_into(buf, _BIAS, bias)
-        _POINTER.pack_into(buf, _V, v)
-        packed = (ctypes.c_char * len(buf)).from_buffer(buf)
-        args = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
-        self.launch(self.grid, self.threads, self.smem, self.stream, ctypes.addressof(args))
+        buf, (gx, gy, gz) = self.params, self.grid
+        with self.lock:
+            _POINTERS.pack_into(buf, 0, a, b, c, d)
+            _SCALARS.pack_into(buf, _ALPHA, alpha, beta)
+            _POINTER.pack_into(buf, _BIAS, bias)
+            _POINTER.pack_into(buf, _V, v)
+            err = _launch()(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, self.stream, self.args, None)
+        if err:
+            raise CudaError("cuLaunchKernel", err)
 
 
 class FastPlans:
@@ -114,10 +126,17 @@ class FastPlans:
         self._plans: dict[tuple, FastPlan] = {}
 
     def get(self, sig: tuple, version: int) -> FastPlan | None:
-        plan = self._plans.get(sig)
+        try:
+            plan = self._plans.get(sig)
+        except TypeError:  # an unhashable argument (a list as kernel=...): the slow path says what is wrong
+            return None
         return plan if plan is not None and plan.version == version else None
 
     def put(self, sig: tuple, plan: FastPlan) -> None:
+        try:
+            hash(sig)
+        except TypeError:
+            return
         with self._lock:
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()

@@ -79,7 +79,10 @@ class Gemm:
         tune_settings = settings().tune
         self.measurer = measurer or Measurer(reps=tune_settings.reps, max_time=tune_settings.max_time)
         self._lock = threading.Lock()
-        self._workspaces: dict[int, Workspace] = {}  # per stream handle
+        # NOTE: captures use one workspace made here, before any capture: nothing may be
+        # allocated during one.
+        self._workspaces: dict[int, Workspace] = {}  # per stream handle, outside captures
+        self._graph_workspace = self._allocate_workspace()
         self._fast = fast_path.FastPlans()  # matmul call signature -> ready launch
 
     @property
@@ -259,7 +262,6 @@ class Gemm:
         try:
             sig = fast_path.signature(a, b if type(b) is tuple else fast_path.tensor_part(b), out, c, bias,
                                       beta != 0.0, extra)  # fmt: skip
-            hash(sig)
         except (AttributeError, TypeError):
             return None
         return sig
@@ -319,9 +321,9 @@ class Gemm:
         grid, template = prepare(kern, problem, plan, 1.0, 0.0, *pointers)
         self._fast.put(
             sig,
-            fast_path.FastPlan(
-                kern.function.launch, grid, kern.spec.threads, kern.spec.smem_bytes, kern.function.stream(handle),
-                template, *spans, version, (ws.barriers, ws.partials) if plan.splits > 1 else (), *shape,
+            fast_path.FastPlan.build(
+                kern.function.address, grid, kern.spec.threads, kern.spec.smem_bytes, handle, template, spans,
+                version, (ws.barriers, ws.partials) if plan.splits > 1 else (), shape,
             ),
         )
 
@@ -363,15 +365,40 @@ class Gemm:
         else:
             launch(kern, problem, plan, alpha, beta, stream)
 
+    def _allocate_workspace(self) -> Workspace:
+        """A zeroed workspace that belongs to no CUDA-graph memory pool.
+
+        NOTE: allocated by a thread of its own: torch.compile's CUDA graphs (cudagraph
+        trees) send every allocation of the thread that warms up or captures a graph to
+        the graph's pool, and refuse graphs that leave tensors there which are not their
+        outputs. The workspace outlives every graph, so it must come from outside."""
+        made: list = []
+
+        def allocate() -> None:
+            try:
+                with torch.cuda.device(self.device):
+                    made.append(Workspace.allocate(self.device, self.kBarriersSize, self.kPartialsSize))
+                    torch.cuda.current_stream().synchronize()  # zeroed before another stream uses it
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                made.append(e)
+
+        worker = threading.Thread(target=allocate, name="gemm_runtime workspace")
+        worker.start()
+        worker.join()
+        if isinstance(made[0], BaseException):
+            raise made[0]
+        return made[0]
+
     def _workspace(self, stream: int, capturing: bool) -> Workspace:
-        """The stream's split-K workspace. One allocated during a graph capture is the
-        graph's own: its zeroing is recorded, not run, so it is ready only when the graph
-        replays; calls outside the capture never get it."""
+        """The stream's split-K workspace; during a CUDA-graph capture, the graphs' one
+        (graphs replay their split-K launches in stream order; two graphs with split-K
+        launches must not replay concurrently on two streams, as for any one workspace)."""
+        if capturing:
+            return self._graph_workspace
         with self._lock:
-            ws = self._workspaces.get((stream, capturing))
+            ws = self._workspaces.get(stream)
             if ws is None:
-                ws = Workspace.allocate(self.device, self.kBarriersSize, self.kPartialsSize)
-                self._workspaces[(stream, capturing)] = ws
+                ws = self._workspaces[stream] = self._allocate_workspace()
             return ws
 
     def _stream_handle(self, stream: object) -> int:
@@ -444,6 +471,8 @@ def _scalar(name: str, value: object) -> float:
     """alpha or beta as the float the kernel gets (it computes in fp32). Any real number
     (int, float, NumPy scalars) within fp32's range; inf and NaN pass as the caller's
     choice. Not bool, str or tensors: a CUDA tensor's value would cost a synchronization."""
+    if type(value) is float and -_FLOAT32_MAX <= value <= _FLOAT32_MAX:
+        return value  # the common case, decided in one comparison (NaN takes the long way)
     if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
         raise GemmArgumentError(name, f"{type(value).__name__} {value!r}", "a real number (int, float, NumPy scalar)")
     v = float(value)

@@ -72,7 +72,7 @@ class Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != self.weight.dtype:
             raise GemmArgumentError("x.dtype", x.dtype, f"{self.weight.dtype} (the layer's weight type)")
-        return torch.ops.gemm_runtime.linear(x, self.weight, self.bias, "none", self._handle)
+        return ops.call_linear(x, self.weight, self.bias, "none", self._handle)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -134,7 +134,7 @@ class GatedMLPProjection(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != self.weight.dtype:
             raise GemmArgumentError("x.dtype", x.dtype, f"{self.weight.dtype} (the layer's weight type)")
-        return torch.ops.gemm_runtime.linear(x, self.weight, self.bias, "gated_silu", self._handle)
+        return ops.call_linear(x, self.weight, self.bias, "gated_silu", self._handle)
 
 
 _QUANT_META = ("bits", "group_size", "symmetric", "in_features", "out_features")
@@ -242,7 +242,7 @@ class QuantLinear(torch.nn.Module):
             raise GemmArgumentError("x.dtype", x.dtype, f"{self.scales_zeros.dtype} (the layer's scale type)")
         if self.perm is not None:
             x = x.index_select(-1, self.perm)
-        return torch.ops.gemm_runtime.linear_packed(
+        return ops.call_linear_packed(
             x, self.qweight, self.scales_zeros, self.bits, self.group_size, self.out_features, self.in_features,
             self.symmetric, self.bias, "none", self._handle,
         )

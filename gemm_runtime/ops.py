@@ -11,6 +11,11 @@ and ``mode="reduce-overhead"``'s CUDA graphs) and autograd see them as single op
 a bias switches to the bias form. ``gemm`` is 0 for the device's shared ``Gemm``
 (nn.default_gemm) or a handle from ``handle_of(gemm)``.
 
+The layers (gemm_runtime.nn) call the ops through ``call_linear`` /
+``call_linear_packed``: in eager mode with no gradient to record they run the op's
+CUDA body directly, skipping only the dispatcher's round trip (about 4 us of host
+time); anything that traces (torch.compile, export) or records gradients sees the op.
+
 Each op has a fake implementation (output shape, dtype and device only; no GPU), a
 CPU implementation in plain torch (the reference, and what lets opcheck run without
 a GPU), and a backward: the input's gradient runs on this library's GEMM where the
@@ -49,13 +54,15 @@ def handle_of(gemm) -> int:
 _by_device: dict[int, object] = {}  # device index -> nn.default_gemm's instance, read without a lock
 
 
-def _gemm(handle: int, device: torch.device):
+def _gemm(handle: int, device: torch.device | int):
+    """The Gemm of a handle; ``device`` (a CUDA device or its index) picks the shared one."""
     if handle == 0:
-        gemm = _by_device.get(device.index)
+        index = device if type(device) is int else device.index
+        gemm = _by_device.get(index)
         if gemm is None:
             from gemm_runtime.nn import default_gemm
 
-            gemm = _by_device[device.index] = default_gemm(device)
+            gemm = _by_device[index] = default_gemm(torch.device("cuda", index))
         return gemm
     gemm = _handles.get(handle)
     if gemm is None:
@@ -85,20 +92,43 @@ def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return (_gated(v) if epilogue == "gated_silu" else v).to(x.dtype)
 
 
+# NOTE: defined with a plain Library rather than torch.library.custom_op: the layers
+# custom_op wraps around each call cost about 5 us of host time per call on the H200's
+# host, a third of torch.matmul's whole call (docs/PERFORMANCE.md).
+_LIB = torch.library.Library("gemm_runtime", "DEF")
+_LIB.define("linear(Tensor x, Tensor weight, Tensor? bias=None, str epilogue=\"none\", int gemm=0) -> Tensor")
+_LIB.define(
+    "linear_packed(Tensor x, Tensor qweight, Tensor scales_zeros, int bits, int group_size, int n, int k,"
+    " bool symmetric, Tensor? bias=None, str epilogue=\"none\", int gemm=0) -> Tensor"
+)
+
+
+def _register(name: str, cpu, cuda, fake, backward, setup) -> None:
+    _LIB.impl(name, cpu, "CPU")
+    _LIB.impl(name, cuda, "CUDA")
+    torch.library.register_fake(f"gemm_runtime::{name}", fake, lib=_LIB)
+    torch.library.register_autograd(f"gemm_runtime::{name}", backward, setup_context=setup, lib=_LIB)
+
+
 # ---- dense ---------------------------------------------------------------------------------
-@torch.library.custom_op("gemm_runtime::linear", mutates_args=())
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, epilogue: str = "none",
-           gemm: int = 0) -> torch.Tensor:  # fmt: skip
+def _linear_cpu(x, weight, bias=None, epilogue="none", gemm=0):
     """x @ weight.T (+ bias) with the epilogue; weight is (N, K)."""
     return _reference(x, weight, bias, epilogue)
 
 
-@linear.register_kernel("cuda")
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x with contiguous rows: the kernels read A by rows, and autograd hands the ops
+    gradients of any strides (an expanded one has stride 0)."""
+    if x.stride(-1) == 1 and (x.dim() < 2 or x.stride(-2) >= x.shape[-1]):
+        return x
+    return x.contiguous()
+
+
 def _linear_cuda(x, weight, bias=None, epilogue="none", gemm=0):
-    return _gemm(gemm, x.device).matmul(x, weight.t(), bias=bias, operation=_operation(epilogue, bias is not None))
+    return _gemm(gemm, x.get_device()).matmul(_rows(x), weight.t(), bias=bias,
+                                              operation=_operation(epilogue, bias is not None))  # fmt: skip
 
 
-@linear.register_fake
 def _linear_fake(x, weight, bias=None, epilogue="none", gemm=0):
     _operation(epilogue, bias is not None)
     return x.new_empty((*x.shape[:-1], _out_features(weight.shape[0], epilogue)))
@@ -137,7 +167,25 @@ def _linear_backward(ctx, grad):
     return grad_x, grad_w, grad_b, None, None
 
 
-linear.register_autograd(_linear_backward, setup_context=_setup_linear)
+_register("linear", _linear_cpu, _linear_cuda, _linear_fake, _linear_backward, _setup_linear)
+
+
+def _direct(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """Whether a layer may call an op's CUDA body itself: nothing traces the call
+    (torch.compile, export), no gradient is to be recorded, and x is a plain CUDA
+    tensor. Then the op would only add the dispatcher's round trip through Python."""
+    if torch.compiler.is_compiling() or type(x) is not torch.Tensor or not x.is_cuda:
+        return False
+    if torch.is_grad_enabled() and (x.requires_grad or any(p is not None and p.requires_grad for p in params)):
+        return False
+    return True
+
+
+def call_linear(x, weight, bias, epilogue: str, gemm: int) -> torch.Tensor:
+    """``torch.ops.gemm_runtime.linear``, as the layers call it (see _direct)."""
+    if _direct(x, weight, bias):
+        return _linear_cuda(x, weight, bias, epilogue, gemm)
+    return torch.ops.gemm_runtime.linear(x, weight, bias, epilogue, gemm)
 
 
 # ---- packed weights ------------------------------------------------------------------------
@@ -149,24 +197,20 @@ def packed_weight(qweight, scales_zeros, bits: int, group_size: int, n: int, k: 
     return PackedWeight(qweight, scales_zeros, bits, group_size, k, n, groups, group_shift(group_size, groups), symmetric)
 
 
-@torch.library.custom_op("gemm_runtime::linear_packed", mutates_args=())
-def linear_packed(x: torch.Tensor, qweight: torch.Tensor, scales_zeros: torch.Tensor, bits: int, group_size: int,
-                  n: int, k: int, symmetric: bool, bias: torch.Tensor | None = None, epilogue: str = "none",
-                  gemm: int = 0) -> torch.Tensor:  # fmt: skip
+def _linear_packed_cpu(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias=None, epilogue="none",
+                       gemm=0):  # fmt: skip
     """x @ dequant(W).T (+ bias) for a weight packed by packed_weight.pack_for_gemm."""
     w = packed_weight(qweight, scales_zeros, bits, group_size, n, k, symmetric).unpack().dequantize(torch.float32)
     return _reference(x, w, bias, epilogue)
 
 
-@linear_packed.register_kernel("cuda")
 def _linear_packed_cuda(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias=None, epilogue="none",
                         gemm=0):  # fmt: skip
-    return _gemm(gemm, x.device).linear_packed(
-        x, qweight, scales_zeros, (bits, group_size, n, k, symmetric), bias, _operation(epilogue, bias is not None)
+    return _gemm(gemm, x.get_device()).linear_packed(
+        _rows(x), qweight, scales_zeros, (bits, group_size, n, k, symmetric), bias, _operation(epilogue, bias is not None)
     )
 
 
-@linear_packed.register_fake
 def _linear_packed_fake(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias=None, epilogue="none",
                         gemm=0):  # fmt: skip
     _operation(epilogue, bias is not None)
@@ -193,4 +237,14 @@ def _packed_backward(ctx, grad):
     return grad_x, None, None, None, None, None, None, None, grad_b, None, None
 
 
-linear_packed.register_autograd(_packed_backward, setup_context=_setup_packed)
+_register("linear_packed", _linear_packed_cpu, _linear_packed_cuda, _linear_packed_fake, _packed_backward,
+          _setup_packed)
+
+
+def call_linear_packed(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias, epilogue: str,
+                       gemm: int) -> torch.Tensor:  # fmt: skip
+    """``torch.ops.gemm_runtime.linear_packed``, as QuantLinear calls it (see _direct)."""
+    if _direct(x, bias):
+        return _linear_packed_cuda(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias, epilogue, gemm)
+    return torch.ops.gemm_runtime.linear_packed(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias,
+                                                epilogue, gemm)  # fmt: skip

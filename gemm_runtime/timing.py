@@ -74,13 +74,24 @@ def median_ms(
     return statistics.median(times)
 
 
-def host_us_per_call(fn: Callable[[], object], calls: int = 2000) -> float:
-    """Host time of one call (validation, dispatch, launch), in microseconds."""
+def host_us_per_call(fn: Callable[[], object], calls: int = 500) -> float:
+    """Host time of one call (validation, dispatch, launch), in microseconds.
+
+    NOTE: the GPU sleeps through the timed loop, so the loop times the host alone: a
+    GPU slower than the host would fill the launch queue and make the launches wait
+    for it. ``calls`` stays below the queue's depth (1024 launches)."""
     import torch
 
-    for _ in range(50):
+    for _ in range(20):
         fn()
     torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(20):
+        fn()
+    estimate = (time.perf_counter() - t0) / 20
+    torch.cuda.synchronize()
+    # Cycles at up to 2 GHz for three times the loop's estimate, and a millisecond.
+    torch.cuda._sleep(int(2e9 * (3 * calls * estimate + 1e-3)))
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
