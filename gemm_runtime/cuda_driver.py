@@ -47,26 +47,6 @@ def device_attribute(device_index: int, name: str) -> int:
     return int(check(drv.cuDeviceGetAttribute(attr, dev), f"cuDeviceGetAttribute({name})"))
 
 
-_raw_launch = None
-
-
-def raw_launcher():
-    """libcuda's cuLaunchKernel through ctypes, for replays: a third of the host time of
-    cuda.bindings' wrapper, which converts and checks every argument anew (H200 host:
-    about 3 of 9 us; docs/PERFORMANCE.md). Arguments: function, grid x/y/z, block
-    x/y/z, shared bytes, stream, kernel-parameter array, extra (all plain ints)."""
-    global _raw_launch
-    if _raw_launch is None:
-        import ctypes
-
-        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-        u = ctypes.c_uint
-        fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        _raw_launch = fn
-    return _raw_launch
-
-
 def is_capturing(stream: int) -> bool:
     """Whether ``stream`` (a raw handle) is capturing a CUDA graph."""
     drv = _driver()
@@ -97,10 +77,18 @@ class LoadedFunction:
         )
         self._launch = drv.cuLaunchKernel
         self._stream_type = drv.CUstream
-        self.address = int(self.handle)  # the CUfunction as a plain pointer (raw_launcher)
+
+    def launcher(self, stream: int) -> tuple[Any, Any, Any]:
+        """(cuLaunchKernel, this function, the stream's CUstream): what a replay calls
+        with made objects, so that no argument is converted per call.
+
+        NOTE: measured on the H200's host, cuda.bindings' cuLaunchKernel with made
+        objects and the parameter array's address costs 4.5 us, libcuda's through ctypes
+        5.8 us (docs/PERFORMANCE.md)."""
+        return self._launch, self.handle, self._stream_type(stream)
 
     def launch(self, grid: tuple[int, int, int], threads: int, smem_bytes: int, stream: Any, params_addr: int) -> None:
-        """``stream``: a raw handle or ``stream(handle)``; ``params_addr``: address of a
+        """``stream``: a raw handle or a CUstream; ``params_addr``: address of a
         one-entry void* array pointing at the packed struct."""
         if type(stream) is not self._stream_type:
             stream = self._stream_type(stream)

@@ -21,19 +21,18 @@ from typing import NamedTuple
 import torch
 
 from codegen.params import PARAM_NAMES, PARAM_OFFSETS
-from gemm_runtime.cuda_driver import raw_launcher as _launch
 from gemm_runtime.errors import CudaError, GemmArgumentError
 
-# NOTE: A, B, C, D are the first four fields and alpha, beta two adjacent ones, so a
-# call rewrites them with two pack_into calls.
-_POINTERS = struct.Struct("=QQQQ")
+# NOTE: A, B, C, D, U, V are the first six fields (U is always null: the runtime takes
+# no scales of A) and alpha, beta two adjacent ones, so a call rewrites what changes
+# with three pack_into calls.
+_OPERANDS = struct.Struct("=QQQQQQ")
 _SCALARS = struct.Struct("=ff")
-assert PARAM_NAMES[:4] == ("A", "B", "C", "D")
+assert PARAM_NAMES[:6] == ("A", "B", "C", "D", "U", "V")
 assert PARAM_OFFSETS["beta"] == PARAM_OFFSETS["alpha"] + 4
 _ALPHA = PARAM_OFFSETS["alpha"]
 _POINTER = struct.Struct("=Q")
 _BIAS = PARAM_OFFSETS["bias"]
-_V = PARAM_OFFSETS["V"]
 _MAX_PLANS = 4096
 
 
@@ -65,14 +64,16 @@ def signature(a, b_part: tuple, out, c, bias, read_c: bool, extra: tuple) -> tup
 
 
 class FastPlan(NamedTuple):
-    function: int  # CUfunction address (LoadedFunction.address)
+    launch: object  # cuda.bindings' cuLaunchKernel
+    function: object  # the CUfunction
     grid: tuple[int, int, int]
     threads: int
     smem: int
-    stream: int  # the raw stream handle of the launch
+    stream: object  # the CUstream of the launch
     params: object  # ctypes buffer holding the packed parameter struct (the template)
     args: int  # address of the one-entry void* array pointing at ``params``
-    lock: object  # guards ``params`` from its write to the launch (which copies it)
+    lock: object  # guards ``params`` and ``last`` from the write to the launch (which copies them)
+    last: list  # [the values ``params`` holds now]: a call with the same ones rewrites nothing
     a_bytes: int  # spans of A, B and D, for the aliasing check
     b_bytes: int
     d_bytes: int
@@ -86,12 +87,14 @@ class FastPlan(NamedTuple):
     read_c: bool
 
     @classmethod
-    def build(cls, function: int, grid, threads: int, smem: int, stream: int, template: bytes, spans, version: int,
+    def build(cls, function, grid, threads: int, smem: int, stream: int, template: bytes, spans, version: int,
               keep: tuple, shape: tuple) -> "FastPlan":  # fmt: skip
+        """``function``: the kernel's LoadedFunction; ``stream``: a raw handle."""
         params = ctypes.create_string_buffer(template, len(template))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-        return cls(function, grid, threads, smem, stream, params, ctypes.addressof(args), threading.Lock(), *spans,
-                   version, (*keep, args), *shape)  # fmt: skip
+        launch, handle, stream_obj = function.launcher(stream)
+        return cls(launch, handle, grid, threads, smem, stream_obj, params, ctypes.addressof(args), threading.Lock(),
+                   [None], *spans, version, (*keep, args), *shape)  # fmt: skip
 
     def replay(self, a, b_ptr: int, v_ptr: int, out, c, bias, alpha: float, beta: float) -> torch.Tensor:
         """``Gemm.matmul`` for arguments of this plan's signature (B and V by pointer)."""
@@ -107,13 +110,14 @@ class FastPlan(NamedTuple):
     def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int, v: int = 0) -> None:
         if (d < a + self.a_bytes and a < d + self.d_bytes) or (d < b + self.b_bytes and b < d + self.d_bytes):
             raise GemmArgumentError("D", "memory overlapping A or B", "an output that does not alias its inputs")
-        buf, (gx, gy, gz) = self.params, self.grid
+        buf, (gx, gy, gz), values = self.params, self.grid, (a, b, c, d, v, bias, alpha, beta)
         with self.lock:
-            _POINTERS.pack_into(buf, 0, a, b, c, d)
-            _SCALARS.pack_into(buf, _ALPHA, alpha, beta)
-            _POINTER.pack_into(buf, _BIAS, bias)
-            _POINTER.pack_into(buf, _V, v)
-            err = _launch()(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, self.stream, self.args, None)
+            if self.last[0] != values:
+                _OPERANDS.pack_into(buf, 0, a, b, c, d, 0, v)
+                _SCALARS.pack_into(buf, _ALPHA, alpha, beta)
+                _POINTER.pack_into(buf, _BIAS, bias)
+                self.last[0] = values
+            (err,) = self.launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, self.stream, self.args, 0)
         if err:
             raise CudaError("cuLaunchKernel", err)
 

@@ -76,6 +76,8 @@ class Gemm:
             DispatchCache(info.arch, torch.cuda.get_device_name(self.device)),
             (self.kBarriersSize, self.kPartialsSize),
         )
+        self._cache = self.dispatcher.cache  # read on every replay: one attribute, not two properties
+        self._index = self.device.index
         tune_settings = settings().tune
         self.measurer = measurer or Measurer(reps=tune_settings.reps, max_time=tune_settings.max_time)
         self._lock = threading.Lock()
@@ -218,17 +220,35 @@ class Gemm:
         gated epilogue (``operation=Operation(epilogue=Epilogue.GATED_SILU)``) the
         output has N / 2 columns. ``b`` may also be a ``packed_weight.PackedWeight``
         (an N x K quantized weight): then the call computes ``a @ dequant(w).T``."""
-        alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
+        # NOTE: the checks of _scalar's common case written out: a replay's host time is
+        # the point of this path (docs/PERFORMANCE.md), and each call frame costs.
+        if type(alpha) is not float or not -_FLOAT32_MAX <= alpha <= _FLOAT32_MAX:
+            alpha = _scalar("alpha", alpha)
+        if type(beta) is not float or not -_FLOAT32_MAX <= beta <= _FLOAT32_MAX:
+            beta = _scalar("beta", beta)
         packed = type(b) is PackedWeight
         sig = self._signature(a, b.signature if packed else b, out, c, bias, beta, operation, out_dtype, stream,
                               workspace, kernel)  # fmt: skip
         if sig is not None:
-            plan = self._fast.get(sig, self.cache.version)
+            plan = self._fast.get(sig, self._cache.version)
             if plan is not None:
                 if packed:
                     return plan.replay(a, b.b.data_ptr(), b.v.data_ptr(), out, c, bias, alpha, beta)
                 return plan.replay(a, b.data_ptr(), 0, out, c, bias, alpha, beta)
         return self._matmul(a, b, out, alpha, beta, c, out_dtype, bias, operation, workspace, stream, kernel, sig)
+
+    def linear(self, x, weight, bias, operation: Operation) -> torch.Tensor:
+        """``matmul(x, weight.t(), bias=bias, operation=operation)`` for gemm_runtime.ops:
+        ``weight`` is the (N, K) nn.Linear weight; a replay makes no transposed view."""
+        # NOTE: tagged, so that it never meets the signature of a matmul whose B is a
+        # K x N tensor of the same shape (another product).
+        sig = self._signature(x, ("linear", fast_path.tensor_part(weight)), None, None, bias, 0.0, operation, None,
+                              None, None, None)  # fmt: skip
+        if sig is not None:
+            plan = self._fast.get(sig, self._cache.version)
+            if plan is not None:
+                return plan.replay(x, weight.data_ptr(), 0, None, None, bias, 1.0, 0.0)
+        return self._matmul(x, weight.t(), None, 1.0, 0.0, None, None, bias, operation, None, None, None, sig)
 
     def linear_packed(self, x, qweight, scales_zeros, meta: tuple, bias, operation: Operation) -> torch.Tensor:
         """``matmul(x, PackedWeight(qweight, scales_zeros, *meta), bias=bias, operation=...)``
@@ -237,7 +257,7 @@ class Gemm:
         sig = self._signature(x, fast_path.packed_signature(qweight, scales_zeros, meta), None, None, bias, 0.0,
                               operation, None, None, None, None)  # fmt: skip
         if sig is not None:
-            plan = self._fast.get(sig, self.cache.version)
+            plan = self._fast.get(sig, self._cache.version)
             if plan is not None:
                 return plan.replay(x, qweight.data_ptr(), scales_zeros.data_ptr(), None, None, bias, 1.0, 0.0)
         from gemm_runtime.ops import packed_weight
@@ -252,13 +272,14 @@ class Gemm:
         if operation is not None and (type(operation) is not Operation or operation.dispatch not in _REPLAYABLE):
             return None
         if stream is None:
-            handle, capturing = _current_stream(self.device.index), _current_stream_capturing()
+            handle, capturing = _current_stream(self._index), _current_stream_capturing()
         else:
             handle = self._stream_handle(stream)
             capturing = is_capturing(handle)
         # NOTE: capturing is part of it: a launch planned inside a capture may use the
         # graph's own workspace (_workspace), which calls outside it must not replay.
-        extra = (operation, out_dtype, handle, capturing, _workspace_signature(workspace), kernel)
+        extra = (operation, out_dtype, handle, capturing, None if workspace is None else _workspace_signature(workspace),
+                 kernel)  # fmt: skip
         try:
             sig = fast_path.signature(a, b if type(b) is tuple else fast_path.tensor_part(b), out, c, bias,
                                       beta != 0.0, extra)  # fmt: skip
@@ -322,7 +343,7 @@ class Gemm:
         self._fast.put(
             sig,
             fast_path.FastPlan.build(
-                kern.function.address, grid, kern.spec.threads, kern.spec.smem_bytes, handle, template, spans,
+                kern.function, grid, kern.spec.threads, kern.spec.smem_bytes, handle, template, spans,
                 version, (ws.barriers, ws.partials) if plan.splits > 1 else (), shape,
             ),
         )

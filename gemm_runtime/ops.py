@@ -125,8 +125,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def _linear_cuda(x, weight, bias=None, epilogue="none", gemm=0):
-    return _gemm(gemm, x.get_device()).matmul(_rows(x), weight.t(), bias=bias,
-                                              operation=_operation(epilogue, bias is not None))  # fmt: skip
+    return _gemm(gemm, x.get_device()).linear(_rows(x), weight, bias, _operation(epilogue, bias is not None))
 
 
 def _linear_fake(x, weight, bias=None, epilogue="none", gemm=0):

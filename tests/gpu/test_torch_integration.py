@@ -209,3 +209,13 @@ def test_llama_4bit_logits_match_the_dequantized_model():
         assert rel_err(ours(ids).logits, want) < 1e-2
         compiled = torch.compile(ours)
         assert rel_err(compiled(ids).logits, want) < 1e-2
+
+
+def test_linear_and_matmul_replays_of_one_square_weight_stay_apart(gemm):
+    """x @ W.T (the op) and x @ W (matmul with a K x N B) share every tensor attribute
+    when W is square; each replay must still compute its own product."""
+    w = torch.randn(512, 512, device="cuda", dtype=torch.float16) * 0.05
+    x = torch.randn(3, 512, device="cuda", dtype=torch.float16)
+    for _ in range(3):  # plan, then replay, interleaved
+        assert rel_err(torch.ops.gemm_runtime.linear(x, w, None, "none", 0), x.float() @ w.float().t()) < 1e-2
+        assert rel_err(gemm.matmul(x, w), x.float() @ w.float()) < 1e-2
