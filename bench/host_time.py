@@ -1,6 +1,6 @@
 """Host time of one cached call, ours beside torch's, in one run.
 
-    python -m bench.host_time [--calls 500] [--rounds 7] [--out docs/perf/host_time.md]
+    python -m bench.host_time [--calls 500] [--rounds 11] [--out docs/perf/host_time.md]
 
 Each variant issues ``calls`` calls while the GPU sleeps (timing.host_us_per_call, so
 the loop measures the host alone) and reports the median over ``rounds`` interleaved
@@ -11,6 +11,7 @@ rounds: torch
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -82,17 +83,21 @@ def variants(m: int, n: int, k: int):
 def measure(calls: int, rounds: int, m: int, n: int, k: int) -> dict[str, list[tuple[str, float]]]:
     table = variants(m, n, k)
     results: dict[str, dict[str, list[float]]] = {kind: {name: [] for name, _ in vs} for kind, vs in table.items()}
+    order = [(kind, name, fn) for kind, vs in table.items() for name, fn in vs]
+    rng = random.Random(0)
     with torch.inference_mode():
-        for _ in range(rounds):  # interleaved, so drifts of the host's clock hit every variant alike
-            for kind, vs in table.items():
-                for name, fn in vs:
-                    results[kind][name].append(host_us_per_call(fn, calls))
+        for _ in range(rounds):
+            # NOTE: interleaved and shuffled anew each round, so that drifts of the host's
+            # clock, and whatever a position in the order costs, hit every variant alike.
+            rng.shuffle(order)
+            for kind, name, fn in order:
+                results[kind][name].append(host_us_per_call(fn, calls))
     return {kind: [(name, statistics.median(ts)) for name, ts in vs.items()] for kind, vs in results.items()}
 
 
 def report(results, m: int, n: int, k: int) -> list[str]:
     lines = [f"Host time per call, M={m} N={n} K={k} fp16 ({torch.cuda.get_device_name()}, torch {torch.__version__}),"
-             " the GPU asleep, median of interleaved rounds, under torch.inference_mode; ratio = ours /"
+             " the GPU asleep, median of shuffled interleaved rounds, under torch.inference_mode; ratio = ours /"
              " torch.matmul(x, w.t()) of the same run", "",
              "| kind | call | host µs | / torch.matmul |", "|---|---|---:|---:|"]  # fmt: skip
     for kind, rows in results.items():
@@ -105,7 +110,7 @@ def report(results, m: int, n: int, k: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.host_time", description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=500)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--shape", type=int, nargs=3, default=(4, 1024, 1024), metavar=("M", "N", "K"))
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
