@@ -174,12 +174,16 @@ def test_nvrtc_compiles(name: str, default_set: list[LoadedKernel]) -> None:
     try:
         opts = [b"--gpu-architecture=sm_80", b"-std=c++17", f"--include-path={INCLUDE_DIR}".encode()]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        # NOTE: writable buffers: NVRTC writes through the pointer, and b" " * 1 (an
+        # empty log is just its NUL) is CPython's shared b" " singleton, which it would
+        # turn into b"\x00" for the rest of the process (unpickling the int 32 then
+        # gave 0 in a later test).
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
+        log = bytearray(max(1, size))
         nvrtc.nvrtcGetProgramLog(prog, log)
         assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
         _, ptx_size = nvrtc.nvrtcGetPTXSize(prog)
-        ptx = b" " * ptx_size
+        ptx = bytearray(ptx_size)
         nvrtc.nvrtcGetPTX(prog, ptx)
         assert f".entry {name}(".encode() in ptx
     finally:
