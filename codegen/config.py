@@ -40,16 +40,15 @@ from typing import Any, NoReturn, TypeVar
 
 import yaml
 
+from codegen.families import MainloopFamily, families
 from codegen.fsutil import NAME_MAX, TEMP_NAME_OVERHEAD
 from codegen.spec import KernelSpec
 from codegen.vocabulary import (
     ARCH_SMEM_LIMIT,
-    IMPLEMENTED_ATOMS,
     KNOWN_ARCHS,
     QUANT_TYPES,
     BOrder,
     DataType,
-    Mainloop,
     MmaAtom,
 )
 
@@ -80,7 +79,7 @@ _TOP_ACCEPTS: dict[str, str] = {"families": "a non-empty list of families"}
 _FAMILY_ACCEPTS: dict[str, str] = {
     "name": "a name matching [a-z0-9_]+",
     "arch": f"[min, max] with min <= max, each one of {', '.join(map(str, KNOWN_ARCHS))}",
-    "mainloop": _choices(list(Mainloop)),
+    "mainloop": _choices(families()),
     "mma": _choices(list(MmaAtom)),
     "a_type": _choices(_A_TYPES),
     "b_type": "the same type as a_type",
@@ -303,7 +302,7 @@ def _list(where: _Where, field: str, v: Any, accepted: str, repeats: bool = Fals
 class _Family:
     name: str
     arch: tuple[int, int]
-    mainloop: Mainloop
+    mainloop: MainloopFamily
     mma: MmaAtom
     a_type: DataType
     b_type: DataType
@@ -334,9 +333,9 @@ def _parse_family(where: _Where, data: Any) -> _Family:
     if arch[0] > arch[1]:
         where.reject("arch", data["arch"], _FAMILY_ACCEPTS["arch"], " (min > max)")
 
-    mainloop = _enum(where, "mainloop", data["mainloop"], list(Mainloop))
+    mainloop = _enum(where, "mainloop", data["mainloop"], families())
     if mainloop.min_arch > arch[0]:
-        fits = [m for m in Mainloop if m.min_arch <= arch[0]]
+        fits = [m for m in families() if m.min_arch <= arch[0]]
         where.reject(
             "mainloop",
             mainloop.value,
@@ -352,8 +351,8 @@ def _parse_family(where: _Where, data: Any) -> _Family:
         atoms = [m for m in MmaAtom if a_type in m.supported_types]
         where.reject("mma", mma.value, f"{_choices(atoms)} (atoms that multiply {a_type.value})",
                      f" (does not multiply a_type {a_type.value!r})")
-    if mma not in IMPLEMENTED_ATOMS[mainloop]:
-        where.reject("mma", mma.value, (_choices(IMPLEMENTED_ATOMS[mainloop]) or "none yet")
+    if mma not in mainloop.atoms:
+        where.reject("mma", mma.value, (_choices(mainloop.atoms) or "none yet")
                      + f" (the atoms the {mainloop.value} mainloop implements)")
     if mma.min_arch > arch[0]:
         where.reject("arch", data["arch"], f"a range starting at sm_{mma.min_arch} or later for mma {mma.value!r}",
@@ -393,8 +392,10 @@ def _parse_tile(where: _Where, fam: _Family, data: Any) -> tuple[tuple[int, int,
     _int(where, "stages", stages, f"an integer >= {_MIN_STAGES}", lo=_MIN_STAGES)
     _int(where, "stages", stages, f"an integer <= {_MAX_STAGES} (deeper pipelines only use up shared memory)",
          hi=_MAX_STAGES)
-    if fam.mainloop is Mainloop.SM70 and stages != 2:
-        where.reject("stages", stages, "2 (the sm70 mainloop is a register-staged double buffer)")
+    broken = fam.mainloop.tile_error(cta, warps, stages)
+    if broken is not None:
+        field, accepted = broken
+        where.reject(field, {"cta": list(cta), "warps": list(warps), "stages": stages}[field], accepted)
 
     got_warps = f"{_show(list(warps))} for cta {_show(list(cta))}"
     for dim, c, w in zip("MNK", cta, warps, strict=True):

@@ -67,23 +67,6 @@ class BOrder(enum.Enum):
         return Order.COL_MAJOR if self is BOrder.NK else Order.ROW_MAJOR
 
 
-class Mainloop(enum.Enum):
-    SM80 = "sm80"  # multi-stage cp.async pipeline
-    SM70 = "sm70"  # register-staged double buffer
-
-    @property
-    def min_arch(self) -> int:
-        return {Mainloop.SM80: 80, Mainloop.SM70: 70}[self]
-
-    @property
-    def header(self) -> str:
-        return {Mainloop.SM80: "gemm/kernel_sm80.cuh", Mainloop.SM70: "gemm/kernel_sm70.cuh"}[self]
-
-    @property
-    def entry(self) -> str:
-        return {Mainloop.SM80: "gemm::gemm_sm80", Mainloop.SM70: "gemm::gemm_sm70"}[self]
-
-
 class MmaAtom(enum.Enum):
     M16N8K16 = "m16n8k16"
     M16N8K8 = "m16n8k8"
@@ -136,11 +119,3 @@ def parse_enum(enum_cls: type[enum.Enum], text: object) -> enum.Enum:
             return member
     accepted = ", ".join(repr(m.value) for m in enum_cls)
     raise ValueError(f"{text!r} is not one of {accepted}")
-
-
-# (mainloop -> MMA atoms) that templates/include implements; a config asking for
-# another pairing is rejected before anything is rendered.
-IMPLEMENTED_ATOMS: dict[Mainloop, tuple[MmaAtom, ...]] = {
-    Mainloop.SM80: (MmaAtom.M16N8K16, MmaAtom.M16N8K8),
-    Mainloop.SM70: (MmaAtom.M16N8K16, MmaAtom.M16N8K8, MmaAtom.M8N8K4),
-}

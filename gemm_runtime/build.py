@@ -397,7 +397,9 @@ def build(
             bar.line(f"sm_{a}: {len(results[a])} kernels done ({rep.timing()})")
 
     def args(k: GeneratedKernel, a: int) -> dict:
-        return dict(name=k.name, arch=a, include_dirs=include_dirs, options=BUILD_OPTIONS)
+        target = k.spec.mainloop.nvrtc_target(a)  # the family's (sm_90a for arch-specific code)
+        return dict(name=k.name, arch=a, include_dirs=include_dirs, options=BUILD_OPTIONS,
+                    target=None if target == f"sm_{a}" else target)  # fmt: skip
 
     # Cache hits are served here, so a warm build starts no worker processes at all.
     misses = []

@@ -214,9 +214,13 @@ def supported_archs() -> tuple[int, ...]:
     return tuple(sorted({a for b in backends() for a in b.archs}))
 
 
-def compile_options(arch: int, include_dirs: Sequence[Path], options: Sequence[str] = ()) -> list[str]:
+def compile_options(
+    arch: int, include_dirs: Sequence[Path], options: Sequence[str] = (), target: str | None = None
+) -> list[str]:
+    """NVRTC's options for ``sm_{arch}``; ``target`` names another --gpu-architecture of
+    that arch (an arch-specific one such as "sm_90a", from the kernel's family)."""
     return [
-        f"--gpu-architecture=sm_{arch}",
+        f"--gpu-architecture={target or f'sm_{arch}'}",
         "-std=c++17",
         "-Xptxas=-v",  # makes the log carry the ptxas resource report parsed below
         "-default-device",
@@ -306,8 +310,11 @@ def include_digest(include_dirs: Sequence[Path]) -> str:
     return _hash_dirs(tuple(_dir_signature(Path(d)) for d in include_dirs))
 
 
-def cache_key(source: str, *, name: str, arch: int, include_dirs: Sequence[Path], options: Sequence[str] = ()) -> str:
-    opts = compile_options(arch, include_dirs, options)
+def cache_key(
+    source: str, *, name: str, arch: int, include_dirs: Sequence[Path], options: Sequence[str] = (),
+    target: str | None = None,
+) -> str:  # fmt: skip
+    opts = compile_options(arch, include_dirs, options, target)
     backend = backend_for(arch)
     parts = {
         "format": _CACHE_FORMAT,
@@ -346,10 +353,11 @@ def _cache_store(cache_dir: Path, key: str, result: CompileResult) -> None:
 
 
 def lookup(
-    source: str, *, name: str, arch: int, include_dirs: Sequence[Path], options: Sequence[str] = (), cache_dir: Path
-) -> CompileResult | None:
+    source: str, *, name: str, arch: int, include_dirs: Sequence[Path], options: Sequence[str] = (), cache_dir: Path,
+    target: str | None = None,
+) -> CompileResult | None:  # fmt: skip
     """The cached result for these inputs, or None; never compiles."""
-    key = cache_key(source, name=name, arch=arch, include_dirs=include_dirs, options=options)
+    key = cache_key(source, name=name, arch=arch, include_dirs=include_dirs, options=options, target=target)
     return _cache_load(Path(cache_dir), key)
 
 
@@ -361,19 +369,20 @@ def compile_cubin(
     include_dirs: Sequence[Path],
     options: Sequence[str] = (),
     cache_dir: Path | None,
+    target: str | None = None,
 ) -> CompileResult:
-    """Compile ``source`` for ``sm_{arch}`` with the NVRTC ``backend_for(arch)`` picks;
-    raise CompileError with the NVRTC log on failure, ArchUnsupportedError when no
-    available NVRTC targets the arch."""
+    """Compile ``source`` for ``sm_{arch}`` (or ``target``, an arch-specific name of it)
+    with the NVRTC ``backend_for(arch)`` picks; raise CompileError with the NVRTC log on
+    failure, ArchUnsupportedError when no available NVRTC targets the arch."""
     t0 = time.perf_counter()
     backend = backend_for(arch)
     key = None
     if cache_dir is not None:
-        key = cache_key(source, name=name, arch=arch, include_dirs=include_dirs, options=options)
+        key = cache_key(source, name=name, arch=arch, include_dirs=include_dirs, options=options, target=target)
         hit = _cache_load(Path(cache_dir), key)
         if hit is not None:
             return hit
-    ok, log, cubin = backend.compile(source, name, compile_options(arch, include_dirs, options))
+    ok, log, cubin = backend.compile(source, name, compile_options(arch, include_dirs, options, target))
     if not ok:
         raise CompileError(name, arch, log)
     result = CompileResult(

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from codegen.spec import KernelSpec
-from codegen.vocabulary import Mainloop
 from gemm_runtime.context import ProblemKey
 from gemm_runtime.plan import SWIZZLES, LaunchSpec
 
@@ -36,7 +35,6 @@ _SMS_TO_SATURATE = 0.3  # fraction of the SMs whose combined loads saturate DRAM
 _DEQUANT_WEIGHTS_PER_CLOCK = 30.0
 _DEQUANT_WARPS_SCALE = 9.0
 _DEQUANT_TILE_STEPS = 1.2
-_DEQUANT_SM70 = 0.7  # the register-staged mainloop, measured against the SM80 one
 _QUANT_LONE_CTA = 0.85
 
 
@@ -115,10 +113,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     rows_per_b = spec.warp_tile[0] if spec.quantized else cm
     intensity = rows_per_b * cn / (rows_per_b + cn)
     efficiency = intensity / (intensity + 48.0)
-    if spec.mainloop is Mainloop.SM70:
-        efficiency *= 0.85  # no copy in flight across the barrier
-    elif spec.stages < 3:
-        efficiency *= 0.7
+    efficiency *= spec.mainloop.mma_efficiency(spec)
     if spec.quantized and resident == 1:
         # A lone CTA's tile-end barrier idles its SM, and the dequantizing warps' uneven
         # progress makes those waits long (W4, M = 128 on the H200: 128x128x64 at one
@@ -157,8 +152,7 @@ def dequant_time(spec: KernelSpec, ctas: int, resident: int, device: DeviceModel
     steps = spec.warp_tile[2] / 32
     rate = device.sm_clock_hz * _DEQUANT_WEIGHTS_PER_CLOCK * (1.0 - math.exp(-warps / _DEQUANT_WARPS_SCALE))
     rate *= steps / (steps + _DEQUANT_TILE_STEPS)
-    if spec.mainloop is Mainloop.SM70:
-        rate *= _DEQUANT_SM70
+    rate *= spec.mainloop.dequant_rate(spec)
     return per_sm * weights_per_cta / rate
 
 

@@ -68,10 +68,18 @@ def compatible_cubin_archs(device_arch: int, available: list[int]) -> list[int]:
     return sorted(a for a in available if a // 10 == device_arch // 10 and a <= device_arch)
 
 
-def filter_reason(spec: KernelSpec, device_arch: int, smem_optin: int, allow_emulated: bool) -> str | None:
-    """Why a kernel must not be dispatched on this device, or None if it may."""
+def filter_reason(
+    spec: KernelSpec, device_arch: int, smem_optin: int, allow_emulated: bool, cubin_arch: int | None = None
+) -> str | None:
+    """Why a kernel must not be dispatched on this device, or None if it may.
+    ``cubin_arch``: the arch its cubin was built for (default: the device's)."""
     if not spec.arch_min <= device_arch <= spec.arch_max:
         return f"family arch range sm_{spec.arch_min}..sm_{spec.arch_max} excludes sm_{device_arch}"
+    built = device_arch if cubin_arch is None else cubin_arch
+    target = spec.mainloop.nvrtc_target(built)
+    if target != f"sm_{built}" and built != device_arch:
+        # NOTE: arch-specific code (sm_90a: wgmma, setmaxnreg) runs on that one arch only.
+        return f"built for {target}, which runs only on sm_{built}"
     if spec.smem_bytes > smem_optin:
         return f"needs {spec.smem_bytes} B shared memory, device allows {smem_optin} B"
     if not spec.mma.native_on(device_arch) and not allow_emulated:
@@ -115,7 +123,7 @@ class Registry:
         filtered: dict[str, str] = {}
         for name in sorted(entries):
             arch, rec, cubin, problem = entries[name]
-            reason = filter_reason(rec.spec, device.arch, device.smem_optin, allow_emulated)
+            reason = filter_reason(rec.spec, device.arch, device.smem_optin, allow_emulated, arch)
             if reason is not None:
                 filtered[name] = reason
                 continue

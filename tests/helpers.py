@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from codegen.spec import KernelSpec
-from codegen.vocabulary import BOrder, DataType, Mainloop, MmaAtom
+from codegen.families import Mainloop
+from codegen.vocabulary import BOrder, DataType, MmaAtom
 
 
 def spec_for(**overrides) -> KernelSpec:

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from codegen.config import ConfigError, default_config_paths, display_path, load_configs
-from codegen.vocabulary import KNOWN_ARCHS, BOrder, Mainloop, MmaAtom
+from codegen.families import Mainloop, families
+from codegen.vocabulary import KNOWN_ARCHS, BOrder, MmaAtom
 
 FAMILY: dict[str, Any] = {
     "name": "fam",
@@ -413,7 +414,7 @@ def test_default_configs() -> None:
     assert {s.mainloop.value for s in quantized} == {"sm70", "sm80"}
     assert {s.cta[0] for s in quantized} >= {16, 128}
     assert {k.spec.mma for k in loaded} == set(MmaAtom)
-    assert {k.spec.mainloop for k in loaded} == set(Mainloop)
+    assert {k.spec.mainloop for k in loaded} == set(families())
     names = [k.spec.name for k in loaded]
     assert len(set(names)) == len(names)
     assert {2, 3, 4, 5, 6} <= {k.spec.stages for k in loaded}

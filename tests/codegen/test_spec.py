@@ -9,7 +9,8 @@ import pytest
 
 from codegen.spec import KernelSpec
 from tests.helpers import spec_for
-from codegen.vocabulary import BOrder, DataType, Mainloop, MmaAtom
+from codegen.families import Mainloop
+from codegen.vocabulary import BOrder, DataType, MmaAtom
 
 SPEC = spec_for(family="sm80_f16", arch_min=80, arch_max=90)
 

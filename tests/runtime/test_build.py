@@ -15,7 +15,8 @@ import pytest
 from codegen.config import LoadedKernel
 from codegen.render import write_generated
 from codegen.spec import KernelSpec
-from codegen.vocabulary import BOrder, DataType, Mainloop, MmaAtom
+from codegen.families import Mainloop
+from codegen.vocabulary import BOrder, DataType, MmaAtom
 from gemm_runtime import settings as settings_mod
 from gemm_runtime.build import BuildError, build, main
 from gemm_runtime.settings import REPO_ROOT

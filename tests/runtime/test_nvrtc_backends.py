@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen.vocabulary import Mainloop, MmaAtom
+from codegen.families import Mainloop
+from codegen.vocabulary import MmaAtom
 from gemm_runtime import compiler, nvrtc_legacy
 from gemm_runtime.build import build, main
 from gemm_runtime.compiler import ArchUnsupportedError, NvrtcBackend, cache_key, compile_cubin

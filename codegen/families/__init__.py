@@ -1,0 +1,52 @@
+"""The mainloop families: a registry of ``MainloopFamily`` plug-ins by YAML name.
+
+    from codegen.families import Mainloop, get, register
+    Mainloop.SM80                      # the built-in families by name
+    register(MyFamily())               # a new one (docs/EXTENDING.md)
+"""
+
+from __future__ import annotations
+
+from codegen.families.base import MainloopFamily
+from codegen.families.sm70 import Sm70Family
+from codegen.families.sm80 import Sm80Family
+
+_FAMILIES: dict[str, MainloopFamily] = {}
+
+
+def register(family: MainloopFamily) -> MainloopFamily:
+    """Make ``family`` available to YAML configs, specs and the runtime by its value."""
+    if not isinstance(family, MainloopFamily):
+        raise TypeError(f"{family!r} is not a codegen.families.MainloopFamily")
+    if family.value in _FAMILIES and _FAMILIES[family.value] is not family:
+        raise ValueError(f"a mainloop family named {family.value!r} is registered already")
+    _FAMILIES[family.value] = family
+    return family
+
+
+def unregister(value: str) -> None:
+    """Remove a family (tests that register a fake one)."""
+    _FAMILIES.pop(value, None)
+
+
+def get(value: object) -> MainloopFamily:
+    """The family of a YAML name, or ValueError listing the registered ones."""
+    family = _FAMILIES.get(value) if isinstance(value, str) else None
+    if family is None:
+        raise ValueError(f"{value!r} is not one of {', '.join(repr(v) for v in _FAMILIES)}")
+    return family
+
+
+def families() -> list[MainloopFamily]:
+    """Every registered family, in registration order."""
+    return list(_FAMILIES.values())
+
+
+class Mainloop:
+    """The built-in families by name (``Mainloop.SM80 is get("sm80")``)."""
+
+    SM80 = register(Sm80Family())
+    SM70 = register(Sm70Family())
+
+
+__all__ = ["MainloopFamily", "Mainloop", "families", "get", "register", "unregister"]

@@ -1,0 +1,53 @@
+"""The SM80 family: an N-stage cp.async ring (templates/include/gemm/mainloop_sm80.cuh),
+on Ampere, Ada and Hopper."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from codegen.families.base import MainloopFamily
+from codegen.vocabulary import DataType, MmaAtom
+
+if TYPE_CHECKING:
+    from codegen.spec import KernelSpec
+
+
+class Sm80Family(MainloopFamily):
+    value = "sm80"
+    min_arch = 80
+    atoms = (MmaAtom.M16N8K16, MmaAtom.M16N8K8)
+    header = "gemm/kernel_sm80.cuh"
+    entry = "gemm::gemm_sm80"
+    summary = "multi-stage cp.async pipeline"
+
+    def direct_b(self, spec: KernelSpec) -> bool:
+        """Tiles whose quantized weights each feed one warp (one warp along M, <= 32
+        rows) load them straight into registers, one K tile ahead (weight_stream.cuh)."""
+        return spec.quantized and spec.warps[0] == 1 and spec.cta[0] <= 32
+
+    def min_ctas_per_sm(self, spec: KernelSpec) -> int:
+        """Direct-B kernels hide the weights' latency with warps: 16 warps per SM cap a
+        thread at 65536 / (16 * 32) = 128 registers, two CTAs of 8 warps or four of 4.
+        Four of 4 only for 4-bit weights: their decode loop is compiled twice (with and
+        without rows 8-15, MainloopSm80), which NVRTC 13 allocates at 142 registers
+        uncapped against 128 and 116 for either loop alone. Not asked of 8-bit 4-warp
+        CTAs nor 32-row ones (they spill at 128), nor of bf16 activations (their 4-bit
+        8-warp tile spills 4 bytes at 128 on sm_80; NVRTC 13)."""
+        if not spec.direct_b or spec.a_type is not DataType.F16:
+            return 1
+        if spec.threads == 256:
+            return 2
+        if spec.threads == 128 and spec.b_type.bits == 4 and spec.cta[0] == 16:
+            return 4
+        return 1
+
+    def spill_budget(self, spec: KernelSpec, arch: int) -> int:
+        """The register-capped 4-bit direct-B tiles (min_ctas_per_sm) spill 16 bytes on
+        sm_80 (NVRTC 13): the row-sum MMA's constant operand, in the loop for 9-16 rows
+        only; the loop for at most 8 rows, which decode runs, spills nothing. Uncapped,
+        sm_80 would run 3 (4-warp) or 1 (8-warp) CTAs per SM instead of 4 or 2."""
+        capped_w4 = spec.min_ctas_per_sm > 1 and spec.b_type.bits == 4
+        return 16 if capped_w4 and arch < 90 else 0
+
+    def mma_efficiency(self, spec: KernelSpec) -> float:
+        return 0.7 if spec.stages < 3 else 1.0  # two stages leave no copy in flight across the wait
