@@ -1,0 +1,132 @@
+"""GPU smoke test of the SM90 blocks (TMA + mbarrier ring + wgmma + setmaxnreg):
+templates/include/gemm/sm90/smoke_gemm.cuh compiled with NVRTC for sm_90a at test time,
+launched through cuda.bindings on torch's current stream, and compared with a
+float64 reference. Compute capability 9.0 only (an sm_90a cubin runs nowhere else).
+
+The output is NaN-poisoned and padded by rows and columns it must not touch, so a
+missing store, a store out of bounds and a wrong fragment mapping all show up; on a
+mismatch the message lists the first wrong elements and which 128 x 128 tiles and
+64-row consumer halves hold errors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import pytest
+import torch
+
+from codegen.vocabulary import DataType
+from gemm_runtime import cuda_driver
+from gemm_runtime.tensor_map import TensorMap2D, encode, param_bytes
+from tests.sm90_smoke import BLOCK_M, BLOCK_N, THREADS, SmokeKernel, nvrtc_compile, report, smem_bytes
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(128, 128, 64), (256, 384, 1024), (200, 300, 1000), (1, 128, 4096)]
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+PAD = 8  # rows and columns of D beyond M and N that must stay NaN
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hopper() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    cap = torch.cuda.get_device_capability()
+    if cap != (9, 0):
+        pytest.skip(f"sm_90a kernels run on compute capability 9.0 only (this GPU: {cap[0]}.{cap[1]})")
+    torch.cuda.init()
+    cuda_driver.ensure_context(torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(kernel: SmokeKernel) -> cuda_driver.LoadedFunction:
+    ok, log, cubin = nvrtc_compile(kernel.source(), kernel.name)
+    assert ok, f"NVRTC failed for {kernel.name}:\n{log}"
+    rep = report(log, kernel.name)
+    assert rep["spill_stores"] == rep["spill_loads"] == 0, log
+    print(f"{kernel.name}: {rep}")
+    fn = cuda_driver.LoadedFunction(cubin, kernel.name, smem_bytes(kernel.stages), THREADS)
+    assert fn.ctas_per_sm >= 1, f"{kernel.name}: does not fit an SM ({smem_bytes(kernel.stages)} bytes smem)"
+    return fn
+
+
+def _aligned_copy(data: bytes, align: int = 64) -> tuple[ctypes.Array, int]:
+    """A ctypes buffer holding ``data`` at an ``align``-byte aligned address (the
+    CUtensorMap parameter is 64-byte aligned; the driver copies it from here)."""
+    raw = ctypes.create_string_buffer(len(data) + align)
+    addr = ctypes.addressof(raw)
+    addr += (-addr) % align
+    ctypes.memmove(addr, data, len(data))
+    return raw, addr
+
+
+def _launch(kernel: SmokeKernel, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ldd: int) -> None:
+    fn = _loaded(kernel)
+    (m, k), n = a.shape, b.shape[0]
+    dtype = DataType(kernel.dtype)
+    # NOTE: the boxes are the kernel's tiles: 128 rows x 64 K columns (128 bytes, the
+    # 128B swizzle span); both operands are K-major (row-major A, "nk" B).
+    tma_a = encode(TensorMap2D(a.data_ptr(), m, k, a.stride(0), dtype, BLOCK_M, 64))
+    tma_b = encode(TensorMap2D(b.data_ptr(), n, k, b.stride(0), dtype, BLOCK_N, 64))
+    keep = []  # the buffers the parameter array points into, alive until the launch returns
+    pointers = []
+    for data in (param_bytes(tma_a), param_bytes(tma_b)):
+        buf, addr = _aligned_copy(data)
+        keep.append(buf)
+        pointers.append(addr)
+    for value in (ctypes.c_void_p(d.data_ptr()), ctypes.c_int(ldd), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)):
+        keep.append(value)
+        pointers.append(ctypes.addressof(value))
+    params = (ctypes.c_void_p * len(pointers))(*pointers)
+    grid = ((m + BLOCK_M - 1) // BLOCK_M, (n + BLOCK_N - 1) // BLOCK_N, 1)
+    stream = torch.cuda.current_stream().cuda_stream
+    fn.launch(grid, THREADS, smem_bytes(kernel.stages), stream, ctypes.addressof(params))
+    torch.cuda.synchronize()  # surfaces a trap or fault here, with the buffers still alive
+    del keep
+
+
+def _diagnose(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, limit: int = 12) -> str:
+    idx = bad.nonzero()
+    lines = [f"{idx.shape[0]} of {bad.numel()} elements wrong; first ones (row, col: got vs want):"]
+    for r, c in idx[:limit].tolist():
+        lines.append(f"  ({r}, {c}): {got[r, c].item():.5g} vs {want[r, c].item():.5g}")
+    tiles = sorted({(r // BLOCK_M, c // BLOCK_N, (r % BLOCK_M) // 64) for r, c in idx[:4096].tolist()})
+    lines.append(f"(tile row, tile col, consumer half) holding errors: {tiles[:16]}")
+    rows = torch.unique(idx[:, 0] % 16)[:16].tolist()
+    cols = torch.unique(idx[:, 1] % 8)[:8].tolist()
+    lines.append(f"wrong rows mod 16: {rows}; wrong cols mod 8: {cols}")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("stages", [4, 2])
+@pytest.mark.parametrize("out", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_smoke_gemm_matches_reference(shape: tuple[int, int, int], dtype: str, out: str, stages: int) -> None:
+    if stages != 4 and out != "f32":
+        pytest.skip("the 2-stage ring is checked with f32 output only")
+    m, n, k = shape
+    kernel = SmokeKernel(dtype, out, stages)
+    gen = torch.Generator(device="cuda").manual_seed(m * 7919 + n * 31 + k)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(TORCH[dtype])
+    b = torch.randn(n, k, device="cuda", generator=gen).to(TORCH[dtype])
+    ldd = n + PAD
+    d_full = torch.full((m + PAD, ldd), float("nan"), device="cuda", dtype=TORCH[out])
+
+    _launch(kernel, a, b, d_full, ldd)
+
+    want = a.double() @ b.double().T
+    got = d_full[:m, :n].double()
+    assert torch.isnan(d_full[m:, :]).all() and torch.isnan(d_full[:m, n:]).all(), (
+        f"{kernel.name} {shape}: wrote outside the {m} x {n} output"
+    )
+    nan = torch.isnan(got)
+    assert not nan.any(), f"{kernel.name} {shape}: elements never written\n" + _diagnose(got, want, nan)
+    scale = want.pow(2).mean().sqrt().item()
+    bad = (got - want).abs() > 2e-2 * (want.abs() + scale)
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 1e-2 and not bad.any(), f"{kernel.name} {shape}: relative error {rel:.3g}\n" + _diagnose(
+        got, want, bad
+    )
