@@ -146,15 +146,18 @@ def encode(spec: TensorMap2D, encode_tiled: Callable[..., tuple] | None = None) 
     drv = _driver()
     args = spec.encode_args()
     call = encode_tiled or drv.cuTensorMapEncodeTiled
+    u32, u64 = (int, int) if encode_tiled else (drv.cuuint32_t, drv.cuuint64_t)
+    # NOTE: cuda.bindings (13.3) takes the sizes as its cuuint32_t / cuuint64_t
+    # objects, not Python ints ("Cannot convert int to cuuint32_t").
     return check(
         call(
             getattr(drv.CUtensorMapDataType, args["tensorDataType"]),
-            args["tensorRank"],
+            u32(args["tensorRank"]),
             args["globalAddress"],
-            args["globalDim"],
-            args["globalStrides"],
-            args["boxDim"],
-            args["elementStrides"],
+            [u64(v) for v in args["globalDim"]],
+            [u64(v) for v in args["globalStrides"]],
+            [u32(v) for v in args["boxDim"]],
+            [u32(v) for v in args["elementStrides"]],
             getattr(drv.CUtensorMapInterleave, args["interleave"]),
             getattr(drv.CUtensorMapSwizzle, args["swizzle"]),
             getattr(drv.CUtensorMapL2promotion, args["l2Promotion"]),
