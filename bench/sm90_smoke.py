@@ -10,8 +10,7 @@ import time
 
 import torch
 
-from tests.gpu.test_sm90_smoke import _launch
-from tests.sm90_smoke import SmokeKernel
+from tests.sm90_smoke import SmokeKernel, launch
 
 
 def _seconds(fn, reps: int = 10) -> float:
@@ -38,7 +37,7 @@ def main() -> None:
             b = torch.randn(size, size, device="cuda", dtype=dt)
             d = torch.empty(size, size, device="cuda", dtype=dt)
             kernel = SmokeKernel(name, name, 4)
-            ours = _seconds(lambda: _launch(kernel, a, b, d, size))
+            ours = _seconds(lambda: launch(kernel, a, b, d, size))
             ref = _seconds(lambda: torch.matmul(a, b.t(), out=d))
             flop = 2 * size**3
             print(f"| {size} | {name} | {flop / ours / 1e12:.0f} | {flop / ref / 1e12:.0f} | {ref / ours:.2f} |")

@@ -83,7 +83,6 @@ class FastPlan(NamedTuple):
     k: int
     out_shape: tuple[int, ...]  # of an output matmul allocates
     out_dtype: torch.dtype
-    device: torch.device
     read_c: bool
 
     @classmethod

@@ -290,7 +290,9 @@ class Gemm:
     def _matmul(self, a, b, out, alpha, beta, c, out_dtype, bias, operation, workspace, stream, kernel, sig):
         """The validating path of ``matmul``; what it launches is kept for replay under ``sig``."""
         operation = operation or _DEFAULT_OPERATION
-        if bias is not None and not isinstance(operation, Operation):
+        # NOTE: checked here, not only by make_problem: the bias and packed-weight forms
+        # of the operation are derived from it first.
+        if not isinstance(operation, Operation):
             raise GemmArgumentError("operation", type(operation).__name__, "a gemm_runtime.Operation")
         if bias is not None and not operation.epilogue.has_bias:
             operation = dataclasses.replace(operation, epilogue=operation.epilogue.with_bias())
@@ -327,7 +329,7 @@ class Gemm:
         )  # fmt: skip
         if sig is not None and done is not None and a2.numel() and d2.numel():
             spans = (adesc.span * adesc.type.bits // 8, b_bytes, ddesc.span * ddesc.type.bits // 8)
-            shape = (a2.shape[0], a2.shape[1], tuple(out.shape), out.dtype, out.device, read_c)
+            shape = (a2.shape[0], a2.shape[1], tuple(out.shape), out.dtype, read_c)
             self._remember(sig, version, spans, shape, *done)
         return out
 
@@ -336,7 +338,7 @@ class Gemm:
         plan: LaunchSpec, ws: Workspace, handle: int,
     ) -> None:  # fmt: skip
         """Keep the launch of a validated call for replay by later calls of its signature.
-        ``shape``: (rows, K, output shape, output dtype, device, read_c) of the call."""
+        ``shape``: (rows, K, output shape, output dtype, read_c) of the call."""
         kern = self.dispatcher.kernel(plan.kernel)
         pointers = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
         grid, template = prepare(kern, problem, plan, 1.0, 0.0, *pointers)

@@ -10,7 +10,6 @@ projection for the gated-SiLU epilogue.
 
 from __future__ import annotations
 
-import threading
 from typing import Callable
 
 import torch
@@ -18,22 +17,8 @@ import torch
 from gemm_runtime import ops
 from gemm_runtime.errors import GemmArgumentError
 
-_gemms: dict[int, object] = {}
-_gemms_lock = threading.Lock()
 _SUPPORTED = (torch.float16, torch.bfloat16)
-
-
-def default_gemm(device: torch.device):
-    """One shared Gemm per CUDA device (created on first use)."""
-    from gemm_runtime.gemm import Gemm
-
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
-    with _gemms_lock:
-        g = _gemms.get(index)
-        if g is None:
-            g = _gemms[index] = Gemm(torch.device("cuda", index))
-        return g
+default_gemm = ops.default_gemm  # one shared Gemm per CUDA device (created on first use)
 
 
 def _parameter(t: torch.Tensor | None) -> torch.nn.Parameter | None:

@@ -9,7 +9,7 @@ and ``mode="reduce-overhead"``'s CUDA graphs) and autograd see them as single op
 
 ``epilogue`` is an ``Epilogue`` value without the bias part ("none" or "gated_silu");
 a bias switches to the bias form. ``gemm`` is 0 for the device's shared ``Gemm``
-(nn.default_gemm) or a handle from ``handle_of(gemm)``.
+(``default_gemm``) or a handle from ``handle_of(gemm)``.
 
 The layers (gemm_runtime.nn) call the ops through ``call_linear`` /
 ``call_linear_packed``: in eager mode with no gradient to record they run the op's
@@ -51,19 +51,30 @@ def handle_of(gemm) -> int:
     return id(gemm)
 
 
-_by_device: dict[int, object] = {}  # device index -> nn.default_gemm's instance, read without a lock
+_shared: dict[int, object] = {}  # device index -> its shared Gemm
+_shared_lock = threading.Lock()
+
+
+def default_gemm(device: torch.device | int | str | None = None):
+    """One shared Gemm per CUDA device (created on first use); ``device`` is a CUDA
+    device, its index, or None for the current one."""
+    index = device if type(device) is int else (None if device is None else torch.device(device).index)
+    index = torch.cuda.current_device() if index is None else index
+    gemm = _shared.get(index)  # NOTE: read without the lock: the ops ask once per call
+    if gemm is None:
+        with _shared_lock:
+            gemm = _shared.get(index)
+            if gemm is None:
+                from gemm_runtime.gemm import Gemm
+
+                gemm = _shared[index] = Gemm(torch.device("cuda", index))
+    return gemm
 
 
 def _gemm(handle: int, device: torch.device | int):
     """The Gemm of a handle; ``device`` (a CUDA device or its index) picks the shared one."""
     if handle == 0:
-        index = device if type(device) is int else device.index
-        gemm = _by_device.get(index)
-        if gemm is None:
-            from gemm_runtime.nn import default_gemm
-
-            gemm = _by_device[index] = default_gemm(torch.device("cuda", index))
-        return gemm
+        return default_gemm(device)
     gemm = _handles.get(handle)
     if gemm is None:
         raise GemmArgumentError("gemm", handle, "0 or a handle from gemm_runtime.ops.handle_of(gemm)")

@@ -1,16 +1,23 @@
 """The SM90 smoke kernel's instantiation text and its NVRTC compile, shared by the CPU
-test (tests/codegen/test_sm90_headers.py) and the GPU test (tests/gpu/test_sm90_smoke.py).
+test (tests/codegen/test_sm90_headers.py), the GPU test (tests/gpu/test_sm90_smoke.py)
+and bench.sm90_smoke, with the launch of a compiled kernel on torch's current stream.
 
 The instantiation only names the types; all logic is in
 templates/include/gemm/sm90/smoke_gemm.cuh."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from dataclasses import dataclass
+
+import torch
 
 from codegen.render import INCLUDE_DIR
 from codegen.vocabulary import DataType
+from gemm_runtime import cuda_driver
 from gemm_runtime.compiler import parse_ptxas_report
+from gemm_runtime.tensor_map import TensorMap2D, encode, param_bytes
 
 THREADS = 384
 BLOCK_M = 128
@@ -82,3 +89,51 @@ def nvrtc_ptx(source: str, name: str, arch: str = "sm_90a") -> tuple[bool, str, 
         return True, log.rstrip(b"\0").decode(errors="replace"), ptx.rstrip(b"\0").decode(errors="replace")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+# ---- on the GPU (the GPU test and bench.sm90_smoke) ---------------------------------
+@functools.lru_cache(maxsize=None)
+def _loaded(kernel: SmokeKernel) -> cuda_driver.LoadedFunction:
+    ok, log, cubin = nvrtc_compile(kernel.source(), kernel.name)
+    assert ok, f"NVRTC failed for {kernel.name}:\n{log}"
+    rep = report(log, kernel.name)
+    assert rep["spill_stores"] == rep["spill_loads"] == 0, log
+    print(f"{kernel.name}: {rep}")
+    fn = cuda_driver.LoadedFunction(cubin, kernel.name, smem_bytes(kernel.stages), THREADS)
+    assert fn.ctas_per_sm >= 1, f"{kernel.name}: does not fit an SM ({smem_bytes(kernel.stages)} bytes smem)"
+    return fn
+
+
+def _aligned_copy(data: bytes, align: int = 64) -> tuple[ctypes.Array, int]:
+    """A ctypes buffer holding ``data`` at an ``align``-byte aligned address (the
+    CUtensorMap parameter is 64-byte aligned; the driver copies it from here)."""
+    raw = ctypes.create_string_buffer(len(data) + align)
+    addr = ctypes.addressof(raw)
+    addr += (-addr) % align
+    ctypes.memmove(addr, data, len(data))
+    return raw, addr
+
+
+def launch(kernel: SmokeKernel, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ldd: int) -> None:
+    fn = _loaded(kernel)
+    (m, k), n = a.shape, b.shape[0]
+    dtype = DataType(kernel.dtype)
+    # NOTE: the boxes are the kernel's tiles: 128 rows x 64 K columns (128 bytes, the
+    # 128B swizzle span); both operands are K-major (row-major A, "nk" B).
+    tma_a = encode(TensorMap2D(a.data_ptr(), m, k, a.stride(0), dtype, BLOCK_M, 64))
+    tma_b = encode(TensorMap2D(b.data_ptr(), n, k, b.stride(0), dtype, BLOCK_N, 64))
+    keep = []  # the buffers the parameter array points into, alive until the launch returns
+    pointers = []
+    for data in (param_bytes(tma_a), param_bytes(tma_b)):
+        buf, addr = _aligned_copy(data)
+        keep.append(buf)
+        pointers.append(addr)
+    for value in (ctypes.c_void_p(d.data_ptr()), ctypes.c_int(ldd), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)):
+        keep.append(value)
+        pointers.append(ctypes.addressof(value))
+    params = (ctypes.c_void_p * len(pointers))(*pointers)
+    grid = ((m + BLOCK_M - 1) // BLOCK_M, (n + BLOCK_N - 1) // BLOCK_N, 1)
+    stream = torch.cuda.current_stream().cuda_stream
+    fn.launch(grid, THREADS, smem_bytes(kernel.stages), stream, ctypes.addressof(params))
+    torch.cuda.synchronize()  # surfaces a trap or fault here, with the buffers still alive
+    del keep

@@ -11,16 +11,11 @@ mismatch the message lists the first wrong elements and which 128 x 128 tiles an
 
 from __future__ import annotations
 
-import ctypes
-import functools
-
 import pytest
 import torch
 
-from codegen.vocabulary import DataType
 from gemm_runtime import cuda_driver
-from gemm_runtime.tensor_map import TensorMap2D, encode, param_bytes
-from tests.sm90_smoke import BLOCK_M, BLOCK_N, THREADS, SmokeKernel, nvrtc_compile, report, smem_bytes
+from tests.sm90_smoke import BLOCK_M, BLOCK_N, SmokeKernel, launch
 
 pytestmark = pytest.mark.gpu
 
@@ -38,53 +33,6 @@ def hopper() -> None:
         pytest.skip(f"sm_90a kernels run on compute capability 9.0 only (this GPU: {cap[0]}.{cap[1]})")
     torch.cuda.init()
     cuda_driver.ensure_context(torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _loaded(kernel: SmokeKernel) -> cuda_driver.LoadedFunction:
-    ok, log, cubin = nvrtc_compile(kernel.source(), kernel.name)
-    assert ok, f"NVRTC failed for {kernel.name}:\n{log}"
-    rep = report(log, kernel.name)
-    assert rep["spill_stores"] == rep["spill_loads"] == 0, log
-    print(f"{kernel.name}: {rep}")
-    fn = cuda_driver.LoadedFunction(cubin, kernel.name, smem_bytes(kernel.stages), THREADS)
-    assert fn.ctas_per_sm >= 1, f"{kernel.name}: does not fit an SM ({smem_bytes(kernel.stages)} bytes smem)"
-    return fn
-
-
-def _aligned_copy(data: bytes, align: int = 64) -> tuple[ctypes.Array, int]:
-    """A ctypes buffer holding ``data`` at an ``align``-byte aligned address (the
-    CUtensorMap parameter is 64-byte aligned; the driver copies it from here)."""
-    raw = ctypes.create_string_buffer(len(data) + align)
-    addr = ctypes.addressof(raw)
-    addr += (-addr) % align
-    ctypes.memmove(addr, data, len(data))
-    return raw, addr
-
-
-def _launch(kernel: SmokeKernel, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ldd: int) -> None:
-    fn = _loaded(kernel)
-    (m, k), n = a.shape, b.shape[0]
-    dtype = DataType(kernel.dtype)
-    # NOTE: the boxes are the kernel's tiles: 128 rows x 64 K columns (128 bytes, the
-    # 128B swizzle span); both operands are K-major (row-major A, "nk" B).
-    tma_a = encode(TensorMap2D(a.data_ptr(), m, k, a.stride(0), dtype, BLOCK_M, 64))
-    tma_b = encode(TensorMap2D(b.data_ptr(), n, k, b.stride(0), dtype, BLOCK_N, 64))
-    keep = []  # the buffers the parameter array points into, alive until the launch returns
-    pointers = []
-    for data in (param_bytes(tma_a), param_bytes(tma_b)):
-        buf, addr = _aligned_copy(data)
-        keep.append(buf)
-        pointers.append(addr)
-    for value in (ctypes.c_void_p(d.data_ptr()), ctypes.c_int(ldd), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)):
-        keep.append(value)
-        pointers.append(ctypes.addressof(value))
-    params = (ctypes.c_void_p * len(pointers))(*pointers)
-    grid = ((m + BLOCK_M - 1) // BLOCK_M, (n + BLOCK_N - 1) // BLOCK_N, 1)
-    stream = torch.cuda.current_stream().cuda_stream
-    fn.launch(grid, THREADS, smem_bytes(kernel.stages), stream, ctypes.addressof(params))
-    torch.cuda.synchronize()  # surfaces a trap or fault here, with the buffers still alive
-    del keep
 
 
 def _diagnose(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, limit: int = 12) -> str:
@@ -115,7 +63,7 @@ def test_smoke_gemm_matches_reference(shape: tuple[int, int, int], dtype: str, o
     ldd = n + PAD
     d_full = torch.full((m + PAD, ldd), float("nan"), device="cuda", dtype=TORCH[out])
 
-    _launch(kernel, a, b, d_full, ldd)
+    launch(kernel, a, b, d_full, ldd)
 
     want = a.double() @ b.double().T
     got = d_full[:m, :n].double()
