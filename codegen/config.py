@@ -423,6 +423,10 @@ def _parse_tile(where: _Where, fam: _Family, data: Any) -> tuple[tuple[int, int,
 
 def _check_kernel(where: _Where, spec: KernelSpec) -> None:
     """The checks that depend on b_order and align, i.e. on the whole kernel."""
+    broken = spec.mainloop.kernel_error(spec)
+    if broken is not None:
+        field, got, accepted = broken
+        where.reject(field, got, accepted)
     _, n, k = spec.cta
     if spec.quantized:
         if spec.b_order is not BOrder.NK:

@@ -80,3 +80,10 @@ def cpp_struct(name: str = "GemmParams") -> str:
         f'static_assert(sizeof({name}) == {PARAM_STRUCT.size}, "parameter struct differs from codegen/params.py");'
     )
     return "\n".join(lines)
+
+
+def block_bytes(offset: int) -> int:
+    """Size of a kernel parameter block holding ``offset`` bytes of TMA descriptors and
+    then the struct: C++ pads it to the descriptors' 64-byte alignment."""
+    size = offset + PARAM_STRUCT.size
+    return size if offset == 0 else -(-size // 64) * 64

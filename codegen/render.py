@@ -23,7 +23,6 @@ from codegen.spec import KernelSpec
 
 TEMPLATE_DIR = REPO_ROOT / "templates"
 INCLUDE_DIR = TEMPLATE_DIR / "include"  # the -I directory generated files need
-KERNEL_TEMPLATE = "kernel.cu.j2"
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 
@@ -43,11 +42,12 @@ def environment() -> jinja2.Environment:
 
 def render_kernel(spec: KernelSpec, source: str) -> str:
     """The .cu text of one kernel; ``source`` says where in the YAML it came from."""
-    return environment().get_template(KERNEL_TEMPLATE).render(
+    return environment().get_template(spec.mainloop.template).render(
         spec=spec,
         spec_source=source,
         spec_fields=list(spec.to_json().items()),
         params_struct=params.cpp_struct(),
+        param_block_bytes=params.block_bytes(spec.mainloop.params_offset(spec)),
     )
 
 

@@ -115,8 +115,9 @@ class KernelSpec:
 
     @property
     def threads(self) -> int:
-        wm, wn, wk = self.warps
-        return 32 * wm * wn * wk
+        """Threads per CTA (the family's rule: one warp per ``warps`` entry, plus any
+        warps of its own such as a producer warpgroup)."""
+        return self.mainloop.threads(self)
 
     @property
     def warp_tile(self) -> tuple[int, int, int]:

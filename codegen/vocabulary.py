@@ -71,10 +71,14 @@ class MmaAtom(enum.Enum):
     M16N8K16 = "m16n8k16"
     M16N8K8 = "m16n8k8"
     M8N8K4 = "m8n8k4"
+    # Hopper's warpgroup MMA (wgmma.mma_async m64nNk16): a 64-row, N-wide (the tile's
+    # N), 16-deep product per warpgroup, both operands from shared memory.
+    M64NK16 = "m64nNk16"
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return {MmaAtom.M16N8K16: (16, 8, 16), MmaAtom.M16N8K8: (16, 8, 8), MmaAtom.M8N8K4: (8, 8, 4)}[self]
+        return {MmaAtom.M16N8K16: (16, 8, 16), MmaAtom.M16N8K8: (16, 8, 8), MmaAtom.M8N8K4: (8, 8, 4),
+                MmaAtom.M64NK16: (64, 8, 16)}[self]  # wgmma: N in steps of 8
 
     @property
     def cpp(self) -> str:
@@ -83,17 +87,19 @@ class MmaAtom(enum.Enum):
             MmaAtom.M16N8K16: "gemm::AtomM16N8K16",
             MmaAtom.M16N8K8: "gemm::AtomM16N8K8",
             MmaAtom.M8N8K4: "gemm::AtomM8N8K4",
+            MmaAtom.M64NK16: "gemm::AtomWgmma",
         }[self]
 
     @property
     def min_arch(self) -> int:
         """The oldest arch whose PTX has the instruction (and its fragment loads)."""
-        return {MmaAtom.M16N8K16: 80, MmaAtom.M16N8K8: 75, MmaAtom.M8N8K4: 70}[self]
+        return {MmaAtom.M16N8K16: 80, MmaAtom.M16N8K8: 75, MmaAtom.M8N8K4: 70, MmaAtom.M64NK16: 90}[self]
 
     @property
     def native_archs(self) -> tuple[int, int]:
         """Inclusive arch range where the instruction runs in hardware at full rate."""
-        return {MmaAtom.M16N8K16: (80, 999), MmaAtom.M16N8K8: (75, 999), MmaAtom.M8N8K4: (70, 75)}[self]
+        return {MmaAtom.M16N8K16: (80, 999), MmaAtom.M16N8K8: (75, 999), MmaAtom.M8N8K4: (70, 75),
+                MmaAtom.M64NK16: (90, 90)}[self]  # sm_90a only: Blackwell has tcgen05 instead
 
     def native_on(self, arch: int) -> bool:
         lo, hi = self.native_archs

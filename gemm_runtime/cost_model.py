@@ -105,15 +105,10 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     ctas = tm * tn * splits
     resident = max(1, ctas_per_sm)
     waves = math.ceil(ctas / (device.sms * resident))
-    # MMA time: the resident CTAs of a wave share their SM; thin tiles re-read
-    # operands from shared memory more per MMA, so they run below the SM's peak.
+    # MMA time: the resident CTAs of a wave share their SM, at the rate the family's
+    # mainloop sustains on this tile (codegen.families: MainloopFamily.mma_efficiency).
     per_sm = min(resident, math.ceil(ctas / device.sms))
-    # Quantized B: each warp dequantizes its own B fragments, so a B fragment serves
-    # only the warp's rows (its warp tile M), not the CTA's.
-    rows_per_b = spec.warp_tile[0] if spec.quantized else cm
-    intensity = rows_per_b * cn / (rows_per_b + cn)
-    efficiency = intensity / (intensity + 48.0)
-    efficiency *= spec.mainloop.mma_efficiency(spec)
+    efficiency = spec.mainloop.mma_efficiency(spec)
     if spec.quantized and resident == 1:
         # A lone CTA's tile-end barrier idles its SM, and the dequantizing warps' uneven
         # progress makes those waits long (W4, M = 128 on the H200: 128x128x64 at one

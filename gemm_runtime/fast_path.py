@@ -84,16 +84,19 @@ class FastPlan(NamedTuple):
     out_shape: tuple[int, ...]  # of an output matmul allocates
     out_dtype: torch.dtype
     read_c: bool
+    offset: int = 0  # where GemmParams starts in the parameter block (after any tensor maps)
+    maps: object = None  # launch.TensorMaps: the block's descriptors for (A, B) addresses, or None
 
     @classmethod
     def build(cls, function, grid, threads: int, smem: int, stream: int, template: bytes, spans, version: int,
-              keep: tuple, shape: tuple) -> "FastPlan":  # fmt: skip
-        """``function``: the kernel's LoadedFunction; ``stream``: a raw handle."""
+              keep: tuple, shape: tuple, offset: int = 0, maps=None) -> "FastPlan":  # fmt: skip
+        """``function``: the kernel's LoadedFunction; ``stream``: a raw handle;
+        ``template``: the parameter block, GemmParams at ``offset``."""
         params = ctypes.create_string_buffer(template, len(template))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
         launch, handle, stream_obj = function.launcher(stream)
         return cls(launch, handle, grid, threads, smem, stream_obj, params, ctypes.addressof(args), threading.Lock(),
-                   [None], *spans, version, (*keep, args), *shape)  # fmt: skip
+                   [None], *spans, version, (*keep, args), *shape, offset, maps or None)  # fmt: skip
 
     def replay(self, a, b_ptr: int, v_ptr: int, out, c, bias, alpha: float, beta: float) -> torch.Tensor:
         """``Gemm.matmul`` for arguments of this plan's signature (B and V by pointer)."""
@@ -109,12 +112,17 @@ class FastPlan(NamedTuple):
     def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int, v: int = 0) -> None:
         if (d < a + self.a_bytes and a < d + self.d_bytes) or (d < b + self.b_bytes and b < d + self.d_bytes):
             raise GemmArgumentError("D", "memory overlapping A or B", "an output that does not alias its inputs")
-        buf, (gx, gy, gz), values = self.params, self.grid, (a, b, c, d, v, bias, alpha, beta)
+        buf, (gx, gy, gz), values, at = self.params, self.grid, (a, b, c, d, v, bias, alpha, beta), self.offset
         with self.lock:
-            if self.last[0] != values:
-                _OPERANDS.pack_into(buf, 0, a, b, c, d, 0, v)
-                _SCALARS.pack_into(buf, _ALPHA, alpha, beta)
-                _POINTER.pack_into(buf, _BIAS, bias)
+            last = self.last[0]
+            if last != values:
+                if self.maps is not None and (last is None or last[0] != a or last[1] != b):
+                    # NOTE: a descriptor holds its operand's address: one for the last
+                    # call's A or B would read the old tensor.
+                    ctypes.memmove(buf, self.maps(a, b), at)
+                _OPERANDS.pack_into(buf, at, a, b, c, d, 0, v)
+                _SCALARS.pack_into(buf, at + _ALPHA, alpha, beta)
+                _POINTER.pack_into(buf, at + _BIAS, bias)
                 self.last[0] = values
             (err,) = self.launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, self.stream, self.args, 0)
         if err:

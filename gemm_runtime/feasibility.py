@@ -16,12 +16,11 @@ from gemm_runtime.plan import MAX_SPLITS, SWIZZLES, LaunchSpec
 _MAX_GRID_X = 2**31 - 1  # CUDA's limit on gridDim.x
 
 
-def grid_of(spec: KernelSpec, key: ProblemKey, plan: LaunchSpec) -> tuple[int, int, int]:
-    """The launch grid: 2**swizzle CTAs per tile row of M in x, the N tile groups in y,
-    the splits in z (templates/include/gemm/kernel.cuh)."""
-    tiles_m, tiles_n = tiles_of(spec, key)
-    group = 1 << plan.swizzle
-    return tiles_m * group, math.ceil(tiles_n / group), plan.splits
+def grid_of(spec: KernelSpec, key: ProblemKey, plan: LaunchSpec, resident: int = _MAX_GRID_X) -> tuple[int, int, int]:
+    """The launch grid, as the kernel's family lays it out (MainloopFamily.grid).
+    ``resident``: CTAs of the kernel the device holds at once; the default, no limit,
+    gives the largest grid a persistent family may launch (for the limit checks)."""
+    return spec.mainloop.grid(spec, tiles_of(spec, key), plan.splits, plan.swizzle, resident)
 
 
 def launch_error(

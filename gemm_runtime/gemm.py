@@ -341,12 +341,13 @@ class Gemm:
         ``shape``: (rows, K, output shape, output dtype, read_c) of the call."""
         kern = self.dispatcher.kernel(plan.kernel)
         pointers = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
-        grid, template = prepare(kern, problem, plan, 1.0, 0.0, *pointers)
+        grid, template, maps = prepare(kern, problem, plan, 1.0, 0.0, *pointers)
         self._fast.put(
             sig,
             fast_path.FastPlan.build(
                 kern.function, grid, kern.spec.threads, kern.spec.smem_bytes, handle, template, spans,
                 version, (ws.barriers, ws.partials) if plan.splits > 1 else (), shape,
+                kern.spec.mainloop.params_offset(kern.spec), maps,
             ),
         )
 

@@ -1,29 +1,79 @@
-"""Pack the kernel parameter struct (declared once in codegen/params.py) and launch."""
+"""Pack a kernel's parameter block and launch.
+
+The block is what the kernel's family says (codegen.families): the GemmParams struct
+(declared once in codegen/params.py), after the TMA descriptors of the families that
+take them (``MainloopFamily.tensor_maps``), which are encoded here from the problem's
+operands.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import math
 
-from codegen.params import PARAM_NAMES, PARAM_STRUCT
+from codegen.families import TensorMapBox
+from codegen.vocabulary import BOrder
+from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.spec import KernelSpec
 from gemm_runtime.context import Problem
 from gemm_runtime.cost_model import tiles_of
 from gemm_runtime.feasibility import grid_of
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel
+from gemm_runtime.tensor_map import Encoder, TensorMap2D
 from gemm_runtime.types import Epilogue
 
 _PARAM_INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
 _EPILOGUE_CODES = {e.value: e.code for e in Epilogue}
 
 
-def geometry(spec: KernelSpec, problem: Problem, plan: LaunchSpec) -> tuple[tuple[int, int, int], int, int, int]:
-    """(grid, tiles_m, tiles_n, k_tiles_per_split) of a launch."""
+def geometry(
+    spec: KernelSpec, problem: Problem, plan: LaunchSpec, resident: int = 1
+) -> tuple[tuple[int, int, int], int, int, int]:
+    """(grid, tiles_m, tiles_n, k_tiles_per_split) of a launch; ``resident``: CTAs of
+    the kernel the device holds at once (persistent families size their grid by it)."""
     key = problem.key
     tiles_m, tiles_n = tiles_of(spec, key)
     k_tiles = math.ceil(key.k / spec.cta[2])
-    return grid_of(spec, key, plan), tiles_m, tiles_n, math.ceil(k_tiles / plan.splits) if k_tiles else 0
+    grid = grid_of(spec, key, plan, resident)
+    return grid, tiles_m, tiles_n, math.ceil(k_tiles / plan.splits) if k_tiles else 0
+
+
+def _operand_matrix(box: TensorMapBox, problem: Problem) -> tuple[int, int, int, int]:
+    """(address, rows, cols, ld) of the stored matrix a tensor map describes."""
+    key = problem.key
+    if box.operand == "a":
+        address, rows, cols, ld = problem.a, key.m, key.k, problem.lda
+    elif box.operand == "b":
+        rows, cols = (key.n, key.k) if key.b_order is BOrder.NK else (key.k, key.n)
+        address, ld = problem.b, problem.ldb
+    else:
+        raise ValueError(f"tensor map operand {box.operand!r} is not 'a' or 'b'")
+    if rows == 1:
+        # NOTE: a one-row matrix's stride is never used, and may be any value (the row
+        # alignment of the key ignores it): give TMA a legal one.
+        ld = -(-cols // 8) * 8
+    return address, rows, cols, ld
+
+
+class TensorMaps:
+    """The TMA descriptors a kernel's parameter block starts with, for one problem
+    geometry: ``maps(a, b)`` encodes them for operands at those addresses."""
+
+    def __init__(self, spec: KernelSpec, problem: Problem) -> None:
+        self._encoders = []
+        for box in spec.mainloop.tensor_maps(spec):
+            address, rows, cols, ld = _operand_matrix(box, problem)
+            dtype = problem.key.a_type if box.operand == "a" else problem.key.b_type
+            self._encoders.append(
+                (box.operand, Encoder(TensorMap2D(address, rows, cols, ld, dtype, box.box_rows, box.box_cols)))
+            )
+
+    def __bool__(self) -> bool:
+        return bool(self._encoders)
+
+    def __call__(self, a: int, b: int) -> bytes:
+        return b"".join(encode(a if operand == "a" else b) for operand, encode in self._encoders)
 
 
 def pack_params(
@@ -73,9 +123,10 @@ def pack_params(
 
 def prepare(
     kernel: Kernel, problem: Problem, plan: LaunchSpec, alpha: float, beta: float, semaphores: int = 0, partials: int = 0
-) -> tuple[tuple[int, int, int], bytes]:
-    """The grid and the packed parameter struct of one launch."""
-    grid, tiles_m, tiles_n, per_split = geometry(kernel.spec, problem, plan)
+) -> tuple[tuple[int, int, int], bytes, TensorMaps]:
+    """The grid, the packed parameter block and the tensor maps (to re-encode for
+    other operand addresses) of one launch."""
+    grid, tiles_m, tiles_n, per_split = geometry(kernel.spec, problem, plan, kernel.resident)
     packed = pack_params(
         problem,
         alpha,
@@ -86,7 +137,12 @@ def prepare(
         semaphores=semaphores,
         partials=partials,
     )
-    return grid, packed
+    maps = TensorMaps(kernel.spec, problem)
+    if maps:
+        packed = maps(problem.a, problem.b) + packed
+        # The block's C++ struct is 64-byte aligned (CUtensorMap), so its size is too.
+        packed += bytes(block_bytes(len(packed) - PARAM_STRUCT.size) - len(packed))
+    return grid, packed, maps
 
 
 def launch(
@@ -102,7 +158,7 @@ def launch(
     """Queue one launch. Split-K (plan.splits > 1) needs the workspace pointers."""
     if problem.key.m == 0 or problem.key.n == 0:
         return  # an empty output: nothing to write
-    grid, packed = prepare(kernel, problem, plan, alpha, beta, semaphores, partials)
-    buf = ctypes.create_string_buffer(packed, PARAM_STRUCT.size)
+    grid, packed, _ = prepare(kernel, problem, plan, alpha, beta, semaphores, partials)
+    buf = ctypes.create_string_buffer(packed, len(packed))
     args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
     kernel.function.launch(grid, kernel.spec.threads, kernel.spec.smem_bytes, stream, ctypes.addressof(args))

@@ -26,6 +26,7 @@ class Kernel:
     registers: int
     spills: int
     function: LoadedFunction
+    sms: int = 1  # the device's SM count
 
     @property
     def name(self) -> str:
@@ -34,6 +35,11 @@ class Kernel:
     @property
     def ctas_per_sm(self) -> int:
         return self.function.ctas_per_sm
+
+    @property
+    def resident(self) -> int:
+        """CTAs of this kernel the device holds at once."""
+        return max(1, self.sms * self.ctas_per_sm)
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,7 @@ class Registry:
                 filtered[name] = problem
                 continue
             function = LoadedFunction(cubin, rec.symbol, rec.spec.smem_bytes, rec.spec.threads)
-            kernels.append(Kernel(rec.spec, arch, rec.registers, rec.spills, function))
+            kernels.append(Kernel(rec.spec, arch, rec.registers, rec.spills, function, device.sms))
         if not kernels:
             raise NoKernelsError(
                 f"none of the {len(entries)} kernels in {build_dir} may run on sm_{device.arch}: "

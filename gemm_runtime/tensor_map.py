@@ -143,28 +143,7 @@ def _driver() -> Any:
 def encode(spec: TensorMap2D, encode_tiled: Callable[..., tuple] | None = None) -> Any:
     """The CUtensorMap for ``spec`` (a cuda.bindings object). ``encode_tiled`` stands in
     for ``cuTensorMapEncodeTiled`` (tests); it gets the driver's enum members."""
-    drv = _driver()
-    args = spec.encode_args()
-    call = encode_tiled or drv.cuTensorMapEncodeTiled
-    u32, u64 = (int, int) if encode_tiled else (drv.cuuint32_t, drv.cuuint64_t)
-    # NOTE: cuda.bindings (13.3) takes the sizes as its cuuint32_t / cuuint64_t
-    # objects, not Python ints ("Cannot convert int to cuuint32_t").
-    return check(
-        call(
-            getattr(drv.CUtensorMapDataType, args["tensorDataType"]),
-            u32(args["tensorRank"]),
-            args["globalAddress"],
-            [u64(v) for v in args["globalDim"]],
-            [u64(v) for v in args["globalStrides"]],
-            [u32(v) for v in args["boxDim"]],
-            [u32(v) for v in args["elementStrides"]],
-            getattr(drv.CUtensorMapInterleave, args["interleave"]),
-            getattr(drv.CUtensorMapSwizzle, args["swizzle"]),
-            getattr(drv.CUtensorMapL2promotion, args["l2Promotion"]),
-            getattr(drv.CUtensorMapFloatOOBfill, args["oobFill"]),
-        ),
-        "cuTensorMapEncodeTiled",
-    )
+    return Encoder(spec, encode_tiled).tensor_map(spec.address)
 
 
 def tensor_map_2d(
@@ -191,3 +170,38 @@ def tensor_map_2d(
 def param_bytes(tmap: Any) -> bytes:
     """The 128 bytes of a CUtensorMap, as the kernel parameter takes them by value."""
     return ctypes.string_at(int(tmap.getPtr()), TENSOR_MAP_BYTES)
+
+
+class Encoder:
+    """``cuTensorMapEncodeTiled`` for one matrix geometry at changing addresses: the
+    arguments are converted once, so a launch whose operand moved re-encodes its
+    descriptor for the cost of the driver call alone. ``encode_tiled`` stands in for
+    the driver call (tests); it gets the driver's enum members."""
+
+    def __init__(self, spec: TensorMap2D, encode_tiled: Callable[..., tuple] | None = None) -> None:
+        drv = _driver()
+        args = spec.encode_args()
+        self._call = encode_tiled or drv.cuTensorMapEncodeTiled
+        u32, u64 = (int, int) if encode_tiled else (drv.cuuint32_t, drv.cuuint64_t)
+        self._head = (getattr(drv.CUtensorMapDataType, args["tensorDataType"]), u32(args["tensorRank"]))
+        self._tail = (
+            [u64(v) for v in args["globalDim"]],
+            [u64(v) for v in args["globalStrides"]],
+            [u32(v) for v in args["boxDim"]],
+            [u32(v) for v in args["elementStrides"]],
+            getattr(drv.CUtensorMapInterleave, args["interleave"]),
+            getattr(drv.CUtensorMapSwizzle, args["swizzle"]),
+            getattr(drv.CUtensorMapL2promotion, args["l2Promotion"]),
+            getattr(drv.CUtensorMapFloatOOBfill, args["oobFill"]),
+        )
+        self.spec = spec
+
+    def tensor_map(self, address: int) -> Any:
+        """The CUtensorMap (a cuda.bindings object) for the matrix at ``address``."""
+        if type(address) is not int or address <= 0 or address % 16:
+            raise GemmArgumentError("address", address, "a non-null device address aligned to 16 bytes")
+        return check(self._call(*self._head, address, *self._tail), "cuTensorMapEncodeTiled")
+
+    def __call__(self, address: int) -> bytes:
+        """The 128 descriptor bytes for the matrix at ``address``."""
+        return param_bytes(self.tensor_map(address))

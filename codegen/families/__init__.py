@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
-from codegen.families.base import MainloopFamily
+from codegen.families.base import MainloopFamily, TensorMapBox
 from codegen.families.sm70 import Sm70Family
 from codegen.families.sm80 import Sm80Family
+from codegen.families.sm90 import Sm90Family
 
 _FAMILIES: dict[str, MainloopFamily] = {}
 
@@ -47,6 +48,7 @@ class Mainloop:
 
     SM80 = register(Sm80Family())
     SM70 = register(Sm70Family())
+    SM90 = register(Sm90Family())
 
 
-__all__ = ["MainloopFamily", "Mainloop", "families", "get", "register", "unregister"]
+__all__ = ["MainloopFamily", "Mainloop", "TensorMapBox", "families", "get", "register", "unregister"]

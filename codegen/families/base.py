@@ -8,6 +8,8 @@ asks which family a kernel belongs to; it asks the family.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codegen.vocabulary import BOrder, MmaAtom
@@ -16,6 +18,19 @@ if TYPE_CHECKING:
     from codegen.spec import KernelSpec
 
 SMEM_PAD = 8  # elements of padding per shared row; mirrors GemmConfig::kPad
+TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap), 64-byte aligned
+
+
+@dataclass(frozen=True)
+class TensorMapBox:
+    """One TMA descriptor a family's kernel takes ahead of its GemmParams: which operand
+    it describes ("a": M x K, "b": as stored, N x K or K x N) and the box one copy moves
+    (rows x cols of the stored matrix, cols contiguous). The runtime encodes it per
+    launch from the operand's address, shape and row stride (gemm_runtime.launch)."""
+
+    operand: str
+    box_rows: int
+    box_cols: int
 
 
 class MainloopFamily:
@@ -28,13 +43,27 @@ class MainloopFamily:
     header: str  # the header a generated kernel includes
     entry: str  # the device function a generated kernel calls with its Config
     summary: str = ""  # one line for listings and error messages
+    template: str = "kernel.cu.j2"  # the Jinja template a generated kernel is rendered from
+    # Persistent kernels launch one CTA per SM (at most) and loop over the work units;
+    # the others launch one CTA per tile and split.
+    persistent: bool = False
 
     # ---- validation (codegen.config) --------------------------------------------------
     def tile_error(self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int) -> tuple[str, str] | None:
         """(field, accepted) where a tile breaks a rule of this family, else None."""
         return None
 
+    def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
+        """(field, got, accepted) where a whole kernel (its types, B order, alignment)
+        breaks a rule of this family, else None."""
+        return None
+
     # ---- what a kernel of the family implies (codegen.spec) ---------------------------
+    def threads(self, spec: KernelSpec) -> int:
+        """Threads per CTA: one warp per entry of ``warps``."""
+        wm, wn, wk = spec.warps
+        return 32 * wm * wn * wk
+
     def direct_b(self, spec: KernelSpec) -> bool:
         """Quantized B goes global -> registers, with no B tile in the stages."""
         return False
@@ -70,10 +99,46 @@ class MainloopFamily:
         (a family needing arch-specific instructions, such as wgmma, says "sm_90a")."""
         return f"sm_{arch}"
 
+    # ---- the launch (gemm_runtime.launch, gemm_runtime.feasibility) --------------------
+    def tensor_maps(self, spec: KernelSpec) -> tuple[TensorMapBox, ...]:
+        """The TMA descriptors the kernel's parameter block starts with (none: the block
+        is the GemmParams struct alone)."""
+        return ()
+
+    def params_offset(self, spec: KernelSpec) -> int:
+        """Where GemmParams starts in the kernel's parameter block."""
+        return TENSOR_MAP_BYTES * len(self.tensor_maps(spec))
+
+    def problem_error(self, spec: KernelSpec, k: int) -> str | None:
+        """Why the kernel cannot serve a problem of depth ``k`` beyond what the
+        problem key says (types, order, alignment), else None."""
+        return None
+
+    def grid(
+        self, spec: KernelSpec, tiles: tuple[int, int], splits: int, swizzle: int, resident: int
+    ) -> tuple[int, int, int]:
+        """The launch grid for ``tiles`` (M, N) output tiles and ``splits`` K slices:
+        2**swizzle CTAs per tile row of M in x, the N tile groups in y, the splits in z
+        (templates/include/gemm/kernel.cuh). ``resident``: CTAs of this kernel the
+        device holds at once."""
+        tiles_m, tiles_n = tiles
+        group = 1 << swizzle
+        return tiles_m * group, math.ceil(tiles_n / group), splits
+
     # ---- the cost model (gemm_runtime.cost_model) -------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:
-        """The share of the SM's MMA rate the mainloop sustains, beyond tile shape."""
-        return 1.0
+        """The mainloop's MMA rate against the SM's mma.sync peak (the cost model's
+        unit): by default the tile-shape term of an mma.sync pipeline (tile_efficiency)."""
+        return self.tile_efficiency(spec)
+
+    def tile_efficiency(self, spec: KernelSpec) -> float:
+        """mma.sync warps re-read operands from shared memory for each MMA, so thin
+        tiles run below the SM's peak. Quantized B: each warp dequantizes its own B
+        fragments, so a B fragment serves only the warp's rows, not the CTA's."""
+        cm, cn, _ = spec.cta
+        rows_per_b = spec.warp_tile[0] if spec.quantized else cm
+        intensity = rows_per_b * cn / (rows_per_b + cn)
+        return intensity / (intensity + 48.0)
 
     def dequant_rate(self, spec: KernelSpec) -> float:
         """The mainloop's dequantization rate against the SM80 one's (quantized B)."""

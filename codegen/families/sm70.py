@@ -27,7 +27,7 @@ class Sm70Family(MainloopFamily):
         return None
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
-        return 0.85  # no copy in flight across the barrier
+        return self.tile_efficiency(spec) * 0.85  # no copy in flight across the barrier
 
     def dequant_rate(self, spec: KernelSpec) -> float:
         return 0.7  # measured against the SM80 one on the same tiles

@@ -50,4 +50,5 @@ class Sm80Family(MainloopFamily):
         return 16 if capped_w4 and arch < 90 else 0
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
-        return 0.7 if spec.stages < 3 else 1.0  # two stages leave no copy in flight across the wait
+        # Two stages leave no copy in flight across the wait.
+        return self.tile_efficiency(spec) * (0.7 if spec.stages < 3 else 1.0)

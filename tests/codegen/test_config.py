@@ -403,10 +403,15 @@ def test_default_configs() -> None:
     paths = default_config_paths()
     assert [p.name for p in paths] == [
         "sm70_dense.yaml", "sm70_quant.yaml", "sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml",
-        "sm80_lowalign.yaml", "sm80_quant.yaml",
+        "sm80_lowalign.yaml", "sm80_quant.yaml", "sm90_dense.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 107
+    assert len(loaded) == 135
+    hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90"]
+    # Both 16-bit types, both B orders, both output kinds, one and two consumers.
+    assert {(s.a_type.value, s.d_type.value, s.b_order.value) for s in hopper} == {
+        (a, d, b) for a in ("f16", "bf16") for d in (a, "f32") for b in ("nk", "kn")}
+    assert {s.cta[0] for s in hopper} == {64, 128} and {s.cta[1] for s in hopper} == {128, 192, 256}
     quantized = [k.spec for k in loaded if k.spec.quantized]
     # Every (activation, weight) pair, on both mainloops, with decode and prefill tiles.
     assert {(s.a_type.value, s.b_type.value) for s in quantized} == {

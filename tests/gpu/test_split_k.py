@@ -28,6 +28,8 @@ FAMILIES = [
     dict(mainloop="sm70", mma="m16n8k8", d_type="f32", b_order="nk", align=8),
     dict(mainloop="sm80", d_type="bf16", b_order="nk", align=8),
     dict(mainloop="sm80", d_type="f16", b_order="nk", align=2),
+    dict(mainloop="sm90", d_type="f32", b_order="nk", align=8),
+    dict(mainloop="sm90", d_type="f32", b_order="kn", align=8),
 ]
 
 

@@ -16,6 +16,7 @@ inline constexpr bool kSame<A, A> = true;
 struct AtomM16N8K16 {};  // sm_80+
 struct AtomM16N8K8 {};   // sm_75+ (bf16: sm_80+)
 struct AtomM8N8K4 {};    // sm_70/sm_75 native; emulated in software from sm_80 on
+struct AtomWgmma {};     // sm_90a: wgmma.mma_async m64nNk16 (gemm/sm90/kernel_sm90.cuh)
 
 // Storage order of B. kNK: N x K row-major (the torch.nn.Linear weight, K contiguous).
 // kKN: K x N row-major (N contiguous).

@@ -3,6 +3,7 @@
 // instantiates gemm_sm80 or gemm_sm70 once.
 #pragma once
 #include "gemm/epilogue.cuh"
+#include "gemm/split_k.cuh"
 #include "gemm/warp_mma_of.cuh"
 
 namespace gemm {
@@ -36,51 +37,14 @@ __device__ __forceinline__ bool reduce_k_slices(Warp& warp, char* smem, int warp
   }
 }
 
-// Split-K: splits 0 .. S-2 of an output tile each write their fp32 partial sums to
-// their own slot of the tile, then count themselves in on the tile's semaphore; the
-// last split (S-1) waits until all S-1 have arrived, adds their partials in split
-// order (so the result is the same on every run), keeps the sums for the epilogue
-// and zeroes the semaphore, so the workspace is ready for the next call. Only rows
-// of the output (m < M) travel: at decode sizes most of the tile's rows are empty.
-// Returns false for the splits that are done. Only K-slice 0 warps get here.
-// NOTE: one wait, not a chain of hand-overs: the splits finish at about the same
-// time, and a chain would add a global-memory round trip per split. Blocks start in
-// order of their linear index and z is the slowest grid dimension, so the splits
-// the last one waits for have started (or finished): no deadlock.
+// The mma.sync families' form of split_k_handover: only K-slice 0 warps get here.
 template <class Cfg, class Warp, class Params>
 __device__ __forceinline__ bool split_k_reduce(Warp& warp, const Params& p, int tile, int split, int rows_left) {
   constexpr int kThreads = Cfg::kWarpsM * Cfg::kWarpsN * 32;  // the threads still running
-  constexpr int kBarrier = 1;                                 // 0 is __syncthreads
-  constexpr int kTileFloats = Cfg::kCtaM * Cfg::kCtaN;
-  const int tid = threadIdx.x % kThreads;
-  int* sem = p.semaphores + tile;
-  float* slots = p.partials + static_cast<i64>(tile) * (p.splits - 1) * kTileFloats;
-  float* acc = warp.acc_flat();
   const int warp_row0 = ((threadIdx.x >> 5) % Cfg::kWarpsM) * Cfg::kWarpTileM;
   auto row_of = [&](int i) { return warp_row0 + Warp::acc_row(i); };  // the tile row of acc[i]
-  if (split + 1 < p.splits) {
-    float* mine = slots + static_cast<i64>(split) * kTileFloats;
-#pragma unroll
-    for (int i = 0; i < Warp::kAcc; ++i)
-      st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
-    __threadfence();  // the partials are visible GPU-wide before the arrival below
-    named_barrier_sync<kThreads>(kBarrier);
-    if (tid == 0) red_release_gpu_add(sem, 1);
-    return false;
-  }
-  if (tid == 0) {
-    while (ld_acquire_gpu(sem) != p.splits - 1) {
-    }
-    st_release_gpu(sem, 0);  // every other split has arrived: nobody reads it again in this launch
-  }
-  named_barrier_sync<kThreads>(kBarrier);
-  for (int s = 0; s + 1 < p.splits; ++s) {
-    const float* theirs = slots + static_cast<i64>(s) * kTileFloats;
-#pragma unroll
-    for (int i = 0; i < Warp::kAcc; ++i)
-      acc[i] += ld_cg_or_zero(row_of(i) < rows_left, theirs + i * kThreads + tid);
-  }
-  return true;
+  return split_k_handover<kThreads, Warp::kAcc, Cfg::kCtaM * Cfg::kCtaN>(warp.acc_flat(), row_of, p, tile, split,
+                                                                        rows_left, threadIdx.x % kThreads);
 }
 
 template <class Cfg, class Mainloop, class Params>

@@ -205,6 +205,18 @@ __device__ __forceinline__ u64 smem_desc_kmajor_sw128(u32 addr) {
   return make_smem_desc(addr, 16, 1024, SmemSwizzle::k128B);
 }
 
+// N-major (MN-major) operand in the layout TMA writes with SWIZZLE_128B from a K x N
+// row-major matrix in boxes of 64 columns: a box is 64 rows of K, each 128 bytes of N
+// (64 16-bit elements), every 8 rows a 1024-byte swizzle atom (8 K x 64 N). `addr` is the
+// k16 slice's start: the tile base plus 2048 bytes (16 rows) per k16 step, so it stays
+// 1024-byte aligned and the base offset 0.
+// NOTE: for MN-major swizzled layouts the two offsets swap roles against K-major: LBO is
+// the step between atoms along N (the next 64-column box: `box_bytes`), SBO the step
+// between atoms along K (8 rows of 128 bytes: 1024).
+__device__ __forceinline__ u64 smem_desc_nmajor_sw128(u32 addr, u32 box_bytes) {
+  return make_smem_desc(addr, box_bytes, 1024, SmemSwizzle::k128B);
+}
+
 template <class Kind>
 constexpr bool kWgmmaBF16 = false;
 template <>
@@ -243,12 +255,12 @@ constexpr bool kWgmmaBF16<MmaBF16> = true;
 #define GEMM_WGMMA_D128 GEMM_WGMMA_D64 ", " GEMM_WGMMA_D64_95 ", " GEMM_WGMMA_D96_127
 
 // Both operands from descriptors: d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b,
-// imm-trans-a, imm-trans-b. Scales +1, no transpose (both operands K-major).
+// imm-trans-a, imm-trans-b. Scales +1; A K-major; B K-major (TB "0") or N-major ("1").
 // scale-d is a predicate: false computes D = A*B, ignoring the accumulators' contents.
-#define GEMM_WGMMA_SS(SHAPE, TYPES, DLIST, IA, IB, IS, ...)                                          \
+#define GEMM_WGMMA_SS(SHAPE, TYPES, TB, DLIST, IA, IB, IS, ...)                                      \
   asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" #IS ", 0;\n"                                \
                " wgmma.mma_async.sync.aligned." SHAPE ".f32" TYPES " {" DLIST "}, %" #IA ", %" #IB \
-               ", p, 1, 1, 0, 0;\n}\n"                                                            \
+               ", p, 1, 1, 0, " TB ";\n}\n"                                                       \
                : __VA_ARGS__                                                                      \
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(scale_d)))
 
@@ -260,39 +272,41 @@ constexpr bool kWgmmaBF16<MmaBF16> = true;
                : __VA_ARGS__                                                                              \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(scale_d)))
 
-// D[64 x N] (+)= A[64 x 16] * B[16 x N], fp32 accumulators, A and B K-major in shared
-// memory. `Kind` is MmaF16 or MmaBF16 (the operand type).
+// D[64 x N] (+)= A[64 x 16] * B[16 x N], fp32 accumulators, A K-major in shared memory,
+// B K-major (TransB false: the N x K weight) or N-major (TransB true: K x N row-major B,
+// described by smem_desc_nmajor_sw128). `Kind` is MmaF16 or MmaBF16 (the operand type).
 //
 // Accumulator fragment (PTX ISA "Register Fragments", wgmma D for .f32): warp w of the
 // warpgroup owns rows 16w..16w+15; within it, each 8-column block j = i / 4 is laid out
 // like an mma.sync m16n8 accumulator:
 //   row(i) = 16*w + lane/4 + 8*((i/2) % 2)
 //   col(i) = 8*(i/4) + 2*(lane%4) + i%2          for i in 0..N/2-1
-template <int N, class Kind>
+#define GEMM_WGMMA_SS_ALL(SHAPE, TB, DLIST, IA, IB, IS, ...)               \
+  if constexpr (kWgmmaBF16<Kind>) {                                        \
+    GEMM_WGMMA_SS(SHAPE, ".bf16.bf16", TB, DLIST, IA, IB, IS, __VA_ARGS__); \
+  } else {                                                                 \
+    GEMM_WGMMA_SS(SHAPE, ".f16.f16", TB, DLIST, IA, IB, IS, __VA_ARGS__);   \
+  }
+#define GEMM_WGMMA_SS_N(SHAPE, DLIST, IA, IB, IS, ...)                   \
+  if constexpr (TransB) {                                                \
+    GEMM_WGMMA_SS_ALL(SHAPE, "1", DLIST, IA, IB, IS, __VA_ARGS__)         \
+  } else {                                                               \
+    GEMM_WGMMA_SS_ALL(SHAPE, "0", DLIST, IA, IB, IS, __VA_ARGS__)         \
+  }
+
+template <int N, class Kind, bool TransB = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 desc_a, u64 desc_b, bool scale_d) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma_ss: N is 64, 128 or 256");
+  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_ss: N is 64, 128, 192 or 256");
   if constexpr (N == 64) {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_SS("m64n64k16", ".bf16.bf16", GEMM_WGMMA_D0_31, 32, 33, 34, GEMM_WGMMA_ACC32(d, 0));
-    } else {
-      GEMM_WGMMA_SS("m64n64k16", ".f16.f16", GEMM_WGMMA_D0_31, 32, 33, 34, GEMM_WGMMA_ACC32(d, 0));
-    }
+    GEMM_WGMMA_SS_N("m64n64k16", GEMM_WGMMA_D0_31, 32, 33, 34, GEMM_WGMMA_ACC32(d, 0))
   } else if constexpr (N == 128) {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_SS("m64n128k16", ".bf16.bf16", GEMM_WGMMA_D64, 64, 65, 66, GEMM_WGMMA_ACC32(d, 0),
-                    GEMM_WGMMA_ACC32(d, 32));
-    } else {
-      GEMM_WGMMA_SS("m64n128k16", ".f16.f16", GEMM_WGMMA_D64, 64, 65, 66, GEMM_WGMMA_ACC32(d, 0),
-                    GEMM_WGMMA_ACC32(d, 32));
-    }
+    GEMM_WGMMA_SS_N("m64n128k16", GEMM_WGMMA_D64, 64, 65, 66, GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32))
+  } else if constexpr (N == 192) {
+    GEMM_WGMMA_SS_N("m64n192k16", GEMM_WGMMA_D64 ", " GEMM_WGMMA_D64_95, 96, 97, 98, GEMM_WGMMA_ACC32(d, 0),
+                    GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64))
   } else {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_SS("m64n256k16", ".bf16.bf16", GEMM_WGMMA_D128, 128, 129, 130, GEMM_WGMMA_ACC32(d, 0),
-                    GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64), GEMM_WGMMA_ACC32(d, 96));
-    } else {
-      GEMM_WGMMA_SS("m64n256k16", ".f16.f16", GEMM_WGMMA_D128, 128, 129, 130, GEMM_WGMMA_ACC32(d, 0),
-                    GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64), GEMM_WGMMA_ACC32(d, 96));
-    }
+    GEMM_WGMMA_SS_N("m64n256k16", GEMM_WGMMA_D128, 128, 129, 130, GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32),
+                    GEMM_WGMMA_ACC32(d, 64), GEMM_WGMMA_ACC32(d, 96))
   }
 }
 
@@ -325,6 +339,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u
 }
 
 #undef GEMM_WGMMA_SS
+#undef GEMM_WGMMA_SS_ALL
+#undef GEMM_WGMMA_SS_N
 #undef GEMM_WGMMA_RS
 #undef GEMM_WGMMA_D64
 #undef GEMM_WGMMA_D128

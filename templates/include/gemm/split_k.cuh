@@ -1,0 +1,50 @@
+// Split-K's hand-over of one output tile between the CTAs that computed its K slices,
+// through the workspace (semaphores, fp32 partials), for any accumulator fragment.
+#pragma once
+#include "gemm/ptx.cuh"
+
+namespace gemm {
+
+// Split-K: splits 0 .. S-2 of an output tile each write their fp32 partial sums to
+// their own slot of the tile, then count themselves in on the tile's semaphore; the
+// last split (S-1) waits until all S-1 have arrived, adds their partials in split
+// order (so the result is the same on every run), keeps the sums for the epilogue
+// and zeroes the semaphore, so the workspace is ready for the next call. Only rows
+// of the output (m < M) travel: at decode sizes most of the tile's rows are empty.
+// Returns false for the splits that are done. `kThreads` threads take part (`tid` is
+// this one's index among them), each holding `kAcc` accumulators, acc[i] in tile row
+// row_of(i); the partials keep that fragment order.
+// NOTE: one wait, not a chain of hand-overs: the splits finish at about the same
+// time, and a chain would add a global-memory round trip per split. Blocks start in
+// order of their linear index and z is the slowest grid dimension, so the splits
+// the last one waits for have started (or finished): no deadlock.
+template <int kThreads, int kAcc, int kTileFloats, class RowOf, class Params>
+__device__ __forceinline__ bool split_k_handover(float* acc, RowOf row_of, const Params& p, int tile, int split,
+                                                 int rows_left, int tid) {
+  constexpr int kBarrier = 1;  // 0 is __syncthreads
+  int* sem = p.semaphores + tile;
+  float* slots = p.partials + static_cast<i64>(tile) * (p.splits - 1) * kTileFloats;
+  if (split + 1 < p.splits) {
+    float* mine = slots + static_cast<i64>(split) * kTileFloats;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
+    __threadfence();  // the partials are visible GPU-wide before the arrival below
+    named_barrier_sync<kThreads>(kBarrier);
+    if (tid == 0) red_release_gpu_add(sem, 1);
+    return false;
+  }
+  if (tid == 0) {
+    while (ld_acquire_gpu(sem) != p.splits - 1) {
+    }
+    st_release_gpu(sem, 0);  // every other split has arrived: nobody reads it again in this launch
+  }
+  named_barrier_sync<kThreads>(kBarrier);
+  for (int s = 0; s + 1 < p.splits; ++s) {
+    const float* theirs = slots + static_cast<i64>(s) * kTileFloats;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] += ld_cg_or_zero(row_of(i) < rows_left, theirs + i * kThreads + tid);
+  }
+  return true;
+}
+
+}  // namespace gemm

@@ -1,0 +1,124 @@
+"""What the SM90 family adds beyond the matrix every dense kernel goes through
+(test_dense_kernels.py, test_epilogues_and_nn.py): split-K and the rasterization of
+its persistent scheduler on every sm90 kernel, more work units than CTAs, and
+descriptors that follow the operands from call to call on the replay path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from codegen.vocabulary import BOrder
+from gemm_runtime import Workspace
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.types import torch_dtype
+from tests.gpu.util import rel_err, shared_gemm
+
+pytestmark = pytest.mark.gpu
+
+
+def _sm90_names():
+    if not torch.cuda.is_available():
+        return ["no-gpu"]
+    return [k.name for k in shared_gemm().kernels if k.spec.mainloop.value == "sm90"]
+
+
+def _operands(spec, m, n, k, gen):
+    dt = torch_dtype(spec.a_type)
+    a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+    w = torch.randn(n, k, device="cuda", dtype=dt, generator=gen)
+    return a, (w.t() if spec.b_order is BOrder.NK else w.t().contiguous())
+
+
+def test_hopper_builds_have_sm90_kernels(gemm):
+    if gemm.registry.device.arch != 90:
+        pytest.skip("sm_90a kernels run on compute capability 9.0 only")
+    names = _sm90_names()
+    assert len(names) >= 20, names
+    assert all(gemm.registry.get(n).ctas_per_sm == 1 for n in names)
+
+
+@pytest.mark.parametrize("name", _sm90_names())
+@pytest.mark.parametrize("splits, swizzle", [(1, 3), (2, 0), (3, 1), (7, 2)])
+def test_split_k_and_rasterization(gemm, name, splits, swizzle):
+    if name == "no-gpu":
+        pytest.skip("needs a CUDA GPU")
+    kern = gemm.registry.get(name)
+    spec = kern.spec
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, splits)) % 2**31)
+    od = torch_dtype(spec.d_type)
+    # 6 K tiles over 7 splits leaves one split without a tile; the tile counts leave a
+    # partial rasterization group and more units than the grid has CTAs.
+    m, n, k = 5 * spec.cta[0] + 3, 3 * spec.cta[1] + 8, 6 * spec.cta[2] - 8
+    a, b = _operands(spec, m, n, k, gen)
+    c = torch.randn(m, n, device="cuda", dtype=od, generator=gen)
+    ref = 0.5 * (a.float() @ b.float()) - 2.0 * c.float()
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=od)
+    ws = Workspace.allocate(torch.device("cuda"))
+    gemm.matmul(a, b, out=out, alpha=0.5, beta=-2.0, c=c, kernel=LaunchSpec(name, splits, swizzle), workspace=ws)
+    assert rel_err(out, ref) < 1e-2
+    assert int(ws.barriers.abs().sum()) == 0, "semaphores must be zero after the call"
+
+
+@pytest.mark.parametrize("name", _sm90_names())
+def test_many_tiles_per_cta(gemm, name):
+    """Several work units per CTA: the ring and its barrier phases run on across tiles."""
+    if name == "no-gpu":
+        pytest.skip("needs a CUDA GPU")
+    spec = gemm.registry.get(name).spec
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    m, n, k = 2048 + 17, 2304 - 8, 1000
+    a, b = _operands(spec, m, n, k, gen)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype(spec.d_type))
+    gemm.matmul(a, b, out=out, kernel=name)
+    assert rel_err(out, a.float() @ b.float()) < 1e-2
+
+
+@pytest.mark.parametrize("b_order", [BOrder.NK, BOrder.KN])
+def test_replay_never_uses_a_stale_descriptor(gemm, b_order):
+    """The replay path re-encodes a tensor map whenever its operand moved: each call
+    changes A, B, or both, and must compute with what it was given."""
+    kern = next((k for k in gemm.kernels if k.spec.mainloop.value == "sm90" and k.spec.b_order is b_order
+                 and k.spec.d_type is k.spec.a_type), None)  # fmt: skip
+    if kern is None:
+        pytest.skip("no sm90 kernel in this build")
+    spec = kern.spec
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    m, n, k = 300, 520, 264
+    operands = [_operands(spec, m, n, k, gen) for _ in range(3)]
+    out = torch.empty(m, n, device="cuda", dtype=torch_dtype(spec.d_type))
+    for i, j in [(0, 0), (1, 0), (1, 1), (2, 2), (0, 2), (0, 0)]:
+        a, b = operands[i][0], operands[j][1]
+        out.fill_(float("nan"))
+        gemm.matmul(a, b, out=out, kernel=kern.name)
+        assert rel_err(out, a.float() @ b.float()) < 1e-2, f"A{i} B{j}"
+
+
+def test_k_zero_is_refused_with_the_reason(gemm):
+    kern = next((k for k in gemm.kernels if k.spec.mainloop.value == "sm90" and k.spec.d_type is k.spec.a_type), None)
+    if kern is None:
+        pytest.skip("no sm90 kernel in this build")
+    dt = torch_dtype(kern.spec.a_type)
+    a = torch.randn(64, 0, device="cuda", dtype=dt)
+    w = torch.randn(128, 0, device="cuda", dtype=dt)
+    b = w.t() if kern.spec.b_order is BOrder.NK else w.t().contiguous()
+    with pytest.raises(GemmArgumentError, match="K = 0"):
+        gemm.matmul(a, b, kernel=kern.name)
+    # Default dispatch still serves it (D = 0) with another family.
+    assert gemm.matmul(a, b).abs().sum() == 0
+
+
+def test_prefill_dispatch_picks_the_sm90_family(gemm):
+    if gemm.registry.device.arch != 90:
+        pytest.skip("sm_90a kernels run on compute capability 9.0 only")
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    from gemm_runtime.context import make_problem
+    from gemm_runtime.types import MatrixLayout, Operation
+
+    out = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = w.t()
+    key = make_problem(Operation(), a, MatrixLayout.of(a), b, MatrixLayout.of(b), 0.0, None, None, out,
+                       MatrixLayout.of(out), gemm.device, gemm.registry.device.arch).key  # fmt: skip
+    assert gemm.registry.get(gemm.select(key).kernel).spec.mainloop.value == "sm90"
