@@ -34,7 +34,7 @@ def run(sizes: list[int], dtypes: list[torch.dtype], orders: list[str]) -> list[
                 for kern in kernels:
                     for swizzle in (0, 3):
                         t = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=LaunchSpec(kern.name, 1, swizzle)))
-                        tile = "x".join(map(str, kern.spec.cta)) + f" s{kern.spec.stages} sw{swizzle}"
+                        tile = "x".join(map(str, kern.spec.cta)) + f" s{kern.spec.stages} c{kern.spec.cluster} sw{swizzle}"
                         lines.append(f"| {size} | {str(dtype)[6:]} | {order} | {tile} | {flop / t / 1e9:.0f} | "
                                      f"{flop / t_cublas / 1e9:.0f} | {t_cublas / t:.3f} |")  # fmt: skip
                         print(lines[-1], flush=True)

@@ -93,7 +93,9 @@ _TILE_ACCEPTS: dict[str, str] = {
     "cta": "a list of 3 integers > 0 [m, n, k]",
     "warps": "a list of 3 integers > 0 [m, n, k]",
     "stages": f"an integer from {_MIN_STAGES} to {_MAX_STAGES}",
+    "cluster": "optional: CTAs of a thread-block cluster sharing B tiles (families that support it)",
 }
+_TILE_OPTIONAL = {"cluster": 1}
 
 
 class ConfigError(ValueError):
@@ -240,8 +242,11 @@ def _read_yaml(path: Path, shown: str) -> Any:
 E = TypeVar("E", bound=enum.Enum)
 
 
-def _check_keys(where: _Where, data: Any, accepts: dict[str, str], what: str) -> dict[Any, Any]:
-    """``data`` is a mapping with exactly the keys of ``accepts`` (key -> what it accepts)."""
+def _check_keys(
+    where: _Where, data: Any, accepts: dict[str, str], what: str, optional: dict[str, Any] | None = None
+) -> dict[Any, Any]:
+    """``data`` is a mapping with exactly the keys of ``accepts`` (key -> what it accepts),
+    less those of ``optional`` (key -> default) it may leave out."""
     keys = tuple(accepts)
     if not isinstance(data, dict):
         where.reject(None, data, f"a mapping with keys {', '.join(keys)}", f" ({what} must be a mapping)")
@@ -251,7 +256,7 @@ def _check_keys(where: _Where, data: Any, accepts: dict[str, str], what: str) ->
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             where.fail(str(key), f"unknown key{hint}, accepted keys: {', '.join(keys)}")
     for key in keys:
-        if key not in data:
+        if key not in data and key not in (optional or {}):
             where.fail(key, f"missing, accepted: {accepts[key]}")
     return data
 
@@ -384,18 +389,23 @@ def _parse_family(where: _Where, data: Any) -> _Family:
     return _Family(name, arch, mainloop, mma, a_type, b_type, acc_type, d_types, b_orders, list(aligns), tiles)
 
 
-def _parse_tile(where: _Where, fam: _Family, data: Any) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
-    _check_keys(where, data, _TILE_ACCEPTS, "a tile")
+def _parse_tile(
+    where: _Where, fam: _Family, data: Any
+) -> tuple[tuple[int, int, int], tuple[int, int, int], int, int]:
+    _check_keys(where, data, _TILE_ACCEPTS, "a tile", _TILE_OPTIONAL)
     cta = _ints(where, "cta", data["cta"], 3, _TILE_ACCEPTS["cta"], lo=1)
     warps = _ints(where, "warps", data["warps"], 3, _TILE_ACCEPTS["warps"], lo=1)
     stages = data["stages"]
     _int(where, "stages", stages, f"an integer >= {_MIN_STAGES}", lo=_MIN_STAGES)
     _int(where, "stages", stages, f"an integer <= {_MAX_STAGES} (deeper pipelines only use up shared memory)",
          hi=_MAX_STAGES)
-    broken = fam.mainloop.tile_error(cta, warps, stages)
+    cluster = data.get("cluster", _TILE_OPTIONAL["cluster"])
+    _int(where, "cluster", cluster, "an integer >= 1", lo=1)
+    broken = fam.mainloop.tile_error(cta, warps, stages, cluster)
     if broken is not None:
         field, accepted = broken
-        where.reject(field, {"cta": list(cta), "warps": list(warps), "stages": stages}[field], accepted)
+        got = {"cta": list(cta), "warps": list(warps), "stages": stages, "cluster": cluster}[field]
+        where.reject(field, got, accepted)
 
     got_warps = f"{_show(list(warps))} for cta {_show(list(cta))}"
     for dim, c, w in zip("MNK", cta, warps, strict=True):
@@ -418,7 +428,7 @@ def _parse_tile(where: _Where, fam: _Family, data: Any) -> tuple[tuple[int, int,
             where.reject_text("cta", f"{_show(list(cta))} with warps {_show(list(warps))}",
                               f"a warp tile (cta / warps) whose {dim} is a multiple of {why}",
                               f" (warp tile {_show(warp_tile)}, {dim} = {size})")
-    return cta, warps, stages  # type: ignore[return-value]
+    return cta, warps, stages, cluster  # type: ignore[return-value]
 
 
 def _check_kernel(where: _Where, spec: KernelSpec) -> None:
@@ -514,7 +524,7 @@ def load_configs(paths: Sequence[str | Path]) -> list[LoadedKernel]:
 
             for j, tile_data in enumerate(fam.tiles):
                 tile_where = where.at(f".tiles[{j}]")
-                cta, warps, stages = _parse_tile(tile_where, fam, tile_data)
+                cta, warps, stages, cluster = _parse_tile(tile_where, fam, tile_data)
                 source = f"{shown}:{tile_where.entry}"
                 for d_type in fam.d_types:
                     for b_order in fam.b_orders:
@@ -522,7 +532,7 @@ def load_configs(paths: Sequence[str | Path]) -> list[LoadedKernel]:
                             spec = KernelSpec(
                                 family=fam.name, mainloop=fam.mainloop, mma=fam.mma, a_type=fam.a_type,
                                 b_type=fam.b_type, acc_type=fam.acc_type, d_type=d_type, cta=cta, warps=warps,
-                                stages=stages, b_order=b_order, align=align, arch_min=fam.arch[0],
+                                stages=stages, b_order=b_order, align=align, cluster=cluster, arch_min=fam.arch[0],
                                 arch_max=fam.arch[1],
                             )  # fmt: skip
                             _check_kernel(tile_where, spec)

@@ -35,6 +35,9 @@ class KernelSpec:
     stages: int = field(metadata={"token": lambda v: f"s{v}"})
     b_order: BOrder = field(metadata={"token": lambda v: v.value})
     align: int = field(metadata={"token": lambda v: f"align{v}"})
+    # CTAs of a thread-block cluster along M sharing each B tile (TMA multicast); 1: none.
+    # Named only when used, so the kernels without one keep their names.
+    cluster: int = field(default=1, metadata={"token": lambda v: f"c{v}" if v > 1 else ""})
     # Where the kernel is meant to run (inclusive); not part of the code, so not of the name.
     arch_min: int = field(default=80, metadata={"token": None})
     arch_max: int = field(default=90, metadata={"token": None})
@@ -45,8 +48,9 @@ class KernelSpec:
         tokens = []
         for f in dataclasses.fields(self):
             fmt = f.metadata.get("token")
-            if fmt is not None:
-                tokens.append(fmt(getattr(self, f.name)))
+            token = fmt(getattr(self, f.name)) if fmt is not None else ""
+            if token:
+                tokens.append(token)
         return "gemm_" + "_".join(tokens)
 
     def to_json(self) -> dict[str, Any]:
@@ -69,6 +73,8 @@ class KernelSpec:
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name not in data:
+                if f.default is not dataclasses.MISSING:
+                    continue  # a field added since the record was written, at its default
                 raise ValueError(f"kernel spec is missing field {f.name!r}")
             v = data[f.name]
             if f.name == "mainloop":

@@ -79,6 +79,7 @@ def split_options(spec: KernelSpec, key: ProblemKey, max_splits: int, barriers_b
     each split needs at least one K tile, and the tile semaphores and fp32 partials
     must fit the workspace."""
     k_tiles = max(1, math.ceil(key.k / spec.cta[2]))
+    max_splits = min(max_splits, spec.mainloop.max_splits(spec) or max_splits)
     options = [1]
     # Only counts that change the K tiles per split (others duplicate a smaller count).
     seen = {k_tiles}
@@ -133,7 +134,8 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     t_mem = max(t_dram, t_sm)
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
     # which also ranks the leaner kernel first among memory-bound ties.
-    return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + _LAUNCH_S + (splits - 1) * _SPLIT_HANDOFF_S
+    fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + (splits - 1) * _SPLIT_HANDOFF_S
+    return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + fixed
 
 
 def dequant_time(spec: KernelSpec, ctas: int, resident: int, device: DeviceModel, weights_per_cta: int) -> float:

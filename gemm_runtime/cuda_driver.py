@@ -57,7 +57,7 @@ def is_capturing(stream: int) -> bool:
 class LoadedFunction:
     """A kernel loaded from a cubin into the current context."""
 
-    def __init__(self, cubin: bytes, symbol: str, smem_bytes: int, threads: int) -> None:
+    def __init__(self, cubin: bytes, symbol: str, smem_bytes: int, threads: int, cluster: int = 1) -> None:
         drv = _driver()
         self.module = check(drv.cuModuleLoadData(cubin), f"cuModuleLoadData({symbol})")
         self.handle = check(drv.cuModuleGetFunction(self.module, symbol.encode()), f"cuModuleGetFunction({symbol})")
@@ -75,6 +75,17 @@ class LoadedFunction:
                 f"cuOccupancyMaxActiveBlocksPerMultiprocessor({symbol})",
             )
         )
+        # Clusters of `cluster` CTAs (the kernel's __cluster_dims__) the device holds at once.
+        self.max_clusters = 0
+        if cluster > 1:
+            config = drv.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+            config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+            config.sharedMemBytes = smem_bytes
+            config.numAttrs = 0
+            self.max_clusters = int(
+                check(drv.cuOccupancyMaxActiveClusters(self.handle, config), f"cuOccupancyMaxActiveClusters({symbol})")
+            )
         self._launch = drv.cuLaunchKernel
         self._stream_type = drv.CUstream
 

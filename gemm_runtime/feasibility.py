@@ -37,8 +37,9 @@ def launch_error(
         return GemmArgumentError("kernel", plan.kernel, f"a kernel that can serve {describe(key)} ({reason})")
     if plan.swizzle not in SWIZZLES:
         return GemmArgumentError("kernel.swizzle", plan.swizzle, f"{SWIZZLES[0]}..{SWIZZLES[-1]}")
-    if not 1 <= plan.splits <= MAX_SPLITS:
-        return GemmArgumentError("kernel.splits", plan.splits, f"1..{MAX_SPLITS}")
+    most = min(MAX_SPLITS, spec.mainloop.max_splits(spec) or MAX_SPLITS)
+    if not 1 <= plan.splits <= most:
+        return GemmArgumentError("kernel.splits", plan.splits, f"1..{most}" + (" for this kernel" if most < MAX_SPLITS else ""))
     if plan.splits > 1 and workspace is not None and not fits_workspace(spec, key, plan.splits, *workspace):
         return GemmArgumentError(
             "kernel.splits", plan.splits, "1, or a split count whose semaphores and partials fit the workspace"

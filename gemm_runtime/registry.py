@@ -38,7 +38,9 @@ class Kernel:
 
     @property
     def resident(self) -> int:
-        """CTAs of this kernel the device holds at once."""
+        """CTAs of this kernel the device holds at once (in whole clusters)."""
+        if self.spec.cluster > 1:
+            return max(1, self.function.max_clusters) * self.spec.cluster
         return max(1, self.sms * self.ctas_per_sm)
 
 
@@ -138,7 +140,7 @@ class Registry:
                 warnings.warn(problem, stacklevel=2)
                 filtered[name] = problem
                 continue
-            function = LoadedFunction(cubin, rec.symbol, rec.spec.smem_bytes, rec.spec.threads)
+            function = LoadedFunction(cubin, rec.symbol, rec.spec.smem_bytes, rec.spec.threads, rec.spec.cluster)
             kernels.append(Kernel(rec.spec, arch, rec.registers, rec.spills, function, device.sms))
         if not kernels:
             raise NoKernelsError(

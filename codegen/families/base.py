@@ -49,8 +49,12 @@ class MainloopFamily:
     persistent: bool = False
 
     # ---- validation (codegen.config) --------------------------------------------------
-    def tile_error(self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int) -> tuple[str, str] | None:
+    def tile_error(
+        self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int, cluster: int = 1
+    ) -> tuple[str, str] | None:
         """(field, accepted) where a tile breaks a rule of this family, else None."""
+        if cluster != 1:
+            return "cluster", f"1 (the {self.value} family has no thread-block clusters)"
         return None
 
     def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
@@ -109,6 +113,10 @@ class MainloopFamily:
         """Where GemmParams starts in the kernel's parameter block."""
         return TENSOR_MAP_BYTES * len(self.tensor_maps(spec))
 
+    def max_splits(self, spec: KernelSpec) -> int | None:
+        """The most K splits the kernel takes (None: the runtime's limit)."""
+        return None
+
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:
         """Why the kernel cannot serve a problem of depth ``k`` beyond what the
         problem key says (types, order, alignment), else None."""
@@ -139,6 +147,10 @@ class MainloopFamily:
         rows_per_b = spec.warp_tile[0] if spec.quantized else cm
         intensity = rows_per_b * cn / (rows_per_b + cn)
         return intensity / (intensity + 48.0)
+
+    def fixed_seconds(self, spec: KernelSpec) -> float:
+        """Time a launch costs beyond the cost model's common launch term."""
+        return 0.0
 
     def dequant_rate(self, spec: KernelSpec) -> float:
         """The mainloop's dequantization rate against the SM80 one's (quantized B)."""

@@ -21,10 +21,10 @@ class Sm70Family(MainloopFamily):
     entry = "gemm::gemm_sm70"
     summary = "register-staged double buffer"
 
-    def tile_error(self, cta, warps, stages):
+    def tile_error(self, cta, warps, stages, cluster=1):
         if stages != 2:
             return "stages", "2 (the sm70 mainloop is a register-staged double buffer)"
-        return None
+        return super().tile_error(cta, warps, stages, cluster)
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
         return self.tile_efficiency(spec) * 0.85  # no copy in flight across the barrier

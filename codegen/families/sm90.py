@@ -5,7 +5,6 @@ setmaxnreg are sm_90a instructions."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from codegen.families.base import MainloopFamily, TensorMapBox
@@ -19,9 +18,7 @@ CTA_NS = (64, 128, 192, 256)  # the wgmma N the headers implement
 ROWS_PER_CONSUMER = 64  # a consumer warpgroup's m64 wgmma
 PRODUCER_THREADS = 128  # the producer is a whole warpgroup (setmaxnreg acts per warpgroup)
 BOX_N = 64  # "kn" B: columns per TMA box (the 128-byte swizzle span)
-# wgmma's dense fp16/bf16 rate is twice mma.sync's on the H100/H200 (4096 against 2048
-# FLOP per clock per SM); the cost model counts in mma.sync's.
-WGMMA_RATE = 2.0
+CLUSTERS = (1, 2)  # CTAs along M per cluster; each loads 1/cluster of the B tile for all
 
 
 class Sm90Family(MainloopFamily):
@@ -35,7 +32,7 @@ class Sm90Family(MainloopFamily):
     persistent = True
 
     # ---- validation -------------------------------------------------------------------
-    def tile_error(self, cta, warps, stages):
+    def tile_error(self, cta, warps, stages, cluster=1):
         m, n, k = cta
         if k != CTA_K:
             return "cta", f"a K of {CTA_K} (one 128-byte swizzled row of 16-bit elements per K tile)"
@@ -45,6 +42,8 @@ class Sm90Family(MainloopFamily):
             return "cta", f"an N of {', '.join(map(str, CTA_NS))} (the wgmma widths implemented)"
         if tuple(warps) != (m // 16, 1, 1):
             return "warps", f"[{m // 16}, 1, 1] for cta M {m}: the consumer warps, 4 per 64 rows (wgmma m64)"
+        if cluster not in CLUSTERS:
+            return "cluster", f"{' or '.join(map(str, CLUSTERS))} (CTAs along M multicasting each B tile)"
         return None
 
     def kernel_error(self, spec: KernelSpec):
@@ -71,26 +70,46 @@ class Sm90Family(MainloopFamily):
 
     # ---- the launch -------------------------------------------------------------------
     def tensor_maps(self, spec: KernelSpec) -> tuple[TensorMapBox, ...]:
+        """A's box is the CTA's tile; B's is the part of the B tile one CTA of the cluster
+        loads for all of them: rows of the N x K tile, or of each 64-column K x N box."""
         m, n, k = spec.cta
-        b = TensorMapBox("b", n, k) if spec.b_order is BOrder.NK else TensorMapBox("b", k, BOX_N)
+        if spec.b_order is BOrder.NK:
+            b = TensorMapBox("b", n // spec.cluster, k)
+        else:
+            b = TensorMapBox("b", k // spec.cluster, BOX_N)
         return (TensorMapBox("a", m, k), b)
 
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:
         # NOTE: a tensor map cannot describe an empty matrix.
         return "K = 0 leaves A and B empty, which TMA cannot describe" if k == 0 else None
 
+    def max_splits(self, spec: KernelSpec) -> int | None:
+        # NOTE: split-K's last split waits for the others, so every CTA that owns one must
+        # be resident; the co-resident cluster count is only an estimate of the driver's
+        # (cuOccupancyMaxActiveClusters), so cluster kernels do not split.
+        return 1 if spec.cluster > 1 else None
+
     def grid(
         self, spec: KernelSpec, tiles: tuple[int, int], splits: int, swizzle: int, resident: int
     ) -> tuple[int, int, int]:
         """As many CTAs as the device holds at once (one per SM), or as work units,
-        each looping over the units (kernel_sm90.cuh)."""
-        return max(1, min(tiles[0] * tiles[1] * splits, resident)), 1, 1
+        each looping over the units (kernel_sm90.cuh); whole clusters, whose units are
+        ``cluster`` tiles along M."""
+        c = spec.cluster
+        units = -(-tiles[0] // c) * tiles[1] * splits
+        return c * max(1, min(units, resident // c)), 1, 1
 
     # ---- the cost model ---------------------------------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:
-        """wgmma reads both operands from shared memory once per warpgroup instruction,
-        so the tile shape matters less than for mma.sync; narrow N still pays per
-        instruction issue and the per-K-tile barrier round trip."""
+        """Fitted to bench.sm90 on the H200 (8192^3 and 4096^3 bf16, one run): the 128-row
+        tiles sustain 615-661 TFLOP/s whatever their N and cluster, the 64-row ones
+        394-441, against 361 for the best sm80 tile (128x128x32, tile_efficiency 0.57):
+        wgmma's rate is twice mma.sync's, but a consumer warpgroup's m64 slice re-reads
+        B from shared memory per 64 rows. N only trims the per-K-tile barrier's share."""
         m, n, _ = spec.cta
-        shape = n / (n + 32.0) * (1.0 if m == 128 else 0.85)
-        return WGMMA_RATE * shape * math.sqrt(min(spec.stages, 4) / 4)
+        return (1.02 if m == 128 else 0.66) * n / (n + 8.0)
+
+    def fixed_seconds(self, spec: KernelSpec) -> float:
+        """A persistent CTA fetches its tensor maps and fills its ring before the first
+        wgmma (about a microsecond over a plain launch), which decides small problems."""
+        return 1.0e-6

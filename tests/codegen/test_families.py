@@ -30,7 +30,7 @@ class _FakeFamily(MainloopFamily):
     header = "gemm/kernel_sm80.cuh"
     entry = "gemm::gemm_sm80"
 
-    def tile_error(self, cta, warps, stages):
+    def tile_error(self, cta, warps, stages, cluster=1):
         return None if stages == 3 else ("stages", "3 (the fake family's ring)")
 
     def nvrtc_target(self, arch: int) -> str:

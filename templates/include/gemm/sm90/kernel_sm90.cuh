@@ -19,6 +19,14 @@
 // The ring runs on across work units (its position counts every K tile this CTA
 // has taken), so the producer fills the next unit's stages while the consumers run
 // the epilogue of the last one: loads never stop at a tile boundary.
+//
+// Clusters (kCluster CTAs along M, 2): the CTAs of a cluster take vertically adjacent
+// tiles of the same columns, so their B tiles are the same. Each producer loads
+// 1/kCluster of it and multicasts it to all; a stage is refilled only once the
+// consumers of every CTA released it, so each consumer warp arrives on the empty
+// barrier of every CTA of the cluster (count 4 * kConsumers * kCluster). A CTA whose
+// tile lies below M still runs the pipeline (its A box is all zero fill): its part of
+// B feeds the others.
 #pragma once
 #include "gemm/config.cuh"
 #include "gemm/epilogue.cuh"
@@ -27,7 +35,7 @@
 
 namespace gemm {
 
-template <class TA_, class TD_, int CtaM_, int CtaN_, int Stages_, OrderB OrderB_>
+template <class TA_, class TD_, int CtaM_, int CtaN_, int Stages_, OrderB OrderB_, int Cluster_>
 struct Sm90Config {
   using TA = TA_;
   using TB = TA_;
@@ -44,6 +52,10 @@ struct Sm90Config {
   static constexpr int kStageBytes = kTileBytesA + kTileBytesB;
   // "kn" B arrives in boxes of 64 columns (the swizzle span) x 64 rows of K.
   static constexpr int kBoxBytesB = 64 * kCtaK * 2;
+  static constexpr int kCluster = Cluster_;
+  // One CTA's share of the B tile it loads for the cluster: rows of the N x K tile
+  // ("nk"), or rows of K of each 64-column box ("kn"), whole 1024-byte swizzle atoms.
+  static constexpr int kPartRowsB = (kOrderB == OrderB::kNK ? kCtaN : kCtaK) / kCluster;
   // NOTE: 128B-swizzled tiles must start on a 1024-byte boundary (the swizzle acts on
   // address bits 4-9) and dynamic shared memory promises less, so 1024 bytes more are
   // asked for and the base is rounded up.
@@ -60,6 +72,8 @@ struct Sm90Config {
   static_assert(kCtaN == 64 || kCtaN == 128 || kCtaN == 192 || kCtaN == 256, "cta N is 64, 128, 192 or 256");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
   static_assert(kSmemBytes <= 227 * 1024, "the stages exceed sm_90's 227 KiB of shared memory per block");
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+  static_assert(kPartRowsB % 8 == 0, "a CTA's share of B is whole 8-row swizzle atoms");
 };
 
 // The accumulators of one consumer thread as the epilogue walks them: pairs of adjacent
@@ -81,40 +95,41 @@ struct WgmmaTile {
   }
 };
 
-// A work unit: output tile (tile_m, tile_n), K tiles [k_tile0, k_tile0 + k_tiles).
+// A work unit: the cluster's tile (tile_m, tile_n) in tiles of kCluster * kCtaM rows,
+// K tiles [k_tile0, k_tile0 + k_tiles).
 struct Sm90Unit {
-  int tile, m0, n0, split, k_tile0, k_tiles;
+  int tile_m, tile_n, split, k_tile0, k_tiles;
 };
 
-// Unit u is K slice u % splits of tile u / splits: the slices of one tile run on
-// neighbouring CTAs at about the same time, so the split-K hand-over rarely waits.
+// Unit u is K slice u % splits of cluster tile u / splits: the slices of one tile run
+// on neighbouring CTAs at about the same time, so the split-K hand-over rarely waits.
 // Tiles are rasterized in groups of 2^swizzle rows of M: consecutive tiles walk down
 // the group's rows, then on along N, so the CTAs in flight together share B tiles
 // within a group and A tiles across the groups' columns in L2.
 // NOTE: a unit only waits (split-K) for units of smaller index, which co-resident
 // CTAs take in increasing order: the grid never exceeds one CTA per SM, so no wait
-// can deadlock.
-template <class Cfg, class Params>
-__device__ __forceinline__ Sm90Unit sm90_unit(const Params& p, int u, int k_tiles_total) {
+// can deadlock (cluster kernels do not split: codegen/families/sm90.py).
+__device__ __forceinline__ Sm90Unit sm90_unit(int u, int splits, int swizzle, int tiles_m, int tiles_n,
+                                              int k_tiles_per_split, int k_tiles_total) {
   Sm90Unit w;
-  w.tile = u / p.splits;
-  w.split = u - w.tile * p.splits;
-  const int group = 1 << p.swizzle;
-  const int per_group = group * p.tiles_n;
-  const int first_m = w.tile / per_group * group;
-  const int rows = min(group, p.tiles_m - first_m);
-  const int in_group = w.tile - first_m * p.tiles_n;
-  w.m0 = (first_m + in_group % rows) * Cfg::kCtaM;
-  w.n0 = in_group / rows * Cfg::kCtaN;
-  w.k_tile0 = w.split * p.k_tiles_per_split;
+  const int tile = u / splits;
+  w.split = u - tile * splits;
+  const int group = 1 << swizzle;
+  const int first_m = tile / (group * tiles_n) * group;
+  const int rows = min(group, tiles_m - first_m);
+  const int in_group = tile - first_m * tiles_n;
+  w.tile_m = first_m + in_group % rows;
+  w.tile_n = in_group / rows;
+  w.k_tile0 = w.split * k_tiles_per_split;
   const int left = k_tiles_total - w.k_tile0;
-  w.k_tiles = left < 0 ? 0 : (left > p.k_tiles_per_split ? p.k_tiles_per_split : left);
+  w.k_tiles = left < 0 ? 0 : (left > k_tiles_per_split ? k_tiles_per_split : left);
   return w;
 }
 
 template <class Cfg, class Params>
 __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tma_a, const CUtensorMap* tma_b) {
   constexpr int kStages = Cfg::kStages;
+  constexpr int kCluster = Cfg::kCluster;
   constexpr bool kTransB = Cfg::kOrderB == OrderB::kKN;
   using Mma = typename Cfg::TA::MmaKind;
 
@@ -125,11 +140,18 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
   // A launch with too little dynamic shared memory would let TMA write past the end.
   if (dynamic_smem_size() < static_cast<u32>(Cfg::kSmemBytes)) __trap();
 
+  // NOTE: every CTA of a cluster computes the same base: multicast copies land at the
+  // same offset in each.
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
-  const int units = p.tiles_m * p.tiles_n * p.splits;
+  const int rank = kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int tiles_m = (p.tiles_m + kCluster - 1) / kCluster;  // in cluster tiles
+  const int units = tiles_m * p.tiles_n * p.splits;
   const int k_tiles_total = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
+  auto unit = [&](int u) {
+    return sm90_unit(u, p.splits, p.swizzle, tiles_m, p.tiles_n, p.k_tiles_per_split, k_tiles_total);
+  };
 
   auto tile_a = [&](int s) { return base + static_cast<u32>(s * Cfg::kStageBytes); };
   auto tile_b = [&](int s) { return base + static_cast<u32>(s * Cfg::kStageBytes + Cfg::kTileBytesA); };
@@ -140,13 +162,18 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full(s), 1);
-      mbar_init(empty(s), Cfg::kConsumers * 4);
+      mbar_init(empty(s), Cfg::kConsumers * 4 * kCluster);
     }
-    // NOTE: TMA's complete_tx (async proxy) and the other threads must see initialised
-    // barriers; the fence publishes the inits, the __syncthreads orders the threads.
+    // NOTE: TMA's complete_tx (async proxy) and the other threads (of the cluster)
+    // must see initialised barriers; the fence publishes the inits, the barrier below
+    // orders the threads.
     fence_mbarrier_init();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
   if (wg == Cfg::kConsumers) {
     // ---- producer warpgroup ----
@@ -157,81 +184,113 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       prefetch_tensormap(tma_a);
       prefetch_tensormap(tma_b);
       int it = 0;  // the ring position: K tiles this CTA has loaded
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const Sm90Unit w = sm90_unit<Cfg>(p, u, k_tiles_total);
+      for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster) {
+        const Sm90Unit w = unit(u);
+        const int m0 = (w.tile_m * kCluster + rank) * Cfg::kCtaM;
+        const int n0 = w.tile_n * Cfg::kCtaN;
         for (int kt = 0; kt < w.k_tiles; ++kt, ++it) {
           const int s = it % kStages;
-          // Wait until the consumers released the stage's previous contents; in the
-          // ring's first round the parity trick returns at once.
+          // Wait until the consumers (of every CTA the stage's B part goes to)
+          // released the stage's previous contents; in the ring's first round the
+          // parity trick returns at once.
           mbar_wait(empty(s), ((it / kStages) & 1) ^ 1);
-          // NOTE: the full box bytes are expected even when part of it is out of
-          // bounds: the zero fill is delivered (and counted) like data.
+          // NOTE: the full stage is expected, the other CTAs' parts of B included, even
+          // where a box is partly out of bounds: the zero fill is delivered and counted
+          // like data.
           mbar_arrive_expect_tx(full(s), Cfg::kStageBytes);
           const int k = (w.k_tile0 + kt) * Cfg::kCtaK;
-          tma_load_2d(tile_a(s), tma_a, full(s), k, w.m0);
-          if constexpr (kTransB) {
+          tma_load_2d(tile_a(s), tma_a, full(s), k, m0);
+          constexpr int kPart = Cfg::kPartRowsB * 128;  // bytes of a CTA's share (of each box)
+          if constexpr (kCluster == 1) {
+            if constexpr (kTransB) {
 #pragma unroll
-            for (int j = 0; j < Cfg::kCtaN / 64; ++j)
-              tma_load_2d(tile_b(s) + j * Cfg::kBoxBytesB, tma_b, full(s), w.n0 + 64 * j, k);
+              for (int j = 0; j < Cfg::kCtaN / 64; ++j)
+                tma_load_2d(tile_b(s) + j * Cfg::kBoxBytesB, tma_b, full(s), n0 + 64 * j, k);
+            } else {
+              tma_load_2d(tile_b(s), tma_b, full(s), k, n0);
+            }
           } else {
-            tma_load_2d(tile_b(s), tma_b, full(s), k, w.n0);
+            constexpr u16 kAll = (1u << kCluster) - 1;
+            if constexpr (kTransB) {
+#pragma unroll
+              for (int j = 0; j < Cfg::kCtaN / 64; ++j)
+                tma_load_2d_multicast(tile_b(s) + j * Cfg::kBoxBytesB + rank * kPart, tma_b, full(s), n0 + 64 * j,
+                                      k + rank * Cfg::kPartRowsB, kAll);
+            } else {
+              tma_load_2d_multicast(tile_b(s) + rank * kPart, tma_b, full(s), k, n0 + rank * Cfg::kPartRowsB, kAll);
+            }
           }
         }
       }
     }
-    return;
-  }
-
-  // ---- consumer warpgroups ----
-  if constexpr (Cfg::kMoveRegisters) setmaxnreg_inc<Cfg::kConsumerRegs>();
-  float acc[Cfg::kCtaN / 2];
-  // This warpgroup's 64 rows of the A tile: 64 rows of 128 bytes, whole 1024-byte
-  // swizzle atoms, so its descriptors keep base offset 0.
-  const u32 a_rows = static_cast<u32>(wg * 64 * Cfg::kCtaK * 2);
-  int it = 0;  // the ring position, as the producer's
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const Sm90Unit w = sm90_unit<Cfg>(p, u, k_tiles_total);
-    if (w.k_tiles == 0) {
+  } else {
+    // ---- consumer warpgroups ----
+    if constexpr (Cfg::kMoveRegisters) setmaxnreg_inc<Cfg::kConsumerRegs>();
+    float acc[Cfg::kCtaN / 2];
+    // This warpgroup's 64 rows of the A tile: 64 rows of 128 bytes, whole 1024-byte
+    // swizzle atoms, so its descriptors keep base offset 0.
+    const u32 a_rows = static_cast<u32>(wg * 64 * Cfg::kCtaK * 2);
+    auto release = [&](int s) {
+      if (lane != 0) return;
+      if constexpr (kCluster == 1) {
+        mbar_arrive(empty(s));
+      } else {
 #pragma unroll
-      for (int i = 0; i < Cfg::kCtaN / 2; ++i) acc[i] = 0.0f;  // an empty K slice (or K == 0) adds nothing
-    }
-    for (int kt = 0; kt < w.k_tiles; ++kt, ++it) {
-      const int s = it % kStages;
-      mbar_wait(full(s), (it / kStages) & 1);
-      // NOTE: orders the accumulators' last ordinary accesses (the previous unit's
-      // epilogue) before the wgmma that overwrites them.
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < Cfg::kCtaK / 16; ++kk) {
-        // A k16 slice is 32 bytes along A's 128-byte swizzled rows; of "kn" B it is 16
-        // rows (2048 bytes) down each 64-column box.
-        const u64 da = smem_desc_kmajor_sw128(tile_a(s) + a_rows + kk * 32);
-        const u64 db = kTransB ? smem_desc_nmajor_sw128(tile_b(s) + kk * 2048, Cfg::kBoxBytesB)
-                               : smem_desc_kmajor_sw128(tile_b(s) + kk * 32);
-        // scale-d false on a unit's first step overwrites the last unit's sums.
-        wgmma_ss<Cfg::kCtaN, Mma, kTransB>(acc, da, db, kt > 0 || kk > 0);
+        for (int r = 0; r < kCluster; ++r) mbar_arrive_cluster(map_shared_rank(empty(s), r));
       }
-      wgmma_commit();
-      // NOTE: keep this K tile's group in flight while waiting for the previous one;
-      // once that completed its stage is no longer read and goes back to the producer.
-      wgmma_wait<1>();
+    };
+    int it = 0;  // the ring position, as the producer's
+    for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster) {
+      const Sm90Unit w = unit(u);
+      const int tile_m = w.tile_m * kCluster + rank;
+      const int m0 = tile_m * Cfg::kCtaM;
+      const int n0 = w.tile_n * Cfg::kCtaN;
+      if (w.k_tiles == 0) {
+#pragma unroll
+        for (int i = 0; i < Cfg::kCtaN / 2; ++i) acc[i] = 0.0f;  // an empty K slice (or K == 0) adds nothing
+      }
+      for (int kt = 0; kt < w.k_tiles; ++kt, ++it) {
+        const int s = it % kStages;
+        mbar_wait(full(s), (it / kStages) & 1);
+        // NOTE: orders the accumulators' last ordinary accesses (the previous unit's
+        // epilogue) before the wgmma that overwrites them.
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kCtaK / 16; ++kk) {
+          // A k16 slice is 32 bytes along A's 128-byte swizzled rows; of "kn" B it is 16
+          // rows (2048 bytes) down each 64-column box.
+          const u64 da = smem_desc_kmajor_sw128(tile_a(s) + a_rows + kk * 32);
+          const u64 db = kTransB ? smem_desc_nmajor_sw128(tile_b(s) + kk * 2048, Cfg::kBoxBytesB)
+                                 : smem_desc_kmajor_sw128(tile_b(s) + kk * 32);
+          // scale-d false on a unit's first step overwrites the last unit's sums.
+          wgmma_ss<Cfg::kCtaN, Mma, kTransB>(acc, da, db, kt > 0 || kk > 0);
+        }
+        wgmma_commit();
+        // NOTE: keep this K tile's group in flight while waiting for the previous one;
+        // once that completed its stage is no longer read and goes back to the producer.
+        wgmma_wait<1>();
+        wgmma_fence_operand(acc);
+        if (kt > 0) release((it - 1) % kStages);
+      }
+      wgmma_wait<0>();
       wgmma_fence_operand(acc);
-      if (kt > 0 && lane == 0) mbar_arrive(empty((it - 1) % kStages));
-    }
-    wgmma_wait<0>();
-    wgmma_fence_operand(acc);
-    if (w.k_tiles > 0 && lane == 0) mbar_arrive(empty((it - 1) % kStages));
+      if (w.k_tiles > 0) release((it - 1) % kStages);
+      if (m0 >= p.M) continue;  // a cluster's CTA below the last tile row: its B part was the work
 
-    if (p.splits > 1) {
-      const int tid = threadIdx.x;  // consumers are threads 0 .. kConsumerThreads - 1
-      const int warp_row0 = 64 * wg + 16 * ((tid / 32) % 4) + lane / 4;
-      auto row_of = [&](int i) { return warp_row0 + 8 * ((i / 2) % 2); };
-      if (!split_k_handover<Cfg::kConsumerThreads, Cfg::kCtaN / 2, Cfg::kCtaM * Cfg::kCtaN>(
-              acc, row_of, p, w.tile, w.split, p.M - w.m0, tid))
-        continue;
+      if (p.splits > 1) {
+        const int tid = threadIdx.x;  // consumers are threads 0 .. kConsumerThreads - 1
+        const int warp_row0 = 64 * wg + 16 * ((tid / 32) % 4) + lane / 4;
+        auto row_of = [&](int i) { return warp_row0 + 8 * ((i / 2) % 2); };
+        if (!split_k_handover<Cfg::kConsumerThreads, Cfg::kCtaN / 2, Cfg::kCtaM * Cfg::kCtaN>(
+                acc, row_of, p, tile_m * p.tiles_n + w.tile_n, w.split, p.M - m0, tid))
+          continue;
+      }
+      Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, p, m0 + 64 * wg, n0);
     }
-    Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, p, w.m0 + 64 * wg, w.n0);
   }
+  // NOTE: a CTA's shared memory must outlive the other CTAs' multicast copies into it
+  // and their arrivals on its barriers.
+  if constexpr (kCluster > 1) cluster_sync();
 }
 
 }  // namespace gemm

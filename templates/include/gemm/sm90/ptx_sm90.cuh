@@ -80,6 +80,42 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 }
 
 // ---------------------------------------------------------------------------
+// Thread-block clusters: CTAs of one cluster can reach each other's shared memory
+// through the shared::cluster window.
+// ---------------------------------------------------------------------------
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ u32 cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+// The shared::cluster address of the object at this CTA's shared address `addr` in the
+// CTA of rank `rank`.
+__device__ __forceinline__ u32 map_shared_rank(u32 addr, u32 rank) {
+  u32 out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+
+// One arrival on the mbarrier at shared::cluster address `bar` (maybe another CTA's).
+// NOTE: release at CTA scope (the default), not .release.cluster: a cluster-scope
+// release waits for this thread's prior accesses to be visible cluster-wide, a fence
+// per arrival that halved the cluster kernels' speed (H200). What the arrival
+// announces (wgmma has finished reading a stage, wgmma_wait) needs no fence.
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Every thread of every CTA of the cluster: each CTA's barrier inits are visible to the
+// others before they arrive on them, and no CTA exits while another may still write
+// into its shared memory.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+// ---------------------------------------------------------------------------
 // TMA: tile copies global -> shared described by a CUtensorMap, completing on an
 // mbarrier with complete_tx. `map` is the generic address of a __grid_constant__
 // kernel parameter (or of a tensor map in global/const memory). Coordinates are in
