@@ -1,0 +1,178 @@
+"""bench.cutlass_peer without a GPU: the variant catalogue, cache keys, argument parsing,
+failure records and the CLI's failure path; with nvidia-cutlass importable, also the
+CUTLASS source each variant emits (no nvcc, no GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import cutlass_peer as cp
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_CUTLASS = importlib.util.find_spec("cutlass_cppgen") is not None
+
+
+def test_variant_names_are_unique_and_describe_the_variant():
+    names = [v.name for v in cp.VARIANTS]
+    assert len(set(names)) == len(names)
+    assert 1 <= len(names) <= 8  # each costs about a minute of nvcc
+    assert cp.Variant("cooperative", (128, 256, 64), (2, 1)).name == "coop_128x256x64_c2x1"
+    assert cp.Variant("pingpong", (128, 128, 64), (1, 1)).name == "ping_128x128x64_c1x1"
+
+
+def test_each_schedule_pairs_with_its_tma_epilogue():
+    pairs = {v.schedule: v.schedule_names() for v in cp.VARIANTS}
+    assert pairs == {
+        "cooperative": ("TmaWarpSpecializedCooperative", "TmaWarpSpecializedCooperative"),
+        "pingpong": ("TmaWarpSpecializedPingpong", "TmaWarpSpecialized"),
+    }
+    assert {v.cluster for v in cp.VARIANTS} <= {(1, 1), (2, 1), (1, 2)}
+
+
+def test_variants_named():
+    assert cp.variants_named(None) == list(cp.VARIANTS)
+    subset = [cp.VARIANTS[2].name, cp.VARIANTS[0].name]
+    assert cp.variants_named(subset) == [cp.VARIANTS[0], cp.VARIANTS[2]]  # catalogue order
+    with pytest.raises(ValueError, match="unknown variant"):
+        cp.variants_named(["coop_1x1x1_c1x1"])
+
+
+def test_plan_key_separates_dtype_order_and_variant():
+    v0, v1 = cp.VARIANTS[0], cp.VARIANTS[1]
+    keys = {cp.plan_key(dt, order, v) for dt in (torch.float16, torch.bfloat16) for order in cp.ORDERS for v in (v0, v1)}
+    assert len(keys) == 8
+    assert cp.plan_key(torch.bfloat16, "nk", v0) == ("bf16", "nk", v0.name)
+    with pytest.raises(ValueError):
+        cp.plan_key(torch.float32, "nk", v0)
+    with pytest.raises(ValueError):
+        cp.plan_key(torch.float16, "nt", v0)
+
+
+def test_cache_subdir_names_both_versions(tmp_path):
+    assert cp.cache_subdir(tmp_path, "4.2.0.0", "13.0") == tmp_path / "nvidia-cutlass-4.2.0.0_nvcc-13.0"
+
+
+def test_problem_dims():
+    assert cp.problem_dims((64, 256), (512, 256), (64, 512), "nk") == (64, 512, 256)
+    assert cp.problem_dims((64, 256), (256, 512), (64, 512), "kn") == (64, 512, 256)
+    with pytest.raises(ValueError, match="do not match"):
+        cp.problem_dims((64, 256), (256, 512), (64, 512), "nk")
+    with pytest.raises(ValueError, match="multiples of 8"):
+        cp.problem_dims((64, 252), (512, 252), (64, 512), "nk")
+
+
+def test_parse_shapes_and_dtypes():
+    assert cp.parse_shapes("8192x8192x8192, 1X4096x128") == [(8192, 8192, 8192), (1, 4096, 128)]
+    for bad in ("8192x8192", "0x8x8", "axbxc"):
+        with pytest.raises(Exception, match="MxNxK"):
+            cp.parse_shapes(bad)
+    assert cp.parse_dtypes("bf16,float16,half") == [torch.bfloat16, torch.float16, torch.float16]
+    with pytest.raises(Exception, match="use bf16, fp16"):
+        cp.parse_dtypes("fp32")
+
+
+def test_likely_cause():
+    assert "cutlass_env.sh" in cp.likely_cause("import", "ModuleNotFoundError: No module named 'cutlass_cppgen'")
+    assert "nvcc rejected" in cp.likely_cause("compile", "Exception: Invalid Kernel. See './e.txt' for details.")
+    assert "H100/H200" in cp.likely_cause("device", "compute capability 8.0 (A100), need 9.0")
+    assert "not recognised" in cp.likely_cause("run", "something new")
+
+
+def test_failure_record_is_json_and_says_why():
+    err = cp.PeerError("compile", "Exception: Invalid Kernel. See './e.txt' for details.", detail="x" * 5000)
+    record = json.loads(json.dumps(cp.failure_record(err)))
+    assert record["status"] == "unavailable" and record["step"] == "compile"
+    assert record["message"].startswith("CUTLASS peer could not be built because compile failed: Exception: Invalid")
+    assert record["cause"] == err.cause and "nvcc" in record["cause"]
+    assert len(record["detail"]) == 4000
+
+
+def test_peer_error_wrap_keeps_the_inner_step():
+    inner = cp.PeerError("headers", "missing")
+    assert cp.PeerError.wrap("import", inner) is inner
+    wrapped = cp.PeerError.wrap("run", ValueError("bad"))
+    assert (wrapped.step, wrapped.error) == ("run", "ValueError: bad")
+
+
+def test_nvcc_error_tail(tmp_path):
+    log = tmp_path / "err.txt"
+    log.write_text("Compilation error for the following kernel: \nint main;\nError Message:\n" +
+                   "\n".join(f"line {i}" for i in range(100)))
+    exc = Exception(f"Invalid Kernel. See '{log}' for details.")
+    assert cp._nvcc_error_tail(exc, lines=3) == "line 97\nline 98\nline 99"
+    assert cp._nvcc_error_tail(exc, "main", lines=1) == "line 99"
+    assert cp._nvcc_error_tail(exc, "other_kernel", lines=1).startswith("(nvcc's log below is another kernel's")
+    assert cp._nvcc_error_tail(Exception("no file named")) == ""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda.bindings") is None, reason="needs cuda-bindings")
+def test_legacy_cuda_names_alias_cuda_bindings():
+    code = (
+        "from bench import cutlass_peer as cp; print(cp.alias_legacy_cuda_modules());"
+        "import cuda, cuda.cuda, cuda.cudart, cuda.nvrtc, cuda.bindings.driver as d;"
+        "assert cuda.cuda is d and cuda.__version__ == __import__('cuda.bindings').bindings.__version__"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "cuda.bindings" in out.stdout or "cuda-python 12" in out.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the failure path of a machine without a GPU")
+def test_cli_fails_clearly_without_a_gpu(tmp_path):
+    out_json = tmp_path / "peer.json"
+    base = [sys.executable, "-m", "bench.cutlass_peer", "--probe", "--cache-dir", str(tmp_path / "cache")]
+    failed = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 2
+    assert "CUTLASS peer FAILED at step" in failed.stderr and "likely cause:" in failed.stderr
+    allowed = subprocess.run([*base, "--allow-fail", "--out", str(out_json)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert allowed.returncode == 0, allowed.stderr
+    record = json.loads(out_json.read_text())
+    assert record["status"] == "unavailable"
+    assert record["step"] in ("toolchain", "import", "headers", "device")
+    assert record["message"].startswith("CUTLASS peer could not be built because")
+
+
+def test_cli_rejects_unknown_variant():
+    out = subprocess.run([sys.executable, "-m", "bench.cutlass_peer", "--variants", "nope"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "unknown variant" in out.stderr
+
+
+@pytest.fixture(scope="module")
+def cutlass(tmp_path_factory):
+    if not HAS_CUTLASS:
+        pytest.skip("nvidia-cutlass is not importable (source bench/cutlass_env.sh)")
+    cp.alias_legacy_cuda_modules()
+    with cp.inside(tmp_path_factory.mktemp("cutlass_cache")):  # its sqlite cache opens in the cwd
+        module = importlib.import_module("cutlass_cppgen")
+    cp.install_sm90_options(module, "13.0")
+    return module
+
+
+@pytest.mark.parametrize("variant", cp.VARIANTS, ids=lambda v: v.name)
+def test_emitted_source_is_the_sm90_kernel_asked_for(cutlass, variant):
+    op = cp.make_operation(cutlass, torch.bfloat16, "nk", variant)
+    src = op.rt_module.emit()
+    m, n, k = variant.tile
+    kernel_schedule, epilogue_schedule = variant.schedule_names()
+    assert "cutlass::arch::Sm90" in src
+    assert f"cute::Shape<cute::_{m}, cute::_{n}, cute::_{k}>" in src
+    assert f"cute::Shape<cute::_{variant.cluster[0]},cute::_{variant.cluster[1]},cute::_1>" in src
+    assert f"cutlass::gemm::Kernel{kernel_schedule}\n" in src
+    assert f"cutlass::epilogue::{epilogue_schedule}\n" in src
+    assert "StageCountAutoCarveout" in src
+    # A row-major, B the nn.Linear weight (K x N column-major), bf16 in and out, fp32 accumulation.
+    assert "cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,\n    cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8,\n    float," in src
+    assert variant.schedule in op.procedural_name()
+
+
+def test_kn_order_and_fp16(cutlass):
+    src = cp.make_operation(cutlass, torch.float16, "kn", cp.VARIANTS[0]).rt_module.emit()
+    assert "cutlass::half_t, cutlass::layout::RowMajor, 8,\n    cutlass::half_t, cutlass::layout::RowMajor, 8," in src
