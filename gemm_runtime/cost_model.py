@@ -18,7 +18,6 @@ _MMA_FLOP_PER_CLOCK = {70: 1024, 75: 1024, 80: 2048, 86: 1024, 87: 2048, 89: 102
 # Lower-alignment kernels move data in narrower pieces; keep them as a last resort.
 _ALIGN_PENALTY = {8: 1.0, 4: 1.5, 2: 3.0, 1: 8.0}
 _LAUNCH_S = 3e-6  # fixed cost of a launch
-_SPLIT_HANDOFF_S = 1.5e-6  # one split waiting for its predecessor's partials
 # NOTE: the ranking searches groups of up to 8 N tiles, a subset of plan.SWIZZLES that
 # keeps the candidates (and what the tuner refines) few; the wider groups stay valid for
 # forced kernels and cache records.
@@ -134,7 +133,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     t_mem = max(t_dram, t_sm)
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
     # which also ranks the leaner kernel first among memory-bound ties.
-    fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + (splits - 1) * _SPLIT_HANDOFF_S
+    fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + (splits - 1) * spec.mainloop.split_seconds(spec)
     return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + fixed
 
 
@@ -165,11 +164,19 @@ def rank(
     """Every (kernel, splits, swizzle) candidate, cheapest first (ties: smaller splits,
     smaller swizzle, name)."""
     out = []
+    by_name = {}
     for kern in kernels:
         spec = kern.spec
+        by_name[spec.name] = spec
         for splits in split_options(spec, key, max_splits, barriers_bytes, partials_bytes):
             cost = predict(spec, kern.ctas_per_sm, device, key, splits)
             for swizzle in swizzle_options(spec, key):
                 out.append((cost, LaunchSpec(spec.name, splits, swizzle)))
-    out.sort(key=lambda item: (item[0], item[1].splits, item[1].swizzle, item[1].kernel))
+    # Ties (the model does not see rasterization) go to fewer splits, then to the
+    # swizzle the kernel's family measured best, then by name.
+    def order(item: tuple[float, LaunchSpec]) -> tuple:
+        preferred = by_name[item[1].kernel].mainloop.preferred_swizzle
+        return item[0], item[1].splits, abs(item[1].swizzle - preferred), item[1].swizzle, item[1].kernel
+
+    out.sort(key=order)
     return out

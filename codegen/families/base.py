@@ -47,6 +47,8 @@ class MainloopFamily:
     # Persistent kernels launch one CTA per SM (at most) and loop over the work units;
     # the others launch one CTA per tile and split.
     persistent: bool = False
+    # The rasterization (plan swizzle) the cost model prefers among equal predictions.
+    preferred_swizzle: int = 0
 
     # ---- validation (codegen.config) --------------------------------------------------
     def tile_error(
@@ -147,6 +149,11 @@ class MainloopFamily:
         rows_per_b = spec.warp_tile[0] if spec.quantized else cm
         intensity = rows_per_b * cn / (rows_per_b + cn)
         return intensity / (intensity + 48.0)
+
+    def split_seconds(self, spec: KernelSpec) -> float:
+        """What each split beyond the first adds: one split waiting for its
+        predecessor's partials."""
+        return 1.5e-6
 
     def fixed_seconds(self, spec: KernelSpec) -> float:
         """Time a launch costs beyond the cost model's common launch term."""
