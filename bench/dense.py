@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _short(name: str) -> str:
     """The tile, warps and stages part of a kernel name."""
     parts = name.split("_")
-    return "_".join(p for p in parts if "x" in p or (p.startswith("s") and p[1:].isdigit()))
+    return "_".join(p for p in parts if "x" in p or (p[:1] in "sc" and p[1:].isdigit()))
 
 
 def _problem_key(gemm: Gemm, a, b, out):

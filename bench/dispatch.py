@@ -132,8 +132,9 @@ def write(rows: list[dict], path: Path) -> None:
 
 
 def _short(plan) -> str:
-    tile = "_".join(x for x in plan.kernel.split("_") if "x" in x or (x[:1] == "s" and x[1:].isdigit()))
-    loop = "sm70" if "_sm70_" in plan.kernel else "sm80"
+    parts = plan.kernel.split("_")
+    tile = "_".join(x for x in parts if "x" in x or (x[:1] in "sc" and x[1:].isdigit()))
+    loop = next((x for x in parts[2:] if x in ("sm70", "sm80", "sm90")), "?")  # the mainloop token
     return f"{loop} {tile} k{plan.splits} z{plan.swizzle}"
 
 
