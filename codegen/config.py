@@ -442,7 +442,8 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
             ok = ", ".join(str(a) for a in _ALIGNS if all(s % a == 0 for s in rows.values()))
             where.reject("align", spec.align, f"{ok} (alignments dividing {' and '.join(rows)})",
                          f" ({what} = {size} is not a multiple of it; b_order {spec.b_order.value!r})")
-    # Each thread copies one fixed column of a tile (templates/include/gemm/tile_copy.cuh).
+    # Each thread copies one fixed column of a tile (templates/include/gemm/tile_copy.cuh);
+    # the families with tensor maps (TMA) copy whole boxes instead, and have no such rule.
     m, _, _ = spec.cta
     tile_rows = {"A (cta K)": k, "B (cta K)" if spec.b_order is BOrder.NK else "B (cta N)":
                  k if spec.b_order is BOrder.NK else n}
@@ -452,7 +453,7 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
         vector = {"A (cta K)": spec.align, "B (packed cta K)": spec.align_b, "V (cta N)": spec.align_b}
     for what, width in tile_rows.items():
         per_row = width // vector[what] if width % vector[what] == 0 else 0
-        if per_row and spec.threads % per_row:
+        if per_row and spec.threads % per_row and not spec.mainloop.tensor_maps(spec):
             where.reject("warps", list(spec.warps),
                          f"a thread count that is a multiple of the {per_row} vectors in a row of tile {what}",
                          f" ({spec.threads} threads; {vector[what]} elements per vector)")

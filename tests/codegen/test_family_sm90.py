@@ -142,14 +142,15 @@ def test_every_rule_is_checked_for_both_b_orders(tmp_path: Path) -> None:
     error(tmp_path, family(b_orders=["kn"], align=[4]), TILE, "align", "got 4")
 
 
-@pytest.mark.xfail(strict=True, reason="config._check_kernel applies the sm80 tile_copy thread rule to TMA tiles")
 def test_a_64x192_kn_tile_loads(tmp_path: Path) -> None:
-    """sm90's own rule asks warps [4, 1, 1] for cta M 64 and allows N 192, but the
-    generic check that each thread copies whole vectors of a B row (tile_copy.cuh, not
-    used by TMA kernels) wants 256 threads to be a multiple of 192 / 8 = 24: no warps
-    value satisfies both, so the tile cannot be written at all."""
+    """sm90's own rule asks warps [4, 1, 1] for cta M 64 and allows N 192; the rule that
+    each thread copies whole vectors of a B row (tile_copy.cuh: 256 threads would have to
+    be a multiple of 192 / 8 = 24) is not a TMA family's, and the sm80 family keeps it."""
     (k,) = load(tmp_path, family(b_orders=["kn"], tiles=[tile(cta=[64, 192, 64], warps=[4, 1, 1], stages=6)]))
-    assert k.spec.threads == 256
+    assert k.spec.threads == 256 and k.spec.b_order is BOrder.KN
+    sm80 = cfg.family(b_orders=["kn"], tiles=[cfg.tile(cta=[64, 192, 32], warps=[1, 4, 1], stages=3)])
+    cfg.fam_error(tmp_path, sm80, "families[0] (fam).tiles[0]", "warps", "(128 threads; 8 elements per vector)",
+                  "multiple of the 24 vectors in a row of tile B (cta N)")  # fmt: skip
 
 
 def _default_sm90() -> list:
