@@ -362,7 +362,11 @@ def _parse_family(where: _Where, data: Any) -> _Family:
                      " (bf16 arithmetic needs sm_80)")
     b_type = _enum(where, "b_type", data["b_type"], (a_type, *QUANT_TYPES),
                    " (b_type is a_type, or u4 / u8 for weight-only quantization)")
-    if b_type in QUANT_TYPES and mma not in (MmaAtom.M16N8K16, MmaAtom.M16N8K8):
+    # NOTE: only where the mainloop has an m16n8 atom to offer; one without says itself
+    # that it takes no quantized B (MainloopFamily.kernel_error), instead of an atom
+    # that the check above would refuse in turn.
+    m16n8 = (MmaAtom.M16N8K16, MmaAtom.M16N8K8)
+    if b_type in QUANT_TYPES and mma not in m16n8 and any(a in mainloop.atoms for a in m16n8):
         where.reject("mma", mma.value, "'m16n8k16', 'm16n8k8' for quantized B",
                      " (the packed weight layout is the m16n8 B fragment's)")
     acc_type = _enum(where, "acc_type", data["acc_type"], _ACC_TYPES)
