@@ -367,7 +367,11 @@ def _parse_family(where: _Where, data: Any) -> _Family:
                      " (bf16 arithmetic needs sm_80)")
     b_type = _enum(where, "b_type", data["b_type"], (a_type, *QUANT_TYPES),
                    " (b_type is a_type, or u4 / u8 for weight-only quantization)")
-    if b_type in QUANT_TYPES and mma not in (MmaAtom.M16N8K16, MmaAtom.M16N8K8):
+    # NOTE: only where the mainloop has an m16n8 atom to offer; one without says itself
+    # that it takes no quantized B (MainloopFamily.kernel_error), instead of an atom
+    # that the check above would refuse in turn.
+    m16n8 = (MmaAtom.M16N8K16, MmaAtom.M16N8K8)
+    if b_type in QUANT_TYPES and mma not in m16n8 and any(a in mainloop.atoms for a in m16n8):
         where.reject("mma", mma.value, "'m16n8k16', 'm16n8k8' for quantized B",
                      " (the packed weight layout is the m16n8 B fragment's)")
     acc_type = _enum(where, "acc_type", data["acc_type"], _ACC_TYPES)
@@ -452,7 +456,8 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
             ok = ", ".join(str(a) for a in _ALIGNS if all(s % a == 0 for s in rows.values()))
             where.reject("align", spec.align, f"{ok} (alignments dividing {' and '.join(rows)})",
                          f" ({what} = {size} is not a multiple of it; b_order {spec.b_order.value!r})")
-    # Each thread copies one fixed column of a tile (templates/include/gemm/tile_copy.cuh).
+    # Each thread copies one fixed column of a tile (templates/include/gemm/tile_copy.cuh);
+    # the families with tensor maps (TMA) copy whole boxes instead, and have no such rule.
     m, _, _ = spec.cta
     tile_rows = {"A (cta K)": k, "B (cta K)" if spec.b_order is BOrder.NK else "B (cta N)":
                  k if spec.b_order is BOrder.NK else n}
@@ -462,7 +467,7 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
         vector = {"A (cta K)": spec.align, "B (packed cta K)": spec.align_b, "V (cta N)": spec.align_b}
     for what, width in tile_rows.items():
         per_row = width // vector[what] if width % vector[what] == 0 else 0
-        if per_row and spec.threads % per_row:
+        if per_row and spec.threads % per_row and not spec.mainloop.tensor_maps(spec):
             where.reject("warps", list(spec.warps),
                          f"a thread count that is a multiple of the {per_row} vectors in a row of tile {what}",
                          f" ({spec.threads} threads; {vector[what]} elements per vector)")

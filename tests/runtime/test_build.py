@@ -164,6 +164,32 @@ def test_default_archs_without_gpu_and_settings_defaults(generated, tmp_path, mo
     assert (tmp_path / "via_settings" / "sm_80" / "manifest.json").exists()
 
 
+def test_each_kernel_is_compiled_for_its_familys_target(tmp_path, monkeypatch):
+    """The build asks NVRTC for the family's target: sm_90a for SM90 kernels (wgmma and
+    setmaxnreg exist only there), the plain arch for the others. The compile cache is
+    the seam: every compile is looked up there first with the same arguments."""
+    from gemm_runtime import build as build_mod
+    from gemm_runtime.compiler import CompileResult
+    from tests.helpers import spec_for
+
+    wgmma = spec_for(family="tst", mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 128, 64), warps=(8, 1, 1),
+                     stages=6, b_order=BOrder.KN, arch_min=90, arch_max=90)  # fmt: skip
+    gen = tmp_path / "generated"
+    write_generated([LoadedKernel(SMALL, _source(0)), LoadedKernel(wgmma, _source(1))], gen)
+    asked = {}
+
+    def lookup(source, *, name, arch, target=None, **_):
+        asked[name, arch] = target
+        return CompileResult(b"\x7fELF" + name.encode(), "", 64, 0, 0, 0, 0, True, 0.0)
+
+    monkeypatch.setattr(build_mod.compiler, "lookup", lookup)
+    report = build(gen, tmp_path / "build", archs=[80, 90], jobs=1, progress=False)
+    assert asked == {(SMALL.name, 80): None, (SMALL.name, 90): None, (wgmma.name, 90): "sm_90a"}
+    assert report.cached == 3 and report.compiled == 0
+    assert _manifest(tmp_path / "build", 80)["skipped"] == [
+        {"name": wgmma.name, "reason": "family arch range sm_90..sm_90 excludes sm_80"}]
+
+
 def test_full_default_set_compiles(tmp_path):
     """The shipped kernel set (codegen/configs/*.yaml) compiles for every arch its families
     name (sm_70 through the [volta] extra, which CI installs), emulated pairs included,
@@ -205,6 +231,28 @@ def test_full_default_set_compiles(tmp_path):
             if arch in (80, 90) and specs[n].mma.native_on(arch) and max(k["spill_stores"], k["spill_loads"]) > budget:
                 spills.append(f"{n} on sm_{arch}: {k['spill_stores']} B stores, {k['spill_loads']} B loads")
     assert not spills, "kernels spill registers:\n" + "\n".join(spills)
+
+    # The SM90 kernels: on sm_90 only, built for sm_90a (the compile cache's entry for
+    # that target holds the manifest's cubin), without spills or a stack, and with the
+    # wgmma pipelining kept (ptxas says when it serializes wgmma; test_sm90_headers.py).
+    hopper = sorted(n for n, spec in specs.items() if spec.mainloop is Mainloop.SM90)
+    assert hopper
+    m90 = {k["name"]: k for k in _manifest(out, 90)["kernels"]}
+    for arch in archs:
+        if arch != 90:
+            skipped = {s["name"]: s["reason"] for s in _manifest(out, arch)["skipped"]}
+            assert all(skipped[n] == f"family arch range sm_90..sm_90 excludes sm_{arch}" for n in hopper), arch
+    for n in hopper:
+        rec, spec = m90[n], specs[n]
+        source = (gen / spec.family / f"{n}.cu").read_text()
+        hit = compiler.lookup(source, name=n, arch=90, include_dirs=[INCLUDE_DIR], options=BUILD_OPTIONS,
+                              cache_dir=cache, target="sm_90a")  # fmt: skip
+        assert hit is not None and hashlib.sha256(hit.cubin).hexdigest() == rec["sha256"], n
+        assert rec["spill_stores"] == rec["spill_loads"] == rec["stack_frame"] == 0, n
+        assert (rec["threads"], rec["smem_dynamic"]) == (spec.threads, spec.smem_bytes), n
+        assert 0 < rec["registers"] <= min(255, 65536 // spec.threads), n  # __launch_bounds__(threads, 1)
+        assert f"Compiling entry function '{n}' for 'sm_90a'" in hit.log, hit.log
+        assert "serialized" not in hit.log and "C7508" not in hit.log and "setmaxnreg ignored" not in hit.log, hit.log
 
     served = [r.arch for r in first.archs if r.cached]
     if served:

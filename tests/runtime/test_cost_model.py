@@ -1,0 +1,118 @@
+"""gemm_runtime.cost_model with the families' rate terms (MainloopFamily.mma_efficiency):
+on sm_90 the SM90 kernels of the default set rank first for large problems, and moving
+the tile-shape term out of cost_model.predict into the families (tile_efficiency) left
+the sm80 and sm70 predictions as they were. Fake kernels (real specs), no GPU."""
+
+from __future__ import annotations
+
+import functools
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from codegen.config import default_config_paths, load_configs
+from codegen.families import Mainloop
+from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType
+from gemm_runtime.context import infeasible_reason, make_key
+from gemm_runtime.cost_model import DeviceModel, predict, rank
+from gemm_runtime.registry import filter_reason
+from tests.helpers import spec_for
+
+H200 = DeviceModel.of(90, 132, 1980000, 3201000, 6144)
+WORKSPACE = dict(max_splits=8, barriers_bytes=1 << 20, partials_bytes=32 << 20)
+
+
+@functools.cache
+def _default_specs() -> tuple:
+    return tuple(k.spec for k in load_configs(default_config_paths()))
+
+
+def _occupancy(spec) -> int:
+    """A stand-in for the driver's occupancy: shared memory and threads only."""
+    return max(1, min(ARCH_SMEM_LIMIT[90] // spec.smem_bytes, 2048 // spec.threads))
+
+
+@functools.cache
+def _kernels(arch: int) -> tuple:
+    return tuple(
+        SimpleNamespace(spec=s, name=s.name, ctas_per_sm=_occupancy(s))
+        for s in _default_specs()
+        if filter_reason(s, arch, ARCH_SMEM_LIMIT[arch], allow_emulated=False) is None
+    )
+
+
+@pytest.mark.parametrize("a_type", [DataType.F16, DataType.BF16])
+@pytest.mark.parametrize("b_order", list(BOrder))
+@pytest.mark.parametrize("f32_out", [False, True])
+@pytest.mark.parametrize("mnk", [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 11008, 4096)])
+def test_sm90_kernels_rank_first_for_large_problems_on_sm90(a_type, b_order, f32_out, mnk) -> None:
+    m, n, k = mnk
+    key = make_key(a_type, b_order, DataType.F32 if f32_out else a_type, m, n, k, arch=90)
+    feasible = [x for x in _kernels(90) if infeasible_reason(x.spec, key) is None]
+    families = {x.spec.mainloop for x in feasible}
+    assert {Mainloop.SM80, Mainloop.SM90} <= families  # a real contest
+    ranking = rank(feasible, key, H200, **WORKSPACE)
+    best = next(x.spec for x in feasible if x.name == ranking[0][1].kernel)
+    assert best.mainloop is Mainloop.SM90, ranking[0]
+    # ... and by a margin like the wgmma rate's, not a tie-break.
+    best_sm80 = next(c for c, p in ranking if "_sm80_" in p.kernel)
+    assert ranking[0][0] < 0.75 * best_sm80
+
+
+def test_sm90_kernels_are_not_candidates_on_sm80() -> None:
+    assert _kernels(80) and all(x.spec.mainloop is not Mainloop.SM90 for x in _kernels(80))
+    assert any(x.spec.mainloop is Mainloop.SM90 for x in _kernels(90))
+
+
+def test_the_sm90_rate_term() -> None:
+    """wgmma's rate beside mma.sync's: every 128-row sm90 tile above every sm80 or sm70
+    tile of the default set, 128 rows (two consumer warpgroups) above 64, and no
+    narrower N above a wider one."""
+    specs = _default_specs()
+    sm90 = [s for s in specs if s.mainloop is Mainloop.SM90]
+    older = max(s.mainloop.mma_efficiency(s) for s in specs if s.mainloop is not Mainloop.SM90)
+    rate = {(s.cta[0], s.cta[1], s.stages): Mainloop.SM90.mma_efficiency(s) for s in sm90}
+    assert all(r > older for (m, _, _), r in rate.items() if m == 128), (rate, older)
+    assert rate[128, 256, 4] > rate[64, 256, 5] and rate[128, 128, 6] > rate[64, 128, 8]
+    for m in (64, 128):
+        by_n = [r for (mm, n, _), r in sorted(rate.items(), key=lambda item: item[0][1]) if mm == m]
+        assert by_n == sorted(by_n), m
+
+
+def _old_efficiency(spec) -> float:
+    """cost_model.predict's tile term before it moved into the families, times the
+    family factor of then (sm80: 0.7 at 2 stages, else 1; sm70: 0.85)."""
+    cm, cn, _ = spec.cta
+    rows_per_b = spec.warp_tile[0] if spec.quantized else cm
+    intensity = rows_per_b * cn / (rows_per_b + cn)
+    tile = intensity / (intensity + 48.0)
+    if spec.mainloop is Mainloop.SM70:
+        return tile * 0.85
+    return tile * (0.7 if spec.stages < 3 else 1.0)
+
+
+def test_sm80_and_sm70_rates_are_unchanged() -> None:
+    specs = [s for s in _default_specs() if s.mainloop in (Mainloop.SM80, Mainloop.SM70)]
+    assert {s.mainloop for s in specs} == {Mainloop.SM80, Mainloop.SM70}
+    assert any(s.quantized for s in specs) and any(s.stages == 2 for s in specs if s.mainloop is Mainloop.SM80)
+    for s in specs:
+        assert s.mainloop.mma_efficiency(s) == pytest.approx(_old_efficiency(s), rel=1e-12), s.name
+    # Hand-checked values: 128 x 128 at 3 stages, the same at 2, and sm70's.
+    assert Mainloop.SM80.mma_efficiency(spec_for(stages=3)) == pytest.approx(64 / 112)
+    assert Mainloop.SM80.mma_efficiency(spec_for(stages=2)) == pytest.approx(64 / 112 * 0.7)
+    assert Mainloop.SM70.mma_efficiency(spec_for(mainloop=Mainloop.SM70, stages=2)) == pytest.approx(64 / 112 * 0.85)
+
+
+def test_an_sm80_prediction_is_the_formula_of_before() -> None:
+    """One whole prediction against the formula of before the move (compute-bound)."""
+    spec = spec_for(cta=(128, 128, 32), warps=(2, 2, 1), stages=3)
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 16384, 16384, 16384, arch=90)
+    tiles, k_tiles = (16384 // 128) ** 2, 16384 // 32
+    waves = math.ceil(tiles / (132 * 2))
+    intensity = 128 * 128 / (128 + 128)
+    t_mma = waves * 2 * 2.0 * 128 * 128 * k_tiles * 32 / (H200.mma_flops_per_sm * intensity / (intensity + 48))
+    t_dram = (3 * 16384 * 16384 * 2) / H200.dram_bytes_per_s
+    t_sm = waves * 2 * (128 * 16 + 128 * 16) * k_tiles * 32 / 8 / (H200.dram_bytes_per_s / (0.3 * 132))
+    assert t_mma > max(t_dram, t_sm)
+    assert predict(spec, 2, H200, key) == pytest.approx(t_mma + 0.2 * max(t_dram, t_sm) + 3e-6, rel=1e-12)

@@ -1,0 +1,148 @@
+"""gemm_runtime.fast_path.FastPlan on CPU: what the kernel's parameter block holds at
+each replayed launch. The CPU half of "a replay never uses a stale descriptor": an
+SM90 plan re-encodes A's and B's tensor maps whenever A or B moved, and only then;
+the struct behind them gets every call's pointers and scalars. The launch is a fake
+that copies the block as cuLaunchKernel would."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("cuda.bindings.driver")
+import torch  # noqa: E402
+
+from codegen.families import Mainloop  # noqa: E402
+from codegen.params import PARAM_NAMES, PARAM_OFFSETS, PARAM_STRUCT  # noqa: E402
+from codegen.vocabulary import BOrder, DataType, MmaAtom  # noqa: E402
+from gemm_runtime import launch  # noqa: E402
+from gemm_runtime.context import Problem, make_key  # noqa: E402
+from gemm_runtime.errors import CudaError  # noqa: E402
+from gemm_runtime.fast_path import FastPlan  # noqa: E402
+from gemm_runtime.plan import LaunchSpec  # noqa: E402
+from gemm_runtime.registry import Kernel  # noqa: E402
+from tests.helpers import spec_for  # noqa: E402
+from tests.runtime.fake_tensor_map import A0, B0, C0, D0, decode, fake_driver  # noqa: E402
+
+SPAN = 1 << 24  # bytes of A, B and D for the aliasing check; the addresses are far apart
+SM90_SPEC = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 128, 64), warps=(8, 1, 1), stages=6,
+                     arch_min=90, arch_max=90)  # fmt: skip
+
+
+class FakeFunction:
+    """A LoadedFunction whose launcher's cuLaunchKernel records the parameter block the
+    kernel would get (the driver copies it at the call)."""
+
+    def __init__(self, size: int, err: int = 0) -> None:
+        self.size, self.err = size, err
+        self.blocks: list[bytes] = []
+        self.launches: list[tuple] = []
+
+    def launcher(self, stream: int):
+        return self._launch, "handle", ("stream", stream)
+
+    def _launch(self, function, gx, gy, gz, tx, ty, tz, smem, stream, args, extra):
+        block = ctypes.c_void_p.from_address(args).value
+        self.blocks.append(ctypes.string_at(block, self.size))
+        self.launches.append((function, (gx, gy, gz), (tx, ty, tz), smem, stream, extra))
+        return (self.err,)
+
+
+def _plan(monkeypatch, spec, b_order=BOrder.NK):
+    """(plan, its FakeFunction, the fake driver) for a 1000 x 500 x 1000 problem, built
+    as Gemm builds one (gemm.Gemm._remember)."""
+    drv = fake_driver(monkeypatch)
+    key = make_key(DataType.F16, b_order, DataType.F16, 1000, 500, 1000, arch=90)
+    prob = Problem(key, A0, B0, C0, D0, 1000, 1000 if b_order is BOrder.NK else 504, 500, 500, True)
+    kern = Kernel(spec, 90, 168, 0, SimpleNamespace(ctas_per_sm=1), sms=132)
+    grid, template, maps = launch.prepare(kern, prob, LaunchSpec(spec.name), 1.0, 0.0)
+    function = FakeFunction(len(template))
+    shape = (1000, 1000, (1000, 500), torch.float16, True)  # rows, K, output shape and dtype, read_c
+    plan = FastPlan.build(function, grid, spec.threads, spec.smem_bytes, 7, template, (SPAN, SPAN, SPAN), 1, (),
+                          shape, spec.mainloop.params_offset(spec), maps)  # fmt: skip
+    drv.calls.clear()
+    return plan, function, drv
+
+
+def _struct(block: bytes, offset: int) -> dict:
+    return dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack_from(block, offset)))
+
+
+def _addresses(block: bytes) -> tuple[int, int]:
+    return decode(block[:128])["address"], decode(block[128:256])["address"]
+
+
+def test_a_new_a_or_b_gets_new_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, drv = _plan(monkeypatch, SM90_SPEC)
+    assert plan.offset == 256 and plan.maps is not None
+    a1, b1 = A0 + 0x100000, B0 + 0x100000
+
+    plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)
+    assert _addresses(fn.blocks[-1]) == (A0, B0)
+    plan.run(a1, B0, C0, D0, 1.0, 1.0, 0)
+    assert _addresses(fn.blocks[-1]) == (a1, B0)
+    plan.run(a1, b1, C0, D0, 1.0, 1.0, 0)
+    assert _addresses(fn.blocks[-1]) == (a1, b1)
+    plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)  # back to the first operands: re-encoded again
+    assert _addresses(fn.blocks[-1]) == (A0, B0)
+    # The rest of each descriptor is the plan's geometry, whatever the address.
+    for block in fn.blocks:
+        assert decode(block[:128])["dims"] == [1000, 1000] and decode(block[128:256])["box"] == [64, 128]
+        fields = _struct(block, 256)
+        assert _addresses(block) == (fields["A"], fields["B"])  # the struct agrees with its descriptors
+    assert [c["address"] for c in drv.calls] == [A0, B0, a1, B0, a1, b1, A0, B0]
+
+
+def test_only_c_d_alpha_beta_or_bias_keep_the_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, drv = _plan(monkeypatch, SM90_SPEC)
+    plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)
+    first, calls = fn.blocks[-1], len(drv.calls)
+    c1, d1, bias = C0 + 0x1000, D0 + 0x2000, 0x7F40_0000_0000
+    for args in ((c1, D0, 1.0, 1.0, 0), (c1, d1, 1.0, 1.0, 0), (c1, d1, 2.0, 0.5, 0), (c1, d1, 2.0, 0.5, bias)):
+        plan.run(A0, B0, *args)
+        block = fn.blocks[-1]
+        assert block[:256] == first[:256]
+        fields = _struct(block, 256)
+        assert (fields["C"], fields["D"], fields["alpha"], fields["beta"], fields["bias"]) == args
+        assert (fields["A"], fields["B"]) == (A0, B0)
+    assert len(drv.calls) == calls  # no encode at all
+    # The same call again rewrites nothing and still launches.
+    plan.run(A0, B0, *args)
+    assert fn.blocks[-1] == fn.blocks[-2] and len(fn.blocks) == 6
+
+
+def test_kn_b_descriptors_follow_b_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, _ = _plan(monkeypatch, dataclasses.replace(SM90_SPEC, b_order=BOrder.KN), BOrder.KN)
+    plan.run(A0, B0 + 0x400, C0, D0, 1.0, 1.0, 0)
+    b = decode(fn.blocks[-1][128:256])
+    assert b["address"] == B0 + 0x400 and b["box"] == [64, 64] and b["dims"] == [500, 1000]
+
+
+def test_the_launch_gets_the_plans_geometry(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, _ = _plan(monkeypatch, SM90_SPEC)
+    plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)
+    # 8 x 4 tiles of 128 x 128 on 132 SMs: one persistent CTA per tile.
+    assert fn.launches[-1] == ("handle", (32, 1, 1), (384, 1, 1), SM90_SPEC.smem_bytes, ("stream", 7), 0)
+    assert len(fn.blocks[-1]) == 448
+
+
+def test_an_sm80_plan_has_no_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, drv = _plan(monkeypatch, spec_for())
+    assert plan.offset == 0 and plan.maps is None  # TensorMaps of no box is falsy
+    plan.run(A0 + 0x100, B0 + 0x200, C0, D0, 3.0, 0.0, 0)
+    block = fn.blocks[-1]
+    assert len(block) == PARAM_STRUCT.size and drv.calls == []
+    fields = _struct(block, 0)
+    assert (fields["A"], fields["B"], fields["alpha"]) == (A0 + 0x100, B0 + 0x200, 3.0)
+    assert struct.unpack_from("=f", block, PARAM_OFFSETS["beta"])[0] == 0.0
+
+
+def test_a_failed_launch_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, _ = _plan(monkeypatch, SM90_SPEC)
+    fn.err = 1
+    with pytest.raises(CudaError):
+        plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)

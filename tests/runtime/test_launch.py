@@ -1,0 +1,179 @@
+"""gemm_runtime.launch on CPU: the matrices the SM90 tensor maps describe, the
+descriptors ahead of GemmParams in the parameter block (A then B, 128 bytes each),
+and the block ``prepare`` and ``launch`` hand the kernel. cuTensorMapEncodeTiled is a
+fake (tests/runtime/fake_tensor_map.py) that writes what it was given into the
+descriptor's bytes."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("cuda.bindings.driver")
+
+from codegen.families import Mainloop, TensorMapBox  # noqa: E402
+from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes  # noqa: E402
+from codegen.vocabulary import BOrder, DataType, MmaAtom  # noqa: E402
+from gemm_runtime import launch  # noqa: E402
+from gemm_runtime.context import Problem, make_key  # noqa: E402
+from gemm_runtime.errors import GemmArgumentError  # noqa: E402
+from gemm_runtime.plan import LaunchSpec  # noqa: E402
+from gemm_runtime.registry import Kernel  # noqa: E402
+from gemm_runtime.tensor_map import TensorMap2D  # noqa: E402
+from tests.helpers import spec_for  # noqa: E402
+from tests.runtime.fake_tensor_map import A0, B0, C0, D0, decode, fake_driver  # noqa: E402
+
+
+def sm90_spec(**overrides):
+    fields = dict(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1), stages=4,
+                  arch_min=90, arch_max=90)  # fmt: skip
+    fields.update(overrides)
+    return spec_for(**fields)
+
+
+def problem(m=300, n=500, k=1000, lda=1024, ldb=1008, b_order=BOrder.NK, dtype=DataType.F16, **kw) -> Problem:
+    key = make_key(dtype, b_order, dtype, m, n, k, arch=90)
+    return Problem(key, A0, B0, C0, D0, lda, ldb, n, n, False, **kw)
+
+
+def kernel(spec, ctas_per_sm=1, sms=132, function=None) -> Kernel:
+    return Kernel(spec, 90, 168, 0, function or SimpleNamespace(ctas_per_sm=ctas_per_sm), sms=sms)
+
+
+# ---- the matrices a tensor map describes ------------------------------------------------
+
+
+def test_operand_matrix_of_a_and_b() -> None:
+    nk = problem()
+    assert launch._operand_matrix(TensorMapBox("a", 128, 64), nk) == (A0, 300, 1000, 1024)
+    # nk B is stored N x K (K contiguous), kn B K x N (N contiguous).
+    assert launch._operand_matrix(TensorMapBox("b", 256, 64), nk) == (B0, 500, 1000, 1008)
+    kn = problem(b_order=BOrder.KN, ldb=504)
+    assert launch._operand_matrix(TensorMapBox("b", 64, 64), kn) == (B0, 1000, 500, 504)
+    with pytest.raises(ValueError, match="'c' is not 'a' or 'b'"):
+        launch._operand_matrix(TensorMapBox("c", 64, 64), nk)
+
+
+@pytest.mark.parametrize(
+    "box, kw, expected",
+    [
+        # M = 1: A's stride is never used and may be anything (here less than K).
+        ("a", dict(m=1, k=1001, lda=3), (A0, 1, 1001, 1008)),
+        ("a", dict(m=1, k=1000, lda=1001), (A0, 1, 1000, 1000)),
+        # N = 1 with nk B, K = 1 with kn B: one stored row of B.
+        ("b", dict(n=1, k=1001, ldb=1001), (B0, 1, 1001, 1008)),
+        ("b", dict(k=1, n=500, ldb=7, b_order=BOrder.KN), (B0, 1, 500, 504)),
+    ],
+)
+def test_a_one_row_operand_gets_a_legal_stride(box: str, kw: dict, expected: tuple) -> None:
+    address, rows, cols, ld = launch._operand_matrix(TensorMapBox(box, 64, 64), problem(**kw))
+    assert (address, rows, cols, ld) == expected
+    # What the stride is replaced by is one TMA takes (16-byte rows, at least cols) ...
+    TensorMap2D(address, rows, cols, ld, DataType.F16, 64, 64)
+    # ... where the caller's would be refused.
+    given = kw.get("lda" if box == "a" else "ldb")
+    with pytest.raises(GemmArgumentError) as e:
+        TensorMap2D(address, rows, cols, given, DataType.F16, 64, 64)
+    assert e.value.argument == "ld"
+
+
+def test_operands_of_several_rows_keep_their_stride() -> None:
+    # K = 1001 is no multiple of 8, but lda = 1008 is (the key's alignment says so).
+    assert launch._operand_matrix(TensorMapBox("a", 128, 64), problem(m=2, k=1001, lda=1008)) == (A0, 2, 1001, 1008)
+
+
+# ---- the descriptors --------------------------------------------------------------------
+
+
+def test_tensor_maps_of_an_sm90_kernel_are_a_then_b(monkeypatch: pytest.MonkeyPatch) -> None:
+    drv = fake_driver(monkeypatch)
+    maps = launch.TensorMaps(sm90_spec(), problem(dtype=DataType.BF16))
+    assert maps and drv.calls == []  # encoded per call, not when made
+    raw = maps(A0, B0)
+    assert len(raw) == 256
+    a, b = decode(raw[:128]), decode(raw[128:])
+    # Dimension 0 is the contiguous one: (K, M) for A, (K, N) for nk B; strides in bytes.
+    assert a == dict(address=A0, dims=[1000, 300], strides=[2048], box=[64, 128], dtype="BFLOAT16")
+    assert b == dict(address=B0, dims=[1000, 500], strides=[2016], box=[64, 256], dtype="BFLOAT16")
+    assert [c["address"] for c in drv.calls] == [A0, B0]
+    # Other addresses: the same geometry at the new ones, each operand its own.
+    a2, b2 = A0 + 0x10000, B0 + 0x20000
+    raw = maps(a2, b2)
+    assert decode(raw[:128]) == {**a, "address": a2} and decode(raw[128:]) == {**b, "address": b2}
+
+
+def test_tensor_maps_of_kn_b_use_64_column_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_driver(monkeypatch)
+    maps = launch.TensorMaps(sm90_spec(b_order=BOrder.KN), problem(b_order=BOrder.KN, ldb=504))
+    b = decode(maps(A0, B0)[128:])
+    assert b == dict(address=B0, dims=[500, 1000], strides=[1008], box=[64, 64], dtype="FLOAT16")
+
+
+def test_tensor_maps_of_an_sm80_kernel_are_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    drv = fake_driver(monkeypatch)
+    maps = launch.TensorMaps(spec_for(), problem())
+    assert not maps and maps(A0, B0) == b"" and drv.calls == []
+
+
+def test_a_descriptor_address_must_be_16_byte_aligned(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_driver(monkeypatch)
+    maps = launch.TensorMaps(sm90_spec(), problem())
+    with pytest.raises(GemmArgumentError) as e:
+        maps(A0 + 8, B0)
+    assert e.value.argument == "address"
+
+
+# ---- the parameter block ----------------------------------------------------------------
+
+
+def _fields(raw: bytes) -> dict:
+    return dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(raw)))
+
+
+def test_prepare_puts_the_descriptors_ahead_of_the_struct(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_driver(monkeypatch)
+    spec, prob = sm90_spec(), problem(m=8192, n=8192, k=4096, lda=4096, ldb=4096)
+    grid, packed, maps = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name, 2, 1), 1.5, 0.0, 0x1000, 0x2000)
+    offset = spec.mainloop.params_offset(spec)
+    assert offset == 256 and len(packed) == block_bytes(offset) == 448
+    assert packed[:offset] == maps(prob.a, prob.b)
+    assert decode(packed[:128])["address"] == prob.a and decode(packed[128:256])["address"] == prob.b
+    fields = _fields(packed[offset : offset + PARAM_STRUCT.size])
+    assert (fields["A"], fields["B"], fields["C"], fields["D"]) == (A0, B0, C0, D0)
+    assert (fields["semaphores"], fields["partials"], fields["alpha"]) == (0x1000, 0x2000, 1.5)
+    assert (fields["tiles_m"], fields["tiles_n"], fields["splits"], fields["swizzle"]) == (64, 32, 2, 1)
+    assert fields["k_tiles_per_split"] == 32  # 4096 / 64 K tiles, halved
+    assert packed[offset + PARAM_STRUCT.size :] == bytes(448 - 256 - PARAM_STRUCT.size)  # the C++ tail padding
+    # Persistent: one CTA per SM at most (132 SMs x 1), else one per work unit.
+    assert grid == (132, 1, 1)
+    small = problem(m=200, n=500, k=1000)
+    assert launch.prepare(kernel(spec), small, LaunchSpec(spec.name), 1.0, 0.0)[0] == (2 * 2, 1, 1)
+    assert launch.prepare(kernel(spec, ctas_per_sm=0), prob, LaunchSpec(spec.name), 1.0, 0.0)[0] == (1, 1, 1)
+
+
+def test_prepare_of_an_sm80_kernel_is_the_bare_struct(monkeypatch: pytest.MonkeyPatch) -> None:
+    drv = fake_driver(monkeypatch)
+    spec, prob = spec_for(), problem(m=8192, n=8192, k=4096, lda=4096, ldb=4096)
+    grid, packed, maps = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name, 1, 1), 1.0, 0.0)
+    assert len(packed) == PARAM_STRUCT.size == block_bytes(0) and not maps and drv.calls == []
+    assert _fields(packed)["A"] == A0
+    assert grid == (64 * 2, 32, 1)  # the tile grid, 2 CTAs per M tile row group
+
+
+def test_launch_hands_the_kernel_the_whole_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_driver(monkeypatch)
+    seen = {}
+
+    def fake_launch(grid, threads, smem, stream, params_addr):
+        block = ctypes.c_void_p.from_address(params_addr).value
+        seen.update(grid=grid, threads=threads, smem=smem, block=ctypes.string_at(block, 448))
+
+    spec, prob = sm90_spec(), problem()
+    function = SimpleNamespace(ctas_per_sm=1, launch=fake_launch)
+    launch.launch(kernel(spec, function=function), prob, LaunchSpec(spec.name), 1.0, 0.0, 0)
+    expected = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name), 1.0, 0.0)[1]
+    assert seen["block"] == expected and (seen["threads"], seen["smem"]) == (384, spec.smem_bytes)
+    assert struct.unpack_from("=Q", seen["block"], 256)[0] == A0  # GemmParams.A after the descriptors
