@@ -162,17 +162,19 @@ def _default_sm90() -> list:
 
 def test_the_default_sm90_yaml() -> None:
     loaded = _default_sm90()
-    assert len(loaded) == 28
-    big = [((128, 256), 4), ((128, 192), 5), ((128, 128), 6), ((64, 256), 5), ((64, 128), 8)]
-    f32out = [((128, 256), 4), ((128, 128), 6)]
+    assert len(loaded) == 40
+    big = [((128, 256), 4, 1), ((128, 192), 5, 1), ((128, 128), 6, 1), ((128, 256), 4, 2), ((128, 192), 5, 2),
+           ((128, 128), 6, 2), ((64, 256), 5, 1), ((64, 128), 8, 1)]  # fmt: skip
+    f32out = [((128, 256), 4, 1), ((128, 128), 6, 1)]
     expected = []
     for fam, t, tiles in (("sm90_f16", "f16", big), ("sm90_bf16", "bf16", big),
                           ("sm90_f16_f32out", "f16", f32out), ("sm90_bf16_f32out", "bf16", f32out)):  # fmt: skip
         d = "f32" if fam.endswith("f32out") else t
-        for (m, n), s in tiles:
+        for (m, n), s, c in tiles:
             for order in ("nk", "kn"):
+                # A cluster of one CTA is not named, so those kernels keep their names.
                 expected.append(f"gemm_{fam}_sm90_m64nNk16_a{t}_b{t}_accf32_d{d}_{m}x{n}x64_w{m // 16}x1x1_s{s}_"
-                                f"{order}_align8")  # fmt: skip
+                                f"{order}_align8" + (f"_c{c}" if c > 1 else ""))  # fmt: skip
     assert [k.spec.name for k in loaded] == expected
     for k in loaded:
         s = k.spec
