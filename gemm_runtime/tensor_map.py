@@ -13,6 +13,7 @@ checked here first and a wrong one is named (GemmArgumentError).
 from __future__ import annotations
 
 import ctypes
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,6 +46,7 @@ _L2_PROMOTION = {
 _MAX_BOX = 256  # elements per box dimension
 _MAX_DIM = 1 << 32  # elements per tensor dimension
 _MAX_STRIDE = 1 << 40  # bytes
+_RECENT_ADDRESSES = 16  # descriptors an Encoder keeps, per geometry
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,8 @@ class Encoder:
     """``cuTensorMapEncodeTiled`` for one matrix geometry at changing addresses: the
     arguments are converted once, so a launch whose operand moved re-encodes its
     descriptor for the cost of the driver call alone. ``encode_tiled`` stands in for
-    the driver call (tests); it gets the driver's enum members."""
+    the driver call (tests); it gets the driver's enum members. Not thread-safe: a
+    replay plan calls its encoders under its own lock (fast_path.FastPlan)."""
 
     def __init__(self, spec: TensorMap2D, encode_tiled: Callable[..., tuple] | None = None) -> None:
         drv = _driver()
@@ -195,6 +198,7 @@ class Encoder:
             getattr(drv.CUtensorMapFloatOOBfill, args["oobFill"]),
         )
         self.spec = spec
+        self._recent: OrderedDict[int, bytes] = OrderedDict()
 
     def tensor_map(self, address: int) -> Any:
         """The CUtensorMap (a cuda.bindings object) for the matrix at ``address``."""
@@ -203,5 +207,17 @@ class Encoder:
         return check(self._call(*self._head, address, *self._tail), "cuTensorMapEncodeTiled")
 
     def __call__(self, address: int) -> bytes:
-        """The 128 descriptor bytes for the matrix at ``address``."""
-        return param_bytes(self.tensor_map(address))
+        """The 128 descriptor bytes for the matrix at ``address``.
+
+        NOTE: remembered for the last few addresses (a descriptor depends on nothing
+        else here): torch's caching allocator hands a model's activations the same few
+        addresses step after step, so a replay rarely pays for the driver call."""
+        known = self._recent.get(address)
+        if known is not None:
+            self._recent.move_to_end(address)
+            return known
+        encoded = param_bytes(self.tensor_map(address))
+        self._recent[address] = encoded
+        if len(self._recent) > _RECENT_ADDRESSES:
+            self._recent.popitem(last=False)
+        return encoded

@@ -87,14 +87,16 @@ def test_a_new_a_or_b_gets_new_descriptors(monkeypatch: pytest.MonkeyPatch) -> N
     assert _addresses(fn.blocks[-1]) == (a1, B0)
     plan.run(a1, b1, C0, D0, 1.0, 1.0, 0)
     assert _addresses(fn.blocks[-1]) == (a1, b1)
-    plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)  # back to the first operands: re-encoded again
+    plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)  # back to the first operands: their descriptors again
     assert _addresses(fn.blocks[-1]) == (A0, B0)
     # The rest of each descriptor is the plan's geometry, whatever the address.
     for block in fn.blocks:
         assert decode(block[:128])["dims"] == [1000, 1000] and decode(block[128:256])["box"] == [64, 128]
         fields = _struct(block, 256)
         assert _addresses(block) == (fields["A"], fields["B"])  # the struct agrees with its descriptors
-    assert [c["address"] for c in drv.calls] == [A0, B0, a1, B0, a1, b1, A0, B0]
+    # Only addresses the plan had not seen reach the driver (A0 and B0 were encoded when
+    # the plan was built; tensor_map.Encoder remembers recent addresses).
+    assert [c["address"] for c in drv.calls] == [a1, b1]
 
 
 def test_only_c_d_alpha_beta_or_bias_keep_the_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -133,3 +133,22 @@ def test_encode_for_real_on_hopper() -> None:
     a = torch.zeros(200, 1000, dtype=torch.float16, device="cuda")
     tmap = tensor_map_2d(a.data_ptr(), 200, 1000, 1000, "f16", 128, 64)
     assert len(param_bytes(tmap)) == TENSOR_MAP_BYTES and any(param_bytes(tmap))
+
+
+def test_an_encoder_remembers_recent_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay whose operand returns to an address it had (the caching allocator's way)
+    reuses that descriptor; one evicted from the last 16 is encoded again, and each
+    address always gets its own descriptor."""
+    from gemm_runtime.tensor_map import Encoder
+    from tests.runtime.fake_tensor_map import decode, fake_driver
+
+    drv = fake_driver(monkeypatch)
+    encoder = Encoder(TensorMap2D(0x1000, 64, 128, 128, DataType.F16, 64, 64))
+    first = encoder(0x1000)
+    assert encoder(0x1000) == first and len(drv.calls) == 1
+    others = [0x100000 + 16 * i for i in range(16)]
+    for address in others:
+        assert decode(encoder(address))["address"] == address
+    assert len(drv.calls) == 17
+    assert decode(encoder(others[-1]))["address"] == others[-1] and len(drv.calls) == 17
+    assert encoder(0x1000) == first and len(drv.calls) == 18  # evicted, encoded again
