@@ -28,7 +28,7 @@ _EPILOGUE_CODES = {e.value: e.code for e in Epilogue}
 
 
 def geometry(
-    spec: KernelSpec, problem: Problem, plan: LaunchSpec, resident: int = 1
+    spec: KernelSpec, problem: Problem, plan: LaunchSpec, resident: int
 ) -> tuple[tuple[int, int, int], int, int, int]:
     """(grid, tiles_m, tiles_n, k_tiles_per_split) of a launch; ``resident``: CTAs of
     the kernel the device holds at once (persistent families size their grid by it)."""

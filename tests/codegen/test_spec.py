@@ -28,6 +28,7 @@ OTHER: dict[str, Any] = {
     "stages": 3,
     "b_order": BOrder.KN,
     "align": 4,
+    "cluster": 2,
     "arch_min": 86,
     "arch_max": 89,
 }
@@ -52,6 +53,19 @@ def test_field_changes_name(field: str) -> None:
         assert changed.name == SPEC.name
     else:
         assert changed.name != SPEC.name
+
+
+def test_a_cluster_of_one_is_not_named() -> None:
+    """Kernels without a cluster kept their names (caches and symbols name them); a
+    cluster of two ends the name."""
+    assert SPEC.cluster == 1 and "_c1" not in SPEC.name
+    assert dataclasses.replace(SPEC, cluster=2).name == SPEC.name + "_c2"
+
+
+def test_records_written_before_the_cluster_field_read_back() -> None:
+    data = SPEC.to_json()
+    del data["cluster"]
+    assert KernelSpec.from_json(data) == SPEC
 
 
 @pytest.mark.parametrize("spec", [SPEC, dataclasses.replace(SPEC, **OTHER)])
