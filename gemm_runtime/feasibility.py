@@ -39,7 +39,8 @@ def launch_error(
         return GemmArgumentError("kernel.swizzle", plan.swizzle, f"{SWIZZLES[0]}..{SWIZZLES[-1]}")
     most = min(MAX_SPLITS, spec.mainloop.max_splits(spec) or MAX_SPLITS)
     if not 1 <= plan.splits <= most:
-        return GemmArgumentError("kernel.splits", plan.splits, f"1..{most}" + (" for this kernel" if most < MAX_SPLITS else ""))
+        accepted = "1 (this kernel takes no split-K)" if most == 1 else f"1..{most}"
+        return GemmArgumentError("kernel.splits", plan.splits, accepted)
     if plan.splits > 1 and workspace is not None and not fits_workspace(spec, key, plan.splits, *workspace):
         return GemmArgumentError(
             "kernel.splits", plan.splits, "1, or a split count whose semaphores and partials fit the workspace"
