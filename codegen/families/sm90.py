@@ -97,10 +97,20 @@ class Sm90Family(MainloopFamily):
     ) -> tuple[int, int, int]:
         """As many CTAs as the device holds at once (one per SM), or as work units,
         each looping over the units (kernel_sm90.cuh); whole clusters, whose units are
-        ``cluster`` tiles along M."""
+        ``cluster`` tiles along M. Under split-K, a multiple of ``splits`` CTAs.
+
+        NOTE: the multiple keeps every tile's K slices in one round of the grid, on
+        consecutive CTAs: a last slice then waits only for CTAs of lower index in the
+        same round, which started before it (blocks start in index order), so split-K
+        cannot hang even where other kernels hold some SMs and not every CTA of the
+        grid is resident. Across rounds, slice 0 of CTA 0 would wait on the last CTA of
+        the round before, which may not have started."""
         c = spec.cluster
         units = -(-tiles[0] // c) * tiles[1] * splits
-        return c * max(1, min(units, resident // c)), 1, 1
+        ctas = c * max(1, min(units, resident // c))
+        if splits > 1:
+            ctas = max(splits, ctas // splits * splits)
+        return ctas, 1, 1
 
     # ---- the cost model ---------------------------------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:

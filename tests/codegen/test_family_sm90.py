@@ -284,6 +284,10 @@ def test_the_rendered_kernel_asserts_the_block_layout() -> None:
         ((2, 3), 1, 132, (6, 1, 1)),  # fewer: one CTA per tile
         ((2, 3), 4, 132, (24, 1, 1)),  # split-K units count
         ((10, 10), 2, 132, (132, 1, 1)),
+        ((10, 10), 5, 132, (130, 1, 1)),  # split-K: whole tiles per round of the grid
+        ((10, 10), 7, 132, (126, 1, 1)),
+        ((1, 1), 7, 4, (7, 1, 1)),  # fewer resident CTAs than splits: one tile's slices still
+
         ((0, 5), 1, 132, (1, 1, 1)),  # no tiles (M = 0): still a legal grid
         ((3, 3), 1, 0, (1, 1, 1)),  # no occupancy known: at least one CTA
     ],
@@ -292,6 +296,20 @@ def test_the_persistent_grid(tiles, splits, resident, grid) -> None:
     assert SM90.grid(sm90_spec(), tiles, splits, 3, resident) == grid
     # The swizzle reorders the units inside the kernel, not the grid.
     assert SM90.grid(sm90_spec(), tiles, splits, 0, resident) == grid
+
+
+@pytest.mark.parametrize("splits", [2, 3, 5, 7, 64])
+@pytest.mark.parametrize("resident", [1, 4, 131, 132])
+def test_split_k_never_waits_across_rounds(splits: int, resident: int) -> None:
+    """Every K slice a last slice waits for is on a lower CTA of the same round: the
+    kernel's unit u (tile u // splits, slice u % splits) runs on CTA u % grid."""
+    for tiles in [(1, 1), (3, 7), (40, 40)]:
+        grid = SM90.grid(sm90_spec(), tiles, splits, 0, resident)[0]
+        units = tiles[0] * tiles[1] * splits
+        for u in range(min(units, 5 * grid)):
+            if u % splits == splits - 1:
+                for waited in range(u - splits + 1, u):
+                    assert waited // grid == u // grid and waited % grid < u % grid
 
 
 def test_grid_of_sizes_by_residency() -> None:

@@ -106,9 +106,10 @@ struct Sm90Unit {
 // Tiles are rasterized in groups of 2^swizzle rows of M: consecutive tiles walk down
 // the group's rows, then on along N, so the CTAs in flight together share B tiles
 // within a group and A tiles across the groups' columns in L2.
-// NOTE: a unit only waits (split-K) for units of smaller index, which co-resident
-// CTAs take in increasing order: the grid never exceeds one CTA per SM, so no wait
-// can deadlock (cluster kernels do not split: codegen/families/sm90.py).
+// NOTE: a last K slice waits (split-K) only for the tile's other slices, which the
+// grid, a multiple of `splits` CTAs (codegen/families/sm90.py), puts on the CTAs just
+// below it in the same round; blocks start in index order, so those have started and
+// no wait can hang, even with SMs held by other kernels. Cluster kernels do not split.
 __device__ __forceinline__ Sm90Unit sm90_unit(int u, int splits, int swizzle, int tiles_m, int tiles_n,
                                               int k_tiles_per_split, int k_tiles_total) {
   Sm90Unit w;
