@@ -162,21 +162,17 @@ def rank(
     partials_bytes: int,
 ) -> list[tuple[float, LaunchSpec]]:
     """Every (kernel, splits, swizzle) candidate, cheapest first (ties: smaller splits,
-    smaller swizzle, name)."""
-    out = []
-    by_name = {}
+    the swizzle nearest the family's preferred one, smaller swizzle, name)."""
+    # Ties (the model does not see rasterization) go to fewer splits, then to the
+    # swizzle the kernel's family measured best, then by name.
+    keyed = []
     for kern in kernels:
         spec = kern.spec
-        by_name[spec.name] = spec
+        preferred = spec.mainloop.preferred_swizzle
         for splits in split_options(spec, key, max_splits, barriers_bytes, partials_bytes):
             cost = predict(spec, kern.ctas_per_sm, device, key, splits)
             for swizzle in swizzle_options(spec, key):
-                out.append((cost, LaunchSpec(spec.name, splits, swizzle)))
-    # Ties (the model does not see rasterization) go to fewer splits, then to the
-    # swizzle the kernel's family measured best, then by name.
-    def order(item: tuple[float, LaunchSpec]) -> tuple:
-        preferred = by_name[item[1].kernel].mainloop.preferred_swizzle
-        return item[0], item[1].splits, abs(item[1].swizzle - preferred), item[1].swizzle, item[1].kernel
-
-    out.sort(key=order)
-    return out
+                order = (cost, splits, abs(swizzle - preferred), swizzle, spec.name)
+                keyed.append((order, LaunchSpec(spec.name, splits, swizzle)))
+    keyed.sort(key=lambda item: item[0])
+    return [(order[0], plan) for order, plan in keyed]

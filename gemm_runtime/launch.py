@@ -139,9 +139,9 @@ def prepare(
     )
     maps = TensorMaps(kernel.spec, problem)
     if maps:
+        block = block_bytes(kernel.spec.mainloop.params_offset(kernel.spec))
         packed = maps(problem.a, problem.b) + packed
-        # The block's C++ struct is 64-byte aligned (CUtensorMap), so its size is too.
-        packed += bytes(block_bytes(len(packed) - PARAM_STRUCT.size) - len(packed))
+        packed += bytes(block - len(packed))  # the C++ block is padded to CUtensorMap's 64-byte alignment
     return grid, packed, maps
 
 
