@@ -17,14 +17,19 @@ from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.spec import KernelSpec
 from gemm_runtime.context import Problem
 from gemm_runtime.cost_model import tiles_of
+from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.feasibility import grid_of
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel
-from gemm_runtime.tensor_map import Encoder, TensorMap2D
+from gemm_runtime.tensor_map import TENSOR_MAP_BYTES, Encoder, TensorMap2D
 from gemm_runtime.types import Epilogue
 
 _PARAM_INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
 _EPILOGUE_CODES = {e.value: e.code for e in Epilogue}
+# kEpilogueTmaStore (templates/include/gemm/epilogue.cuh): D has a tensor map, so the
+# kernel may store through it.
+EPILOGUE_TMA_STORE = 4
+_NO_TENSOR_MAP = bytes(TENSOR_MAP_BYTES)
 
 
 def geometry(
@@ -47,8 +52,12 @@ def _operand_matrix(box: TensorMapBox, problem: Problem) -> tuple[int, int, int,
     elif box.operand == "b":
         rows, cols = (key.n, key.k) if key.b_order is BOrder.NK else (key.k, key.n)
         address, ld = problem.b, problem.ldb
+    elif box.operand == "d":
+        # NOTE: the gated epilogues write N / 2 columns (gemm_runtime.types.Epilogue).
+        cols = key.n // 2 if Epilogue(key.epilogue).gated else key.n
+        address, rows, ld = problem.d, key.m, problem.ldd
     else:
-        raise ValueError(f"tensor map operand {box.operand!r} is not 'a' or 'b'")
+        raise ValueError(f"tensor map operand {box.operand!r} is not 'a', 'b' or 'd'")
     if rows == 1:
         # NOTE: a one-row matrix's stride is never used, and may be any value (the row
         # alignment of the key ignores it): give TMA a legal one.
@@ -58,22 +67,34 @@ def _operand_matrix(box: TensorMapBox, problem: Problem) -> tuple[int, int, int,
 
 class TensorMaps:
     """The TMA descriptors a kernel's parameter block starts with, for one problem
-    geometry: ``maps(a, b)`` encodes them for operands at those addresses."""
+    geometry: ``maps(a, b, d)`` encodes them for operands at those addresses.
+
+    A and B always have one (the family refuses problems where they cannot). D's is
+    optional: where D's rows or base are not 16-byte aligned its 128 bytes stay zero,
+    ``stores_d`` is False, and the kernel stores D directly."""
 
     def __init__(self, spec: KernelSpec, problem: Problem) -> None:
         self._encoders = []
+        self.stores_d = False
+        key = problem.key
         for box in spec.mainloop.tensor_maps(spec):
             address, rows, cols, ld = _operand_matrix(box, problem)
-            dtype = problem.key.a_type if box.operand == "a" else problem.key.b_type
-            self._encoders.append(
-                (box.operand, Encoder(TensorMap2D(address, rows, cols, ld, dtype, box.box_rows, box.box_cols)))
-            )
+            dtype = {"a": key.a_type, "b": key.b_type, "d": key.d_type}[box.operand]
+            try:
+                encoder = Encoder(TensorMap2D(address, rows, cols, ld, dtype, box.box_rows, box.box_cols))
+            except GemmArgumentError:
+                if box.operand != "d":
+                    raise
+                encoder = None
+            self.stores_d |= box.operand == "d" and encoder is not None
+            self._encoders.append((box.operand, encoder))
 
     def __bool__(self) -> bool:
         return bool(self._encoders)
 
-    def __call__(self, a: int, b: int) -> bytes:
-        return b"".join(encode(a if operand == "a" else b) for operand, encode in self._encoders)
+    def __call__(self, a: int, b: int, d: int) -> bytes:
+        address = {"a": a, "b": b, "d": d}
+        return b"".join(_NO_TENSOR_MAP if enc is None else enc(address[op]) for op, enc in self._encoders)
 
 
 def pack_params(
@@ -86,7 +107,10 @@ def pack_params(
     k_tiles_per_split: int = 0,
     semaphores: int = 0,
     partials: int = 0,
+    tma_store: bool = False,
 ) -> bytes:
+    """GemmParams for one launch; ``tma_store``: the kernel may store D through its
+    tensor map (EPILOGUE_TMA_STORE)."""
     key = problem.key
     values = [0] * len(PARAM_NAMES)
     for name, value in (
@@ -101,7 +125,7 @@ def pack_params(
         ("ldv", problem.ldv),
         ("groups", problem.groups),
         ("group_shift", problem.group_shift),
-        ("epilogue", _EPILOGUE_CODES[key.epilogue]),
+        ("epilogue", _EPILOGUE_CODES[key.epilogue] | (EPILOGUE_TMA_STORE if tma_store else 0)),
         ("lda", problem.lda),
         ("ldb", problem.ldb),
         ("ldc", problem.ldc),
@@ -127,6 +151,7 @@ def prepare(
     """The grid, the packed parameter block and the tensor maps (to re-encode for
     other operand addresses) of one launch."""
     grid, tiles_m, tiles_n, per_split = geometry(kernel.spec, problem, plan, kernel.resident)
+    maps = TensorMaps(kernel.spec, problem)
     packed = pack_params(
         problem,
         alpha,
@@ -136,11 +161,11 @@ def prepare(
         k_tiles_per_split=per_split,
         semaphores=semaphores,
         partials=partials,
+        tma_store=maps.stores_d,
     )
-    maps = TensorMaps(kernel.spec, problem)
     if maps:
         block = block_bytes(kernel.spec.mainloop.params_offset(kernel.spec))
-        packed = maps(problem.a, problem.b) + packed
+        packed = maps(problem.a, problem.b, problem.d) + packed
         packed += bytes(block - len(packed))  # the C++ block is padded to CUtensorMap's 64-byte alignment
     return grid, packed, maps
 

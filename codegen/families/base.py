@@ -24,9 +24,12 @@ TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap), 64-byte aligned
 @dataclass(frozen=True)
 class TensorMapBox:
     """One TMA descriptor a family's kernel takes ahead of its GemmParams: which operand
-    it describes ("a": M x K, "b": as stored, N x K or K x N) and the box one copy moves
-    (rows x cols of the stored matrix, cols contiguous). The runtime encodes it per
-    launch from the operand's address, shape and row stride (gemm_runtime.launch)."""
+    it describes ("a": M x K, "b": as stored, N x K or K x N, "d": the output, M x N or
+    M x N/2 under a gated epilogue) and the box one copy moves (rows x cols of the
+    stored matrix, cols contiguous). The runtime encodes it per launch from the
+    operand's address, shape and row stride (gemm_runtime.launch); a "d" it cannot
+    encode (rows not 16-byte multiples) is left zero and the kernel told to store
+    directly (kEpilogueTmaStore)."""
 
     operand: str
     box_rows: int

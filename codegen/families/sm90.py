@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from codegen.families.base import MainloopFamily, TensorMapBox
-from codegen.vocabulary import BOrder, MmaAtom
+from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, MmaAtom
 
 if TYPE_CHECKING:
     from codegen.spec import KernelSpec
@@ -19,6 +19,12 @@ ROWS_PER_CONSUMER = 64  # a consumer warpgroup's m64 wgmma
 PRODUCER_THREADS = 128  # the producer is a whole warpgroup (setmaxnreg acts per warpgroup)
 BOX_N = 64  # "kn" B: columns per TMA box (the 128-byte swizzle span)
 CLUSTERS = (1, 2)  # CTAs along M per cluster; each loads 1/cluster of the B tile for all
+SMEM_LIMIT = ARCH_SMEM_LIMIT[90]  # dynamic shared memory per block
+# The epilogue stores D through TMA from staging boxes of 64 rows x 128 bytes, two per
+# consumer warpgroup where they fit beside the ring, else one (store_sm90.cuh).
+STORE_BOX_ROWS = 64
+STORE_BOX_BYTES = STORE_BOX_ROWS * 128
+_ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 
 class Sm90Family(MainloopFamily):
@@ -62,11 +68,19 @@ class Sm90Family(MainloopFamily):
     def threads(self, spec: KernelSpec) -> int:
         return super().threads(spec) + PRODUCER_THREADS
 
-    def smem_bytes(self, spec: KernelSpec) -> int:
-        """The stage ring (A and B tiles, no padding: the swizzle avoids bank conflicts)
-        plus 1024 bytes to align it to the swizzle atom (mirrors Sm90Config::kSmemBytes)."""
+    def store_buffers(self, spec: KernelSpec) -> int:
+        """Staging boxes per consumer warpgroup (mirrors Sm90Config::kStoreBuffers)."""
         m, n, k = spec.cta
-        return spec.stages * (m + n) * k * 2 + 1024
+        ring = spec.stages * (m + n) * k * 2
+        return 2 if ring + 2 * (m // ROWS_PER_CONSUMER) * STORE_BOX_BYTES + 1024 <= SMEM_LIMIT else 1
+
+    def smem_bytes(self, spec: KernelSpec) -> int:
+        """The stage ring (A and B tiles, no padding: the swizzle avoids bank conflicts),
+        the epilogue's staging boxes, and 1024 bytes to align them to the swizzle atom
+        (mirrors Sm90Config::kSmemBytes)."""
+        m, n, k = spec.cta
+        staging = self.store_buffers(spec) * (m // ROWS_PER_CONSUMER) * STORE_BOX_BYTES
+        return spec.stages * (m + n) * k * 2 + staging + 1024
 
     def nvrtc_target(self, arch: int) -> str:
         return f"sm_{arch}a"
@@ -74,13 +88,15 @@ class Sm90Family(MainloopFamily):
     # ---- the launch -------------------------------------------------------------------
     def tensor_maps(self, spec: KernelSpec) -> tuple[TensorMapBox, ...]:
         """A's box is the CTA's tile; B's is the part of the B tile one CTA of the cluster
-        loads for all of them: rows of the N x K tile, or of each 64-column K x N box."""
+        loads for all of them: rows of the N x K tile, or of each 64-column K x N box;
+        D's is a staging box of the epilogue (64 rows, 128 bytes)."""
         m, n, k = spec.cta
         if spec.b_order is BOrder.NK:
             b = TensorMapBox("b", n // spec.cluster, k)
         else:
             b = TensorMapBox("b", k // spec.cluster, BOX_N)
-        return (TensorMapBox("a", m, k), b)
+        d = TensorMapBox("d", STORE_BOX_ROWS, 128 // _ELEMENT_BYTES[spec.d_type.value])
+        return (TensorMapBox("a", m, k), b, d)
 
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:
         # NOTE: a tensor map cannot describe an empty matrix.

@@ -129,10 +129,11 @@ def test_arch_below_90_is_refused(tmp_path: Path) -> None:
 
 
 def test_stages_over_the_shared_memory_limit(tmp_path: Path) -> None:
-    # 5 * (128 + 256) * 64 * 2 + 1024 = 246784 bytes; 4 stages (197632) fit.
+    # 5 * (128 + 256) * 64 * 2 + 2 * 8192 (one staging box per consumer) + 1024 = 263168
+    # bytes; 4 stages (230400, with two boxes each) fit.
     fam = family(tiles=[tile(cta=[128, 256, 64], stages=5)])
     error(tmp_path, fam, TILE, "stages", "got 5", "accepted: a tile and stage count within 232448 bytes",
-          "cta [128, 256, 64] with b_order 'nk' needs 246784 bytes of shared memory",
+          "cta [128, 256, 64] with b_order 'nk' needs 263168 bytes of shared memory",
           "the limit is 232448 bytes, on sm_90, the largest in arch [90, 90]")  # fmt: skip
     assert len(load(tmp_path, family(tiles=[tile(cta=[128, 256, 64], stages=4)]))) == 1
 
@@ -199,17 +200,22 @@ def test_threads_of_the_default_set() -> None:
 
 
 @pytest.mark.parametrize(
-    "cta, stages, smem",
-    [((128, 256, 64), 4, 197632), ((128, 192, 64), 5, 205824), ((128, 128, 64), 6, 197632),
-     ((64, 256, 64), 5, 205824), ((64, 128, 64), 8, 197632), ((64, 64, 64), 2, 33792)],
+    "cta, stages, boxes, smem",
+    [((128, 256, 64), 4, 2, 230400), ((128, 192, 64), 5, 1, 222208), ((128, 128, 64), 6, 2, 230400),
+     ((64, 256, 64), 5, 2, 222208), ((64, 128, 64), 8, 2, 214016), ((64, 64, 64), 2, 2, 50176)],
 )  # fmt: skip
-def test_smem_is_the_unpadded_stage_ring_plus_the_swizzle_alignment(cta, stages, smem) -> None:
+def test_smem_is_the_unpadded_ring_the_staging_boxes_and_the_swizzle_alignment(cta, stages, boxes, smem) -> None:
     m, n, k = cta
     for order in BOrder:
         spec = sm90_spec(cta=cta, warps=(m // 16, 1, 1), stages=stages, b_order=order)
-        assert spec.smem_bytes == stages * (m + n) * k * 2 + 1024 == smem
+        # Two 8 KiB staging boxes per consumer warpgroup where they fit under the limit
+        # beside the ring, else one (128x192 with 5 stages would need 238592 bytes).
+        assert SM90.store_buffers(spec) == boxes
+        assert spec.smem_bytes == stages * (m + n) * k * 2 + boxes * (m // 64) * 8192 + 1024 == smem
+        assert spec.smem_bytes <= 232448
     # sm80's ring pads every shared row (SMEM_PAD): more for the same tile.
-    assert spec_for(cta=cta, warps=(2, 2, 1), stages=stages).smem_bytes > smem - 1024
+    ring = stages * (m + n) * k * 2
+    assert spec_for(cta=cta, warps=(2, 2, 1), stages=stages).smem_bytes > ring
 
 
 def test_the_nvrtc_target_is_arch_specific() -> None:
@@ -238,22 +244,29 @@ def test_tensor_map_boxes(m: int, n: int) -> None:
     nk = sm90_spec(cta=(m, n, 64), warps=(m // 16, 1, 1))
     kn = dataclasses.replace(nk, b_order=BOrder.KN)
     # A: the CTA's M x 64 tile; nk B: the N x 64 tile; kn B: 64-column boxes of K x N
-    # (the 128-byte swizzle span), cta N / 64 of them per stage (kernel_sm90.cuh).
-    assert SM90.tensor_maps(nk) == (TensorMapBox("a", m, 64), TensorMapBox("b", n, 64))
-    assert SM90.tensor_maps(kn) == (TensorMapBox("a", m, 64), TensorMapBox("b", 64, 64))
+    # (the 128-byte swizzle span), cta N / 64 of them per stage (kernel_sm90.cuh); D: a
+    # 64-row staging box, 128 bytes wide (store_sm90.cuh).
+    d = TensorMapBox("d", 64, 64)
+    assert SM90.tensor_maps(nk) == (TensorMapBox("a", m, 64), TensorMapBox("b", n, 64), d)
+    assert SM90.tensor_maps(kn) == (TensorMapBox("a", m, 64), TensorMapBox("b", 64, 64), d)
+    f32 = dataclasses.replace(nk, d_type=DataType.F32)
+    assert SM90.tensor_maps(f32)[2] == TensorMapBox("d", 64, 32)
     for spec in (nk, kn):
         boxes = SM90.tensor_maps(spec)
         # Every box row fits the 128-byte swizzle span and every box dimension TMA's 256.
         assert all(b.box_cols * 2 <= 128 and b.box_rows <= 256 for b in boxes)
-        # What TMA moves per stage is the stage of the shared-memory ring.
+        # What TMA moves per stage is the stage of the shared-memory ring; D's box is
+        # one staging buffer.
         b_box = boxes[1].box_rows * boxes[1].box_cols * (1 if spec.b_order is BOrder.NK else n // 64)
-        assert (boxes[0].box_rows * boxes[0].box_cols + b_box) * 2 * spec.stages == spec.smem_bytes - 1024
+        ring = (boxes[0].box_rows * boxes[0].box_cols + b_box) * 2 * spec.stages
+        staging = SM90.store_buffers(spec) * (m // 64) * boxes[2].box_rows * boxes[2].box_cols * 2
+        assert ring + staging == spec.smem_bytes - 1024
     assert Mainloop.SM80.tensor_maps(spec_for()) == () and Mainloop.SM70.tensor_maps(spec_for()) == ()
 
 
 def test_params_offset_and_block_bytes() -> None:
-    assert SM90.params_offset(sm90_spec()) == 256
-    assert SM90.params_offset(sm90_spec(b_order=BOrder.KN)) == 256
+    assert SM90.params_offset(sm90_spec()) == 384
+    assert SM90.params_offset(sm90_spec(b_order=BOrder.KN)) == 384
     assert Mainloop.SM80.params_offset(spec_for()) == 0
     size = PARAM_STRUCT.size
     assert block_bytes(0) == size  # the bare struct: no padding
@@ -270,8 +283,8 @@ def test_the_rendered_kernel_asserts_the_block_layout() -> None:
     for order in BOrder:
         spec = sm90_spec(b_order=order)
         text = render_kernel(spec, "hop.yaml:families[0] (hop).tiles[0]")
-        assert "sizeof(gemm::CUtensorMap) * 2 == 256 &&" in text
-        assert f"sizeof(Sm90Params) == {block_bytes(256)}" in text
+        assert "sizeof(gemm::CUtensorMap) * 3 == 384 &&" in text
+        assert f"sizeof(Sm90Params) == {block_bytes(384)}" in text
         assert f"Config::kThreads == {spec.threads}" in text and f"Config::kSmemBytes == {spec.smem_bytes}" in text
         assert f"Sm90Config<gemm::Half, gemm::Half, 128, 128, 4, {order.cpp}" in text
         assert "const __grid_constant__ Sm90Params params" in text and "__launch_bounds__(384, 1)" in text

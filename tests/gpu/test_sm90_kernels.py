@@ -1,19 +1,21 @@
 """What the SM90 family adds beyond the matrix every dense kernel goes through
 (test_dense_kernels.py, test_epilogues_and_nn.py): split-K and the rasterization of
-its persistent scheduler on every sm90 kernel, more work units than CTAs, and
-descriptors that follow the operands from call to call on the replay path."""
+its persistent scheduler on every sm90 kernel, more work units than CTAs, both of
+its epilogue stores (TMA where D's rows are 16-byte multiples, direct where not),
+and descriptors that follow the operands from call to call on the replay path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from codegen.vocabulary import BOrder
-from gemm_runtime import Workspace
+from gemm_runtime import Epilogue, Operation, Workspace
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.types import torch_dtype
-from tests.gpu.util import rel_err, shared_gemm
+from tests.gpu.util import rel_err, round_up, shared_gemm
 
 pytestmark = pytest.mark.gpu
 
@@ -78,6 +80,37 @@ def test_many_tiles_per_cta(gemm, name):
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype(spec.d_type))
     gemm.matmul(a, b, out=out, kernel=name)
     assert rel_err(out, a.float() @ b.float()) < 1e-2
+
+
+@pytest.mark.parametrize("name", _sm90_names())
+@pytest.mark.parametrize("pad", [8, 1])
+def test_both_stores_write_d_and_nothing_else(gemm, name, pad):
+    """D as a view of a wider, taller NaN buffer whose rows are a multiple of 8 elements
+    plus `pad`: 8 keeps them 16-byte multiples (the TMA store), 1 does not (the direct
+    store). C aliases D.
+    A second consumer warpgroup holding 3 rows of D must write those and no more; the
+    gated epilogue stores through TMA only where a tile is whole 128-byte boxes of D."""
+    if name == "no-gpu":
+        pytest.skip("needs a CUDA GPU")
+    spec = gemm.registry.get(name).spec
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, pad)) % 2**31)
+    od = torch_dtype(spec.d_type)
+    m, n, k = spec.cta[0] + 67, 2 * spec.cta[1] + 24, 200
+    a, b = _operands(spec, m, n, k, gen)
+    acc = a.float() @ b.float()
+    for cols, gated in ((n, False), (n // 2, True)):
+        base = torch.full((m + 5, round_up(cols, 8) + pad), float("nan"), device="cuda", dtype=od)
+        out = base[:m, :cols]
+        out.copy_(torch.randn(m, cols, device="cuda", generator=gen))
+        c = out.float()
+        if gated:
+            ref = F.silu(acc[:, 0::2]) * acc[:, 1::2] + 0.5 * c
+            gemm.matmul(a, b, out=out, c=out, beta=0.5, kernel=name, operation=Operation(epilogue=Epilogue.GATED_SILU))
+        else:
+            ref = acc + 0.5 * c
+            gemm.matmul(a, b, out=out, c=out, beta=0.5, kernel=name)
+        assert rel_err(out, ref) < 1e-2, f"gated={gated}"
+        assert torch.isnan(base[:m, cols:]).all() and torch.isnan(base[m:]).all(), f"gated={gated}: wrote outside D"
 
 
 @pytest.mark.parametrize("b_order", [BOrder.NK, BOrder.KN])

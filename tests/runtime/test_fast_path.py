@@ -1,6 +1,7 @@
 """gemm_runtime.fast_path.FastPlan on CPU: what the kernel's parameter block holds at
 each replayed launch. The CPU half of "a replay never uses a stale descriptor": an
-SM90 plan re-encodes A's and B's tensor maps whenever A or B moved, and only then;
+SM90 plan re-encodes the tensor maps of A, B and D whenever one of them moved, and
+only then;
 the struct behind them gets every call's pointers and scalars. The launch is a fake
 that copies the block as cuLaunchKernel would."""
 
@@ -57,7 +58,8 @@ def _plan(monkeypatch, spec, b_order=BOrder.NK):
     as Gemm builds one (gemm.Gemm._remember)."""
     drv = fake_driver(monkeypatch)
     key = make_key(DataType.F16, b_order, DataType.F16, 1000, 500, 1000, arch=90)
-    prob = Problem(key, A0, B0, C0, D0, 1000, 1000 if b_order is BOrder.NK else 504, 500, 500, True)
+    # NOTE: D's rows of 504 fp16 are 16-byte multiples: D gets a tensor map too.
+    prob = Problem(key, A0, B0, C0, D0, 1000, 1000 if b_order is BOrder.NK else 504, 500, 504, True)
     kern = Kernel(spec, 90, 168, 0, SimpleNamespace(ctas_per_sm=1), sms=132)
     grid, template, maps = launch.prepare(kern, prob, LaunchSpec(spec.name), 1.0, 0.0)
     function = FakeFunction(len(template))
@@ -72,49 +74,55 @@ def _struct(block: bytes, offset: int) -> dict:
     return dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack_from(block, offset)))
 
 
-def _addresses(block: bytes) -> tuple[int, int]:
-    return decode(block[:128])["address"], decode(block[128:256])["address"]
+OFFSET = 384  # GemmParams after the descriptors of A, B and D
 
 
-def test_a_new_a_or_b_gets_new_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+def _addresses(block: bytes) -> tuple[int, int, int]:
+    return tuple(decode(block[i : i + 128])["address"] for i in (0, 128, 256))
+
+
+def test_a_new_a_b_or_d_gets_new_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
     plan, fn, drv = _plan(monkeypatch, SM90_SPEC)
-    assert plan.offset == 256 and plan.maps is not None
-    a1, b1 = A0 + 0x100000, B0 + 0x100000
+    assert plan.offset == OFFSET and plan.maps is not None and plan.maps.stores_d
+    a1, b1, d1 = A0 + 0x100000, B0 + 0x100000, D0 + 0x100000
 
     plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)
-    assert _addresses(fn.blocks[-1]) == (A0, B0)
+    assert _addresses(fn.blocks[-1]) == (A0, B0, D0)
     plan.run(a1, B0, C0, D0, 1.0, 1.0, 0)
-    assert _addresses(fn.blocks[-1]) == (a1, B0)
+    assert _addresses(fn.blocks[-1]) == (a1, B0, D0)
     plan.run(a1, b1, C0, D0, 1.0, 1.0, 0)
-    assert _addresses(fn.blocks[-1]) == (a1, b1)
+    assert _addresses(fn.blocks[-1]) == (a1, b1, D0)
+    plan.run(a1, b1, C0, d1, 1.0, 1.0, 0)
+    assert _addresses(fn.blocks[-1]) == (a1, b1, d1)
     plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)  # back to the first operands: their descriptors again
-    assert _addresses(fn.blocks[-1]) == (A0, B0)
+    assert _addresses(fn.blocks[-1]) == (A0, B0, D0)
     # The rest of each descriptor is the plan's geometry, whatever the address.
     for block in fn.blocks:
         assert decode(block[:128])["dims"] == [1000, 1000] and decode(block[128:256])["box"] == [64, 128]
-        fields = _struct(block, 256)
-        assert _addresses(block) == (fields["A"], fields["B"])  # the struct agrees with its descriptors
-    # Only addresses the plan had not seen reach the driver (A0 and B0 were encoded when
-    # the plan was built; tensor_map.Encoder remembers recent addresses).
-    assert [c["address"] for c in drv.calls] == [a1, b1]
+        assert decode(block[256:384])["dims"] == [500, 1000]
+        fields = _struct(block, OFFSET)
+        assert _addresses(block) == (fields["A"], fields["B"], fields["D"])  # the struct agrees with them
+    # Only addresses the plan had not seen reach the driver (A0, B0 and D0 were encoded
+    # when the plan was built; tensor_map.Encoder remembers recent addresses).
+    assert [c["address"] for c in drv.calls] == [a1, b1, d1]
 
 
-def test_only_c_d_alpha_beta_or_bias_keep_the_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_c_alpha_beta_or_bias_keep_the_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
     plan, fn, drv = _plan(monkeypatch, SM90_SPEC)
     plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)
     first, calls = fn.blocks[-1], len(drv.calls)
-    c1, d1, bias = C0 + 0x1000, D0 + 0x2000, 0x7F40_0000_0000
-    for args in ((c1, D0, 1.0, 1.0, 0), (c1, d1, 1.0, 1.0, 0), (c1, d1, 2.0, 0.5, 0), (c1, d1, 2.0, 0.5, bias)):
+    c1, bias = C0 + 0x1000, 0x7F40_0000_0000
+    for args in ((c1, D0, 1.0, 1.0, 0), (C0, D0, 2.0, 0.5, 0), (c1, D0, 2.0, 0.5, bias)):
         plan.run(A0, B0, *args)
         block = fn.blocks[-1]
-        assert block[:256] == first[:256]
-        fields = _struct(block, 256)
+        assert block[:OFFSET] == first[:OFFSET]
+        fields = _struct(block, OFFSET)
         assert (fields["C"], fields["D"], fields["alpha"], fields["beta"], fields["bias"]) == args
         assert (fields["A"], fields["B"]) == (A0, B0)
     assert len(drv.calls) == calls  # no encode at all
     # The same call again rewrites nothing and still launches.
     plan.run(A0, B0, *args)
-    assert fn.blocks[-1] == fn.blocks[-2] and len(fn.blocks) == 6
+    assert fn.blocks[-1] == fn.blocks[-2] and len(fn.blocks) == 5
 
 
 def test_kn_b_descriptors_follow_b_too(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,7 +137,7 @@ def test_the_launch_gets_the_plans_geometry(monkeypatch: pytest.MonkeyPatch) -> 
     plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)
     # 8 x 4 tiles of 128 x 128 on 132 SMs: one persistent CTA per tile.
     assert fn.launches[-1] == ("handle", (32, 1, 1), (384, 1, 1), SM90_SPEC.smem_bytes, ("stream", 7), 0)
-    assert len(fn.blocks[-1]) == 448
+    assert len(fn.blocks[-1]) == 576
 
 
 def test_an_sm80_plan_has_no_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,3 +156,16 @@ def test_a_failed_launch_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     fn.err = 1
     with pytest.raises(CudaError):
         plan.run(A0, B0, C0, D0, 1.0, 1.0, 0)
+
+
+def test_a_d_without_a_tensor_map_keeps_zeros_where_its_descriptor_would_be(monkeypatch: pytest.MonkeyPatch) -> None:
+    # D rows of 500 fp16 (1000 bytes) are no 16-byte multiple: the kernel stores directly.
+    plan, fn, drv = _plan(monkeypatch, SM90_SPEC)
+    prob_maps = launch.TensorMaps(SM90_SPEC, Problem(make_key(DataType.F16, BOrder.NK, DataType.F16, 1000, 500, 1000,
+                                  arch=90), A0, B0, C0, D0, 1000, 1000, 500, 500, True))  # fmt: skip
+    plan = plan._replace(maps=prob_maps, last=[None])
+    drv.calls.clear()
+    for d in (D0, D0 + 0x2000):
+        plan.run(A0, B0, C0, d, 1.0, 1.0, 0)
+        assert fn.blocks[-1][256:384] == bytes(128) and _struct(fn.blocks[-1], OFFSET)["D"] == d
+    assert [c["address"] for c in drv.calls] == [A0, B0]  # A and B once (a fresh plan), D never

@@ -1,5 +1,6 @@
 """gemm_runtime.launch on CPU: the matrices the SM90 tensor maps describe, the
-descriptors ahead of GemmParams in the parameter block (A then B, 128 bytes each),
+descriptors ahead of GemmParams in the parameter block (A, B, then D, 128 bytes each;
+D's left zero, and the kernel told to store directly, where D has no tensor map),
 and the block ``prepare`` and ``launch`` hand the kernel. cuTensorMapEncodeTiled is a
 fake (tests/runtime/fake_tensor_map.py) that writes what it was given into the
 descriptor's bytes."""
@@ -34,9 +35,11 @@ def sm90_spec(**overrides):
     return spec_for(**fields)
 
 
-def problem(m=300, n=500, k=1000, lda=1024, ldb=1008, b_order=BOrder.NK, dtype=DataType.F16, **kw) -> Problem:
-    key = make_key(dtype, b_order, dtype, m, n, k, arch=90)
-    return Problem(key, A0, B0, C0, D0, lda, ldb, n, n, False, **kw)
+def problem(m=300, n=500, k=1000, lda=1024, ldb=1008, b_order=BOrder.NK, dtype=DataType.F16, ldd=None,
+            epilogue="none", d_type=None, **kw) -> Problem:  # fmt: skip
+    key = make_key(dtype, b_order, d_type or dtype, m, n, k, arch=90)._replace(epilogue=epilogue)
+    cols = n // 2 if epilogue == "gated_silu" else n
+    return Problem(key, A0, B0, C0, D0, lda, ldb, cols, ldd or cols, False, **kw)
 
 
 def kernel(spec, ctas_per_sm=1, sms=132, function=None) -> Kernel:
@@ -46,14 +49,17 @@ def kernel(spec, ctas_per_sm=1, sms=132, function=None) -> Kernel:
 # ---- the matrices a tensor map describes ------------------------------------------------
 
 
-def test_operand_matrix_of_a_and_b() -> None:
+def test_operand_matrix_of_a_b_and_d() -> None:
     nk = problem()
     assert launch._operand_matrix(TensorMapBox("a", 128, 64), nk) == (A0, 300, 1000, 1024)
     # nk B is stored N x K (K contiguous), kn B K x N (N contiguous).
     assert launch._operand_matrix(TensorMapBox("b", 256, 64), nk) == (B0, 500, 1000, 1008)
     kn = problem(b_order=BOrder.KN, ldb=504)
     assert launch._operand_matrix(TensorMapBox("b", 64, 64), kn) == (B0, 1000, 500, 504)
-    with pytest.raises(ValueError, match="'c' is not 'a' or 'b'"):
+    # D is M x N, or M x N/2 under a gated epilogue, at its own stride.
+    assert launch._operand_matrix(TensorMapBox("d", 64, 64), problem(ldd=504)) == (D0, 300, 500, 504)
+    assert launch._operand_matrix(TensorMapBox("d", 64, 64), problem(epilogue="gated_silu")) == (D0, 300, 250, 250)
+    with pytest.raises(ValueError, match="'c' is not 'a', 'b' or 'd'"):
         launch._operand_matrix(TensorMapBox("c", 64, 64), nk)
 
 
@@ -88,41 +94,69 @@ def test_operands_of_several_rows_keep_their_stride() -> None:
 # ---- the descriptors --------------------------------------------------------------------
 
 
-def test_tensor_maps_of_an_sm90_kernel_are_a_then_b(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tensor_maps_of_an_sm90_kernel_are_a_b_then_d(monkeypatch: pytest.MonkeyPatch) -> None:
     drv = fake_driver(monkeypatch)
-    maps = launch.TensorMaps(sm90_spec(), problem(dtype=DataType.BF16))
-    assert maps and drv.calls == []  # encoded per call, not when made
-    raw = maps(A0, B0)
-    assert len(raw) == 256
-    a, b = decode(raw[:128]), decode(raw[128:])
-    # Dimension 0 is the contiguous one: (K, M) for A, (K, N) for nk B; strides in bytes.
+    maps = launch.TensorMaps(sm90_spec(), problem(dtype=DataType.BF16, ldd=504))
+    assert maps and maps.stores_d and drv.calls == []  # encoded per call, not when made
+    raw = maps(A0, B0, D0)
+    assert len(raw) == 384
+    a, b, d = decode(raw[:128]), decode(raw[128:256]), decode(raw[256:])
+    # Dimension 0 is the contiguous one: (K, M) for A, (K, N) for nk B, (N, M) for D;
+    # strides in bytes. D's box is a 64-row staging box, 128 bytes wide.
     assert a == dict(address=A0, dims=[1000, 300], strides=[2048], box=[64, 128], dtype="BFLOAT16")
     assert b == dict(address=B0, dims=[1000, 500], strides=[2016], box=[64, 256], dtype="BFLOAT16")
-    assert [c["address"] for c in drv.calls] == [A0, B0]
+    assert d == dict(address=D0, dims=[500, 300], strides=[1008], box=[64, 64], dtype="BFLOAT16")
+    assert [c["address"] for c in drv.calls] == [A0, B0, D0]
     # Other addresses: the same geometry at the new ones, each operand its own.
-    a2, b2 = A0 + 0x10000, B0 + 0x20000
-    raw = maps(a2, b2)
-    assert decode(raw[:128]) == {**a, "address": a2} and decode(raw[128:]) == {**b, "address": b2}
+    a2, b2, d2 = A0 + 0x10000, B0 + 0x20000, D0 + 0x30000
+    raw = maps(a2, b2, d2)
+    assert decode(raw[:128]) == {**a, "address": a2} and decode(raw[128:256]) == {**b, "address": b2}
+    assert decode(raw[256:]) == {**d, "address": d2}
+
+
+def test_an_f32_or_gated_d_gets_its_own_box_and_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_driver(monkeypatch)
+    f32 = launch.TensorMaps(sm90_spec(d_type=DataType.F32), problem(d_type=DataType.F32, ldd=500))
+    assert decode(f32(A0, B0, D0)[256:]) == dict(address=D0, dims=[500, 300], strides=[2000], box=[32, 64],
+                                                 dtype="FLOAT32")  # fmt: skip
+    gated = launch.TensorMaps(sm90_spec(), problem(epilogue="gated_silu", ldd=256))
+    assert decode(gated(A0, B0, D0)[256:])["dims"] == [250, 300]
+
+
+@pytest.mark.parametrize("ldd", [501, 500 + 4])
+def test_a_d_without_a_tensor_map_is_stored_directly(monkeypatch: pytest.MonkeyPatch, ldd: int) -> None:
+    # fp16 rows of 501 or 504 elements: 1002 and 1008 bytes, only the second a multiple of 16.
+    drv = fake_driver(monkeypatch)
+    spec, prob = sm90_spec(), problem(ldd=ldd)
+    maps = launch.TensorMaps(spec, prob)
+    assert maps.stores_d is (ldd == 504)
+    raw = maps(A0, B0, D0)
+    assert len(raw) == 384 and [c["address"] for c in drv.calls] == [A0, B0] + [D0] * maps.stores_d
+    if not maps.stores_d:
+        assert raw[256:] == bytes(128)
+    _, packed, _ = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name), 1.0, 0.0)
+    code = _fields(packed[384 : 384 + PARAM_STRUCT.size])["epilogue"]
+    assert code == (launch.EPILOGUE_TMA_STORE if maps.stores_d else 0)
 
 
 def test_tensor_maps_of_kn_b_use_64_column_boxes(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_driver(monkeypatch)
     maps = launch.TensorMaps(sm90_spec(b_order=BOrder.KN), problem(b_order=BOrder.KN, ldb=504))
-    b = decode(maps(A0, B0)[128:])
+    b = decode(maps(A0, B0, D0)[128:256])
     assert b == dict(address=B0, dims=[500, 1000], strides=[1008], box=[64, 64], dtype="FLOAT16")
 
 
 def test_tensor_maps_of_an_sm80_kernel_are_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     drv = fake_driver(monkeypatch)
     maps = launch.TensorMaps(spec_for(), problem())
-    assert not maps and maps(A0, B0) == b"" and drv.calls == []
+    assert not maps and not maps.stores_d and maps(A0, B0, D0) == b"" and drv.calls == []
 
 
 def test_a_descriptor_address_must_be_16_byte_aligned(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_driver(monkeypatch)
     maps = launch.TensorMaps(sm90_spec(), problem())
     with pytest.raises(GemmArgumentError) as e:
-        maps(A0 + 8, B0)
+        maps(A0 + 8, B0, D0)
     assert e.value.argument == "address"
 
 
@@ -138,15 +172,16 @@ def test_prepare_puts_the_descriptors_ahead_of_the_struct(monkeypatch: pytest.Mo
     spec, prob = sm90_spec(), problem(m=8192, n=8192, k=4096, lda=4096, ldb=4096)
     grid, packed, maps = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name, 2, 1), 1.5, 0.0, 0x1000, 0x2000)
     offset = spec.mainloop.params_offset(spec)
-    assert offset == 256 and len(packed) == block_bytes(offset) == 448
-    assert packed[:offset] == maps(prob.a, prob.b)
-    assert decode(packed[:128])["address"] == prob.a and decode(packed[128:256])["address"] == prob.b
+    assert offset == 384 and len(packed) == block_bytes(offset) == 576
+    assert packed[:offset] == maps(prob.a, prob.b, prob.d)
+    assert [decode(packed[i : i + 128])["address"] for i in (0, 128, 256)] == [prob.a, prob.b, prob.d]
     fields = _fields(packed[offset : offset + PARAM_STRUCT.size])
     assert (fields["A"], fields["B"], fields["C"], fields["D"]) == (A0, B0, C0, D0)
     assert (fields["semaphores"], fields["partials"], fields["alpha"]) == (0x1000, 0x2000, 1.5)
     assert (fields["tiles_m"], fields["tiles_n"], fields["splits"], fields["swizzle"]) == (64, 32, 2, 1)
     assert fields["k_tiles_per_split"] == 32  # 4096 / 64 K tiles, halved
-    assert packed[offset + PARAM_STRUCT.size :] == bytes(448 - 256 - PARAM_STRUCT.size)  # the C++ tail padding
+    assert fields["epilogue"] == launch.EPILOGUE_TMA_STORE  # D has a tensor map
+    assert packed[offset + PARAM_STRUCT.size :] == bytes(576 - 384 - PARAM_STRUCT.size)  # the C++ tail padding
     # Persistent: one CTA per SM at most (132 SMs x 1), else one per work unit.
     assert grid == (132, 1, 1)
     small = problem(m=200, n=500, k=1000)
@@ -169,11 +204,11 @@ def test_launch_hands_the_kernel_the_whole_block(monkeypatch: pytest.MonkeyPatch
 
     def fake_launch(grid, threads, smem, stream, params_addr):
         block = ctypes.c_void_p.from_address(params_addr).value
-        seen.update(grid=grid, threads=threads, smem=smem, block=ctypes.string_at(block, 448))
+        seen.update(grid=grid, threads=threads, smem=smem, block=ctypes.string_at(block, 576))
 
     spec, prob = sm90_spec(), problem()
     function = SimpleNamespace(ctas_per_sm=1, launch=fake_launch)
     launch.launch(kernel(spec, function=function), prob, LaunchSpec(spec.name), 1.0, 0.0, 0)
     expected = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name), 1.0, 0.0)[1]
     assert seen["block"] == expected and (seen["threads"], seen["smem"]) == (384, spec.smem_bytes)
-    assert struct.unpack_from("=Q", seen["block"], 256)[0] == A0  # GemmParams.A after the descriptors
+    assert struct.unpack_from("=Q", seen["block"], 384)[0] == A0  # GemmParams.A after the descriptors

@@ -14,6 +14,9 @@ namespace gemm {
 
 constexpr int kEpilogueBias = 1;
 constexpr int kEpilogueGatedSilu = 2;
+// Set by the runtime (gemm_runtime.launch) for SM90 kernels whose D tensor map it could
+// encode: they may store through it (gemm/sm90/store_sm90.cuh). The others ignore it.
+constexpr int kEpilogueTmaStore = 4;
 
 template <class Cfg>
 struct Epilogue {

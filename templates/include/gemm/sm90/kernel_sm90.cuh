@@ -31,7 +31,19 @@
 #include "gemm/config.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
+#include "gemm/sm90/store_sm90.cuh"
 #include "gemm/split_k.cuh"
+
+// Experiment knobs, off in every build (bench/experiments/sm90_variants.py sets them
+// to time the pipeline with one stage left out): GEMM_SM90_LEAVE_OUT 1 drops the
+// epilogue's stores, 2 the wgmma (consumers only wait for and release stages);
+// GEMM_SM90_WGMMA_DEPTH is the wgmma groups kept in flight (1).
+#ifndef GEMM_SM90_LEAVE_OUT
+#define GEMM_SM90_LEAVE_OUT 0
+#endif
+#ifndef GEMM_SM90_WGMMA_DEPTH
+#define GEMM_SM90_WGMMA_DEPTH 1
+#endif
 
 namespace gemm {
 
@@ -56,10 +68,17 @@ struct Sm90Config {
   // One CTA's share of the B tile it loads for the cluster: rows of the N x K tile
   // ("nk"), or rows of K of each 64-column box ("kn"), whole 1024-byte swizzle atoms.
   static constexpr int kPartRowsB = (kOrderB == OrderB::kNK ? kCtaN : kCtaK) / kCluster;
+  // The epilogue's staging boxes (store_sm90.cuh): two per consumer warpgroup, so the
+  // store of one overlaps the filling of the next, or one where two would not fit
+  // beside the ring.
+  static constexpr int kSmemLimit = 227 * 1024;
+  static constexpr int kStoreBoxBytes = 64 * 128;
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kStoreBuffers = kRingBytes + 2 * kConsumers * kStoreBoxBytes + 1024 <= kSmemLimit ? 2 : 1;
   // NOTE: 128B-swizzled tiles must start on a 1024-byte boundary (the swizzle acts on
   // address bits 4-9) and dynamic shared memory promises less, so 1024 bytes more are
   // asked for and the base is rounded up.
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  static constexpr int kSmemBytes = kRingBytes + kStoreBuffers * kConsumers * kStoreBoxBytes + 1024;
   // Registers: 384 threads at one CTA per SM cap a thread at 168; the producer gives
   // back down to 40 and two consumers take 232 each (128*40 + 256*232 <= 65536). With
   // one consumer (256 threads) every thread may keep 255 already: no exchange.
@@ -71,7 +90,7 @@ struct Sm90Config {
   static_assert(kCtaM == 64 || kCtaM == 128, "cta M is 64 (one consumer warpgroup) or 128 (two)");
   static_assert(kCtaN == 64 || kCtaN == 128 || kCtaN == 192 || kCtaN == 256, "cta N is 64, 128, 192 or 256");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
-  static_assert(kSmemBytes <= 227 * 1024, "the stages exceed sm_90's 227 KiB of shared memory per block");
+  static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   static_assert(kPartRowsB % 8 == 0, "a CTA's share of B is whole 8-row swizzle atoms");
 };
@@ -128,7 +147,8 @@ __device__ __forceinline__ Sm90Unit sm90_unit(int u, int splits, int swizzle, in
 }
 
 template <class Cfg, class Params>
-__device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tma_a, const CUtensorMap* tma_b) {
+__device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tma_a, const CUtensorMap* tma_b,
+                                          const CUtensorMap* tma_d) {
   constexpr int kStages = Cfg::kStages;
   constexpr int kCluster = Cfg::kCluster;
   constexpr bool kTransB = Cfg::kOrderB == OrderB::kKN;
@@ -227,7 +247,13 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
   } else {
     // ---- consumer warpgroups ----
     if constexpr (Cfg::kMoveRegisters) setmaxnreg_inc<Cfg::kConsumerRegs>();
+    using Store = Sm90Store<Cfg>;
     float acc[Cfg::kCtaN / 2];
+    // The runtime sets kEpilogueTmaStore where it could describe D by a tensor map.
+    const bool gated = (p.epilogue & kEpilogueGatedSilu) != 0;
+    const bool tma_store = (p.epilogue & kEpilogueTmaStore) != 0 && Store::fits(gated);
+    const u32 staging = base + static_cast<u32>(Cfg::kRingBytes + wg * Cfg::kStoreBuffers * Cfg::kStoreBoxBytes);
+    int stored = 0;  // boxes this warpgroup handed to TMA stores
     // This warpgroup's 64 rows of the A tile: 64 rows of 128 bytes, whole 1024-byte
     // swizzle atoms, so its descriptors keep base offset 0.
     const u32 a_rows = static_cast<u32>(wg * 64 * Cfg::kCtaK * 2);
@@ -257,7 +283,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
         // epilogue) before the wgmma that overwrites them.
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kCtaK / 16; ++kk) {
+        for (int kk = 0; kk < Cfg::kCtaK / 16 && GEMM_SM90_LEAVE_OUT != 2; ++kk) {
           // A k16 slice is 32 bytes along A's 128-byte swizzled rows; of "kn" B it is 16
           // rows (2048 bytes) down each 64-column box.
           const u64 da = smem_desc_kmajor_sw128(tile_a(s) + a_rows + kk * 32);
@@ -269,13 +295,17 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
         wgmma_commit();
         // NOTE: keep this K tile's group in flight while waiting for the previous one;
         // once that completed its stage is no longer read and goes back to the producer.
-        wgmma_wait<1>();
+        wgmma_wait<GEMM_SM90_WGMMA_DEPTH>();
         wgmma_fence_operand(acc);
-        if (kt > 0) release((it - 1) % kStages);
+        if (GEMM_SM90_WGMMA_DEPTH == 0) {
+          release(s);
+        } else if (kt > 0) {
+          release((it - 1) % kStages);
+        }
       }
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
-      if (w.k_tiles > 0) release((it - 1) % kStages);
+      if (GEMM_SM90_WGMMA_DEPTH > 0 && w.k_tiles > 0) release((it - 1) % kStages);
       if (m0 >= p.M) continue;  // a cluster's CTA below the last tile row: its B part was the work
 
       if (p.splits > 1) {
@@ -286,8 +316,18 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
                 acc, row_of, p, tile_m * p.tiles_n + w.tile_n, w.split, p.M - m0, tid))
           continue;
       }
-      Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, p, m0 + 64 * wg, n0);
+      if (GEMM_SM90_LEAVE_OUT == 1) continue;
+      const int row0 = m0 + 64 * wg;
+      if (row0 >= p.M) continue;  // this warpgroup's rows lie below D
+      if (!tma_store) {
+        Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, p, row0, n0);
+      } else if (!gated) {
+        Store::template store<false>(acc, p, tma_d, staging, 1 + wg, row0, n0, stored);
+      } else if constexpr (Store::kGatedFits) {
+        Store::template store<true>(acc, p, tma_d, staging, 1 + wg, row0, n0, stored);
+      }
     }
+    Store::drain();
   }
   // NOTE: a CTA's shared memory must outlive the other CTAs' multicast copies into it
   // and their arrivals on its barriers.

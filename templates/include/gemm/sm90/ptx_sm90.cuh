@@ -61,13 +61,23 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
 
 // Whether the phase of parity `parity` has completed. May time out (returning false)
 // before it does, so callers loop.
+// GEMM_SM90_TRY_WAIT_NS (an experiment knob, unset in builds) passes a suspend-time
+// hint: how long the thread may sleep in the instruction before it times out.
 __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
   u32 done;
+#ifdef GEMM_SM90_TRY_WAIT_NS
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity), "n"(GEMM_SM90_TRY_WAIT_NS)
+      : "memory");
+#else
   asm volatile(
       "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
       : "=r"(done)
       : "r"(bar), "r"(parity)
       : "memory");
+#endif
   return done != 0;
 }
 
@@ -146,6 +156,25 @@ __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const CUtensorMap
       " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
       : "memory");
+}
+
+// 2-D tile store from this CTA's shared memory at `src` through the tensor map; the
+// parts of the box outside the tensor are not written. Joins the thread's open bulk
+// group (bulk_commit_group closes it).
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(c0),
+               "r"(c1), "r"(src)
+               : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Block until at most N of this thread's bulk groups still read their shared-memory
+// source (their global writes may still be under way).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  static_assert(N >= 0 && N <= 7, "cp.async.bulk.wait_group takes 0..7 here");
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
 // Order this thread's generic-proxy shared-memory writes (st.shared, stmatrix) before
