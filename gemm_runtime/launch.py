@@ -70,8 +70,8 @@ class TensorMaps:
     geometry: ``maps(a, b, d)`` encodes them for operands at those addresses.
 
     A and B always have one (the family refuses problems where they cannot). D's is
-    optional: where D's rows or base are not 16-byte aligned its 128 bytes stay zero,
-    ``stores_d`` is False, and the kernel stores D directly."""
+    optional: where D's base, rows or width are not 16-byte multiples its 128 bytes stay
+    zero, ``stores_d`` is False, and the kernel stores D directly."""
 
     def __init__(self, spec: KernelSpec, problem: Problem) -> None:
         self._encoders = []
@@ -81,7 +81,13 @@ class TensorMaps:
             address, rows, cols, ld = _operand_matrix(box, problem)
             dtype = {"a": key.a_type, "b": key.b_type, "d": key.d_type}[box.operand]
             try:
-                encoder = Encoder(TensorMap2D(address, rows, cols, ld, dtype, box.box_rows, box.box_cols))
+                tmap = TensorMap2D(address, rows, cols, ld, dtype, box.box_rows, box.box_cols)
+                if box.operand == "d" and cols * tmap.element_bytes % 16:
+                    # NOTE: TMA stores write the last 16-byte chunk of a row whole, past
+                    # the tensor's last column too (H200: an M = 1, N = 379 D lost its
+                    # neighbours' columns 379-381), so D must be whole chunks wide.
+                    raise GemmArgumentError("d", cols, "a width of whole 16-byte chunks")
+                encoder = Encoder(tmap)
             except GemmArgumentError:
                 if box.operand != "d":
                     raise

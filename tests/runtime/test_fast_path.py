@@ -57,13 +57,13 @@ def _plan(monkeypatch, spec, b_order=BOrder.NK):
     """(plan, its FakeFunction, the fake driver) for a 1000 x 500 x 1000 problem, built
     as Gemm builds one (gemm.Gemm._remember)."""
     drv = fake_driver(monkeypatch)
-    key = make_key(DataType.F16, b_order, DataType.F16, 1000, 500, 1000, arch=90)
-    # NOTE: D's rows of 504 fp16 are 16-byte multiples: D gets a tensor map too.
-    prob = Problem(key, A0, B0, C0, D0, 1000, 1000 if b_order is BOrder.NK else 504, 500, 504, True)
+    # NOTE: N = 504 fp16 (1008 bytes) is whole 16-byte chunks: D gets a tensor map too.
+    key = make_key(DataType.F16, b_order, DataType.F16, 1000, 504, 1000, arch=90)
+    prob = Problem(key, A0, B0, C0, D0, 1000, 1000 if b_order is BOrder.NK else 504, 504, 504, True)
     kern = Kernel(spec, 90, 168, 0, SimpleNamespace(ctas_per_sm=1), sms=132)
     grid, template, maps = launch.prepare(kern, prob, LaunchSpec(spec.name), 1.0, 0.0)
     function = FakeFunction(len(template))
-    shape = (1000, 1000, (1000, 500), torch.float16, True)  # rows, K, output shape and dtype, read_c
+    shape = (1000, 1000, (1000, 504), torch.float16, True)  # rows, K, output shape and dtype, read_c
     plan = FastPlan.build(function, grid, spec.threads, spec.smem_bytes, 7, template, (SPAN, SPAN, SPAN), 1, (),
                           shape, spec.mainloop.params_offset(spec), maps)  # fmt: skip
     drv.calls.clear()
@@ -99,7 +99,7 @@ def test_a_new_a_b_or_d_gets_new_descriptors(monkeypatch: pytest.MonkeyPatch) ->
     # The rest of each descriptor is the plan's geometry, whatever the address.
     for block in fn.blocks:
         assert decode(block[:128])["dims"] == [1000, 1000] and decode(block[128:256])["box"] == [64, 128]
-        assert decode(block[256:384])["dims"] == [500, 1000]
+        assert decode(block[256:384])["dims"] == [504, 1000]
         fields = _struct(block, OFFSET)
         assert _addresses(block) == (fields["A"], fields["B"], fields["D"])  # the struct agrees with them
     # Only addresses the plan had not seen reach the driver (A0, B0 and D0 were encoded
@@ -129,7 +129,7 @@ def test_kn_b_descriptors_follow_b_too(monkeypatch: pytest.MonkeyPatch) -> None:
     plan, fn, _ = _plan(monkeypatch, dataclasses.replace(SM90_SPEC, b_order=BOrder.KN), BOrder.KN)
     plan.run(A0, B0 + 0x400, C0, D0, 1.0, 1.0, 0)
     b = decode(fn.blocks[-1][128:256])
-    assert b["address"] == B0 + 0x400 and b["box"] == [64, 64] and b["dims"] == [500, 1000]
+    assert b["address"] == B0 + 0x400 and b["box"] == [64, 64] and b["dims"] == [504, 1000]
 
 
 def test_the_launch_gets_the_plans_geometry(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,7 +96,7 @@ def test_operands_of_several_rows_keep_their_stride() -> None:
 
 def test_tensor_maps_of_an_sm90_kernel_are_a_b_then_d(monkeypatch: pytest.MonkeyPatch) -> None:
     drv = fake_driver(monkeypatch)
-    maps = launch.TensorMaps(sm90_spec(), problem(dtype=DataType.BF16, ldd=504))
+    maps = launch.TensorMaps(sm90_spec(), problem(n=504, dtype=DataType.BF16, ldd=512))
     assert maps and maps.stores_d and drv.calls == []  # encoded per call, not when made
     raw = maps(A0, B0, D0)
     assert len(raw) == 384
@@ -104,8 +104,8 @@ def test_tensor_maps_of_an_sm90_kernel_are_a_b_then_d(monkeypatch: pytest.Monkey
     # Dimension 0 is the contiguous one: (K, M) for A, (K, N) for nk B, (N, M) for D;
     # strides in bytes. D's box is a 64-row staging box, 128 bytes wide.
     assert a == dict(address=A0, dims=[1000, 300], strides=[2048], box=[64, 128], dtype="BFLOAT16")
-    assert b == dict(address=B0, dims=[1000, 500], strides=[2016], box=[64, 256], dtype="BFLOAT16")
-    assert d == dict(address=D0, dims=[500, 300], strides=[1008], box=[64, 64], dtype="BFLOAT16")
+    assert b == dict(address=B0, dims=[1000, 504], strides=[2016], box=[64, 256], dtype="BFLOAT16")
+    assert d == dict(address=D0, dims=[504, 300], strides=[1024], box=[64, 64], dtype="BFLOAT16")
     assert [c["address"] for c in drv.calls] == [A0, B0, D0]
     # Other addresses: the same geometry at the new ones, each operand its own.
     a2, b2, d2 = A0 + 0x10000, B0 + 0x20000, D0 + 0x30000
@@ -119,20 +119,28 @@ def test_an_f32_or_gated_d_gets_its_own_box_and_columns(monkeypatch: pytest.Monk
     f32 = launch.TensorMaps(sm90_spec(d_type=DataType.F32), problem(d_type=DataType.F32, ldd=500))
     assert decode(f32(A0, B0, D0)[256:]) == dict(address=D0, dims=[500, 300], strides=[2000], box=[32, 64],
                                                  dtype="FLOAT32")  # fmt: skip
-    gated = launch.TensorMaps(sm90_spec(), problem(epilogue="gated_silu", ldd=256))
-    assert decode(gated(A0, B0, D0)[256:])["dims"] == [250, 300]
+    gated = launch.TensorMaps(sm90_spec(), problem(n=496, epilogue="gated_silu", ldd=256))
+    assert decode(gated(A0, B0, D0)[256:])["dims"] == [248, 300]
 
 
-@pytest.mark.parametrize("ldd", [501, 500 + 4])
-def test_a_d_without_a_tensor_map_is_stored_directly(monkeypatch: pytest.MonkeyPatch, ldd: int) -> None:
-    # fp16 rows of 501 or 504 elements: 1002 and 1008 bytes, only the second a multiple of 16.
+@pytest.mark.parametrize(
+    "m, n, ldd, stores",
+    [
+        (300, 496, 504, True),  # fp16 rows of 1008 bytes, 992 bytes wide: whole 16-byte chunks
+        (300, 496, 501, False),  # rows of 1002 bytes
+        (300, 500, 504, False),  # 1000 bytes wide
+        (1, 379, 382, False),  # one row (its stride is never used), but 758 bytes wide: TMA
+        (1, 376, 382, True),  # would write the rest of the last 16-byte chunk too
+    ],
+)
+def test_a_d_without_a_tensor_map_is_stored_directly(monkeypatch: pytest.MonkeyPatch, m, n, ldd, stores) -> None:
     drv = fake_driver(monkeypatch)
-    spec, prob = sm90_spec(), problem(ldd=ldd)
+    spec, prob = sm90_spec(), problem(m=m, n=n, ldd=ldd)
     maps = launch.TensorMaps(spec, prob)
-    assert maps.stores_d is (ldd == 504)
+    assert maps.stores_d is stores
     raw = maps(A0, B0, D0)
     assert len(raw) == 384 and [c["address"] for c in drv.calls] == [A0, B0] + [D0] * maps.stores_d
-    if not maps.stores_d:
+    if not stores:
         assert raw[256:] == bytes(128)
     _, packed, _ = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name), 1.0, 0.0)
     code = _fields(packed[384 : 384 + PARAM_STRUCT.size])["epilogue"]

@@ -18,10 +18,13 @@ namespace gemm {
 // time, and a chain would add a global-memory round trip per split. Blocks start in
 // order of their linear index and z is the slowest grid dimension, so the splits
 // the last one waits for have started (or finished): no deadlock.
+// The named barrier the hand-over's threads meet at (0 is __syncthreads); a kernel's
+// other named barriers take ids above it.
+constexpr int kSplitKBarrier = 1;
+
 template <int kThreads, int kAcc, int kTileFloats, class RowOf, class Params>
 __device__ __forceinline__ bool split_k_handover(float* acc, RowOf row_of, const Params& p, int tile, int split,
                                                  int rows_left, int tid) {
-  constexpr int kBarrier = 1;  // 0 is __syncthreads
   int* sem = p.semaphores + tile;
   float* slots = p.partials + static_cast<i64>(tile) * (p.splits - 1) * kTileFloats;
   if (split + 1 < p.splits) {
@@ -29,7 +32,7 @@ __device__ __forceinline__ bool split_k_handover(float* acc, RowOf row_of, const
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
     __threadfence();  // the partials are visible GPU-wide before the arrival below
-    named_barrier_sync<kThreads>(kBarrier);
+    named_barrier_sync<kThreads>(kSplitKBarrier);
     if (tid == 0) red_release_gpu_add(sem, 1);
     return false;
   }
@@ -38,7 +41,7 @@ __device__ __forceinline__ bool split_k_handover(float* acc, RowOf row_of, const
     }
     st_release_gpu(sem, 0);  // every other split has arrived: nobody reads it again in this launch
   }
-  named_barrier_sync<kThreads>(kBarrier);
+  named_barrier_sync<kThreads>(kSplitKBarrier);
   for (int s = 0; s + 1 < p.splits; ++s) {
     const float* theirs = slots + static_cast<i64>(s) * kTileFloats;
 #pragma unroll

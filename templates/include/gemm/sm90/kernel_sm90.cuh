@@ -254,6 +254,9 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
     const bool tma_store = (p.epilogue & kEpilogueTmaStore) != 0 && Store::fits(gated);
     const u32 staging = base + static_cast<u32>(Cfg::kRingBytes + wg * Cfg::kStoreBuffers * Cfg::kStoreBoxBytes);
     int stored = 0;  // boxes this warpgroup handed to TMA stores
+    // NOTE: each warpgroup meets at its own named barrier in the store, above the
+    // split-K hand-over's (which both take, 256 threads): one id used with two thread
+    // counts at once is an illegal instruction.
     // This warpgroup's 64 rows of the A tile: 64 rows of 128 bytes, whole 1024-byte
     // swizzle atoms, so its descriptors keep base offset 0.
     const u32 a_rows = static_cast<u32>(wg * 64 * Cfg::kCtaK * 2);
@@ -322,9 +325,9 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       if (!tma_store) {
         Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, p, row0, n0);
       } else if (!gated) {
-        Store::template store<false>(acc, p, tma_d, staging, 1 + wg, row0, n0, stored);
+        Store::template store<false>(acc, p, tma_d, staging, kSplitKBarrier + 1 + wg, row0, n0, stored);
       } else if constexpr (Store::kGatedFits) {
-        Store::template store<true>(acc, p, tma_d, staging, 1 + wg, row0, n0, stored);
+        Store::template store<true>(acc, p, tma_d, staging, kSplitKBarrier + 1 + wg, row0, n0, stored);
       }
     }
     Store::drain();
