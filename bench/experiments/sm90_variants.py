@@ -25,6 +25,8 @@ VARIANTS = {
     "base": (),
     "no_epilogue": ("-DGEMM_SM90_LEAVE_OUT=1",),
     "no_mma": ("-DGEMM_SM90_LEAVE_OUT=2",),
+    "no_store_issue": ("-DGEMM_SM90_LEAVE_OUT=3",),
+    "evict_first": ("-DGEMM_SM90_STORE_EVICT_FIRST=1",),
     "depth0": ("-DGEMM_SM90_WGMMA_DEPTH=0",),
     "suspend": ("-DGEMM_SM90_TRY_WAIT_NS=1000000",),
 }

@@ -36,10 +36,14 @@
 
 // Experiment knobs, off in every build (bench/experiments/sm90_variants.py sets them
 // to time the pipeline with one stage left out): GEMM_SM90_LEAVE_OUT 1 drops the
-// epilogue's stores, 2 the wgmma (consumers only wait for and release stages);
-// GEMM_SM90_WGMMA_DEPTH is the wgmma groups kept in flight (1).
+// epilogue's stores, 2 the wgmma (consumers only wait for and release stages), 3 only
+// the TMA stores' issue (the staging still runs); GEMM_SM90_WGMMA_DEPTH is the wgmma
+// groups kept in flight (1); GEMM_SM90_STORE_EVICT_FIRST 1 marks D's lines evict-first.
 #ifndef GEMM_SM90_LEAVE_OUT
 #define GEMM_SM90_LEAVE_OUT 0
+#endif
+#ifndef GEMM_SM90_STORE_EVICT_FIRST
+#define GEMM_SM90_STORE_EVICT_FIRST 0
 #endif
 #ifndef GEMM_SM90_WGMMA_DEPTH
 #define GEMM_SM90_WGMMA_DEPTH 1

@@ -167,6 +167,20 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, in
                : "memory");
 }
 
+// The same with an L2 eviction-priority policy (createpolicy) for the written lines.
+__device__ __forceinline__ void tma_store_2d_hint(const CUtensorMap* map, u32 src, int c0, int c1, u64 policy) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2}], [%3], %4;\n" ::"l"(map),
+               "r"(c0), "r"(c1), "r"(src), "l"(policy)
+               : "memory");
+}
+
+// An L2 policy that evicts the lines it covers first.
+__device__ __forceinline__ u64 l2_evict_first_policy() {
+  u64 policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // Block until at most N of this thread's bulk groups still read their shared-memory

@@ -122,7 +122,14 @@ struct Sm90Store {
       fence_proxy_async_smem();
       named_barrier_sync<128>(barrier);
       if (t == 0) {
-        tma_store_2d(tma_d, buf, (kGated ? col0 / 2 : col0) + box * kBoxCols, row0);
+        const int d_col = (kGated ? col0 / 2 : col0) + box * kBoxCols;
+#if GEMM_SM90_LEAVE_OUT == 3
+        (void)d_col;
+#elif GEMM_SM90_STORE_EVICT_FIRST
+        tma_store_2d_hint(tma_d, buf, d_col, row0, l2_evict_first_policy());
+#else
+        tma_store_2d(tma_d, buf, d_col, row0);
+#endif
         bulk_commit_group();
       }
       ++issued;
