@@ -133,7 +133,11 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     t_mem = max(t_dram, t_sm)
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
     # which also ranks the leaner kernel first among memory-bound ties.
-    fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + (splits - 1) * spec.mainloop.split_seconds(spec)
+    # NOTE: a persistent kernel's CTAs hand their K slices over once per round of the
+    # grid, so its split cost recurs per wave (sm90, H200: llama3-8b qkv at M = 1024 ran
+    # 2 splits of 128x256 over 3 rounds at 0.6x the unsplit 128x192).
+    handovers = (splits - 1) * (waves if spec.mainloop.persistent else 1)
+    fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + handovers * spec.mainloop.split_seconds(spec)
     return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + fixed
 
 

@@ -116,3 +116,19 @@ def test_an_sm80_prediction_is_the_formula_of_before() -> None:
     t_sm = waves * 2 * (128 * 16 + 128 * 16) * k_tiles * 32 / 8 / (H200.dram_bytes_per_s / (0.3 * 132))
     assert t_mma > max(t_dram, t_sm)
     assert predict(spec, 2, H200, key) == pytest.approx(t_mma + 0.2 * max(t_dram, t_sm) + 3e-6, rel=1e-12)
+
+
+def test_a_persistent_kernels_split_cost_recurs_per_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A persistent CTA hands a K slice over in every round of the grid it splits in;
+    a one-CTA-per-tile kernel's split cost is the family's constant."""
+    from codegen.vocabulary import MmaAtom
+
+    sm90 = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1), stages=4,
+                    arch_min=90, arch_max=90)  # fmt: skip
+    sm80 = spec_for()
+    # 8 x 24 tiles of 128 x 256, two K slices each: 384 units on 132 SMs, 3 rounds.
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 6144, 4096, arch=90)
+    for spec, handovers in ((sm90, 3), (sm80, 1)):
+        monkeypatch.setattr(type(spec.mainloop), "split_seconds", lambda self, s: 1.0)
+        # Everything but the hand-overs takes far less than a second.
+        assert predict(spec, 1, H200, key, 2) == pytest.approx(handovers, abs=0.01), spec.mainloop
