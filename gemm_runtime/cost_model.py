@@ -104,7 +104,9 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     per_split = math.ceil(k_tiles / splits)
     ctas = tm * tn * splits
     resident = max(1, ctas_per_sm)
-    waves = math.ceil(ctas / (device.sms * resident))
+    # Waves of 1/splits-long units (the family knows which tiles split: sm90 splits only
+    # those beyond whole rounds of its persistent grid), and the waves that hand over.
+    waves, handover_waves = spec.mainloop.rounds(spec, tm * tn, splits, device.sms * resident)
     # MMA time: the resident CTAs of a wave share their SM, at the rate the family's
     # mainloop sustains on this tile (codegen.families: MainloopFamily.mma_efficiency).
     per_sm = min(resident, math.ceil(ctas / device.sms))
@@ -136,7 +138,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     # NOTE: a persistent kernel's CTAs hand their K slices over once per round of the
     # grid, so its split cost recurs per wave (sm90, H200: llama3-8b qkv at M = 1024 ran
     # 2 splits of 128x256 over 3 rounds at 0.6x the unsplit 128x192).
-    handovers = (splits - 1) * (waves if spec.mainloop.persistent else 1)
+    handovers = (splits - 1) * handover_waves
     fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + handovers * spec.mainloop.split_seconds(spec)
     return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + fixed
 

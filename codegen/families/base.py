@@ -153,6 +153,14 @@ class MainloopFamily:
         intensity = rows_per_b * cn / (rows_per_b + cn)
         return intensity / (intensity + 48.0)
 
+    def rounds(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> tuple[int, int]:
+        """(waves of CTAs, each running a 1/splits-long K slice of a tile, and the waves
+        that hand K slices over) for ``tiles`` output tiles split ``splits`` ways on
+        ``slots`` CTAs at a time. A persistent kernel's CTAs hand over in every round;
+        a kernel of one CTA per unit pays once (what split_seconds was fitted to)."""
+        waves = math.ceil(tiles * splits / slots)
+        return waves, waves if self.persistent else 1
+
     def split_seconds(self, spec: KernelSpec) -> float:
         """What each split beyond the first adds: one split waiting for its
         predecessor's partials."""

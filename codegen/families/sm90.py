@@ -113,7 +113,8 @@ class Sm90Family(MainloopFamily):
     ) -> tuple[int, int, int]:
         """As many CTAs as the device holds at once (one per SM), or as work units,
         each looping over the units (kernel_sm90.cuh); whole clusters, whose units are
-        ``cluster`` tiles along M. Under split-K, a multiple of ``splits`` CTAs.
+        ``cluster`` tiles along M. Under split-K, a multiple of ``splits`` CTAs, and
+        only the tiles beyond whole rounds of that grid split (``split_units``).
 
         NOTE: the multiple keeps every tile's K slices in one round of the grid, on
         consecutive CTAs: a last slice then waits only for CTAs of lower index in the
@@ -122,11 +123,28 @@ class Sm90Family(MainloopFamily):
         grid is resident. Across rounds, slice 0 of CTA 0 would wait on the last CTA of
         the round before, which may not have started."""
         c = spec.cluster
-        units = -(-tiles[0] // c) * tiles[1] * splits
-        ctas = c * max(1, min(units, resident // c))
-        if splits > 1:
-            ctas = max(splits, ctas // splits * splits)
-        return ctas, 1, 1
+        if splits == 1:
+            units = -(-tiles[0] // c) * tiles[1]
+            return c * max(1, min(units, resident // c)), 1, 1
+        rounds_of = max(splits, resident // splits * splits)
+        return min(self.split_units(tiles[0] * tiles[1], splits, rounds_of)[0], rounds_of), 1, 1
+
+    @staticmethod
+    def split_units(tiles: int, splits: int, grid: int) -> tuple[int, int]:
+        """(work units, tiles run whole) of a split-K launch on ``grid`` CTAs (mirrors
+        sm90_whole_tiles): the tiles of whole rounds stay whole, the rest split."""
+        whole = tiles // grid * grid if splits > 1 else tiles
+        return whole + (tiles - whole) * splits, whole
+
+    def rounds(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> tuple[int, int]:
+        """Whole tiles split only in the last rounds (grid): (rounds counted in
+        1/splits-long units, rounds that hand K slices over)."""
+        if splits == 1 or spec.cluster > 1:
+            return super().rounds(spec, tiles, splits, slots)
+        grid = max(splits, slots // splits * splits)
+        units, whole = self.split_units(tiles, splits, grid)
+        split_rounds = -(-(units - whole) // grid)
+        return whole // grid * splits + split_rounds, split_rounds
 
     # ---- the cost model ---------------------------------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:

@@ -314,15 +314,31 @@ def test_the_persistent_grid(tiles, splits, resident, grid) -> None:
 @pytest.mark.parametrize("splits", [2, 3, 5, 7, 64])
 @pytest.mark.parametrize("resident", [1, 4, 131, 132])
 def test_split_k_never_waits_across_rounds(splits: int, resident: int) -> None:
-    """Every K slice a last slice waits for is on a lower CTA of the same round: the
-    kernel's unit u (tile u // splits, slice u % splits) runs on CTA u % grid."""
-    for tiles in [(1, 1), (3, 7), (40, 40)]:
+    """Every K slice a last slice waits for is on a lower CTA of the same round. The
+    kernel (sm90_unit) runs unit u on CTA u % grid; units below `whole` are whole tiles,
+    and unit whole + v is slice v % splits of tile whole + v // splits."""
+    for tiles in [(1, 1), (3, 7), (40, 40), (12, 12)]:
         grid = SM90.grid(sm90_spec(), tiles, splits, 0, resident)[0]
-        units = tiles[0] * tiles[1] * splits
-        for u in range(min(units, 5 * grid)):
-            if u % splits == splits - 1:
+        units, whole = SM90.split_units(tiles[0] * tiles[1], splits, grid)
+        assert whole % grid == 0 and units == whole + (tiles[0] * tiles[1] - whole) * splits
+        for u in range(whole, min(units, whole + 5 * grid)):
+            if (u - whole) % splits == splits - 1:
                 for waited in range(u - splits + 1, u):
                     assert waited // grid == u // grid and waited % grid < u % grid
+
+
+@pytest.mark.parametrize(
+    "tiles, splits, whole, units",
+    [
+        (192, 2, 132, 132 + 60 * 2),  # llama3-8b qkv at M = 1024: the last 60 tiles split
+        (100, 2, 0, 200),  # fewer tiles than CTAs: all split
+        (264, 4, 264, 264),  # whole rounds: nothing left to split
+        (1600, 7, 1512, 1512 + 88 * 7),  # grid 126, a multiple of 7
+    ],
+)
+def test_split_k_splits_only_the_tiles_beyond_whole_rounds(tiles, splits, whole, units) -> None:
+    grid = max(splits, 132 // splits * splits)
+    assert SM90.split_units(tiles, splits, grid) == (units, whole)
 
 
 def test_grid_of_sizes_by_residency() -> None:

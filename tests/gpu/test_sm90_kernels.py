@@ -69,6 +69,39 @@ def test_split_k_and_rasterization(gemm, name, splits, swizzle):
 
 
 @pytest.mark.parametrize("name", _sm90_names())
+@pytest.mark.parametrize("splits", [2, 3])
+def test_split_k_of_the_last_round_only(gemm, name, splits):
+    """More tiles than the grid has CTAs: the tiles of whole rounds run unsplit, the
+    rest split (kernel_sm90.cuh: sm90_whole_tiles), on one launch."""
+    if name == "no-gpu":
+        pytest.skip("needs a CUDA GPU")
+    kern = gemm.registry.get(name)
+    spec = kern.spec
+    if spec.cluster > 1:
+        pytest.skip("cluster kernels do not split")
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, splits, 7)) % 2**31)
+    od = torch_dtype(spec.d_type)
+    # 12 x 13 tiles against one round of the grid (one CTA per SM): the last tiles split.
+    tm, tn = 12, -(-(kern.resident + 24) // 12)
+    m, n, k = tm * spec.cta[0] - 5, tn * spec.cta[1] - 8, 5 * spec.cta[2] + 24
+    assert tm * tn > kern.resident
+    from gemm_runtime.context import make_key
+    from gemm_runtime.cost_model import fits_workspace
+
+    key = make_key(spec.a_type, spec.b_order, spec.d_type, m, n, k, arch=90)
+    if not fits_workspace(spec, key, splits, gemm.kBarriersSize, gemm.kPartialsSize):
+        pytest.skip("the partials of every tile would not fit the default workspace")
+    a, b = _operands(spec, m, n, k, gen)
+    c = torch.randn(m, n, device="cuda", dtype=od, generator=gen)
+    ref = (a.float() @ b.float()) + 0.5 * c.float()
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=od)
+    ws = Workspace.allocate(torch.device("cuda"))
+    gemm.matmul(a, b, out=out, beta=0.5, c=c, kernel=LaunchSpec(name, splits, 3), workspace=ws)
+    assert rel_err(out, ref) < 1e-2
+    assert int(ws.barriers.abs().sum()) == 0, "semaphores must be zero after the call"
+
+
+@pytest.mark.parametrize("name", _sm90_names())
 def test_many_tiles_per_cta(gemm, name):
     """Several work units per CTA: the ring and its barrier phases run on across tiles."""
     if name == "no-gpu":

@@ -119,16 +119,27 @@ def test_an_sm80_prediction_is_the_formula_of_before() -> None:
 
 
 def test_a_persistent_kernels_split_cost_recurs_per_round(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A persistent CTA hands a K slice over in every round of the grid it splits in;
-    a one-CTA-per-tile kernel's split cost is the family's constant."""
+    """A persistent CTA hands a K slice over in every round of the grid it splits in,
+    and the sm90 kernel splits only the tiles beyond whole rounds; a one-CTA-per-tile
+    kernel's split cost is the family's constant."""
     from codegen.vocabulary import MmaAtom
 
     sm90 = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1), stages=4,
                     arch_min=90, arch_max=90)  # fmt: skip
     sm80 = spec_for()
-    # 8 x 24 tiles of 128 x 256, two K slices each: 384 units on 132 SMs, 3 rounds.
-    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 6144, 4096, arch=90)
-    for spec, handovers in ((sm90, 3), (sm80, 1)):
+    # 8 x 24 = 192 tiles of 128 x 256 on 132 SMs, 2 splits: 132 tiles whole, then 60 x 2
+    # half-tile units in one round (1.5 rounds of whole tiles in all, one hand-over).
+    assert Mainloop.SM90.rounds(sm90, 192, 2, 132) == (3, 1)
+    # 100 tiles, 3 splits: fewer tiles than SMs, so all split: 300 units, 3 rounds.
+    assert Mainloop.SM90.rounds(sm90, 100, 3, 132) == (3, 3)
+    assert Mainloop.SM90.rounds(sm90, 192, 1, 132) == (2, 2)  # unsplit: plain waves
+    assert Mainloop.SM80.rounds(sm80, 100, 3, 264) == (2, 1)
+    cases = (
+        (sm90, make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 6144, 4096, arch=90), 2, 1),
+        (sm90, make_key(DataType.F16, BOrder.NK, DataType.F16, 1280, 2560, 4096, arch=90), 3, 3),
+        (sm80, make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 6144, 4096, arch=90), 3, 1),
+    )
+    for spec, key, splits, handovers in cases:
         monkeypatch.setattr(type(spec.mainloop), "split_seconds", lambda self, s: 1.0)
         # Everything but the hand-overs takes far less than a second.
-        assert predict(spec, 1, H200, key, 2) == pytest.approx(handovers, abs=0.01), spec.mainloop
+        assert predict(spec, 1, H200, key, splits) == pytest.approx(handovers * (splits - 1), abs=0.01), spec.mainloop

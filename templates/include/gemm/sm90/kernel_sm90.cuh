@@ -119,31 +119,53 @@ struct WgmmaTile {
 };
 
 // A work unit: the cluster's tile (tile_m, tile_n) in tiles of kCluster * kCtaM rows,
-// K tiles [k_tile0, k_tile0 + k_tiles).
+// K tiles [k_tile0, k_tile0 + k_tiles), slice `split` of `splits` (1: the whole tile).
 struct Sm90Unit {
-  int tile_m, tile_n, split, k_tile0, k_tiles;
+  int tile_m, tile_n, split, splits, k_tile0, k_tiles;
 };
 
-// Unit u is K slice u % splits of cluster tile u / splits: the slices of one tile run
-// on neighbouring CTAs at about the same time, so the split-K hand-over rarely waits.
+// Split-K splits only the tiles that would leave the last round of the grid partly
+// idle: the first `whole` tiles (whole rounds of a `grid`-CTA grid, a multiple of
+// `splits`) run unsplit, one unit each; the rest split into `splits` units each, so
+// the last rounds run 1/splits-long units on every CTA. Where the tiles do not fill
+// one round, `whole` is 0 and every tile splits.
+__device__ __forceinline__ int sm90_whole_tiles(int tiles, int splits, int grid) {
+  return splits > 1 ? tiles / grid * grid : tiles;
+}
+
+// Unit u < whole is tile u; unit whole + v is K slice v % splits of tile whole + v /
+// splits: the slices of one tile run on neighbouring CTAs at about the same time, so
+// the split-K hand-over rarely waits.
 // Tiles are rasterized in groups of 2^swizzle rows of M: consecutive tiles walk down
 // the group's rows, then on along N, so the CTAs in flight together share B tiles
 // within a group and A tiles across the groups' columns in L2.
 // NOTE: a last K slice waits (split-K) only for the tile's other slices, which the
 // grid, a multiple of `splits` CTAs (codegen/families/sm90.py), puts on the CTAs just
-// below it in the same round; blocks start in index order, so those have started and
-// no wait can hang, even with SMs held by other kernels. Cluster kernels do not split.
-__device__ __forceinline__ Sm90Unit sm90_unit(int u, int splits, int swizzle, int tiles_m, int tiles_n,
+// below it in the same round (the split units start on a round boundary: `whole` is
+// whole rounds); blocks start in index order, so those have started and no wait can
+// hang, even with SMs held by other kernels. Cluster kernels do not split.
+__device__ __forceinline__ Sm90Unit sm90_unit(int u, int whole, int splits, int swizzle, int tiles_m, int tiles_n,
                                               int k_tiles_per_split, int k_tiles_total) {
   Sm90Unit w;
-  const int tile = u / splits;
-  w.split = u - tile * splits;
+  int tile = u;
+  w.split = 0;
+  w.splits = 1;
+  if (u >= whole) {
+    tile = whole + (u - whole) / splits;
+    w.split = (u - whole) - (tile - whole) * splits;
+    w.splits = splits;
+  }
   const int group = 1 << swizzle;
   const int first_m = tile / (group * tiles_n) * group;
   const int rows = min(group, tiles_m - first_m);
   const int in_group = tile - first_m * tiles_n;
   w.tile_m = first_m + in_group % rows;
   w.tile_n = in_group / rows;
+  if (w.splits == 1) {
+    w.k_tile0 = 0;
+    w.k_tiles = k_tiles_total;
+    return w;
+  }
   w.k_tile0 = w.split * k_tiles_per_split;
   const int left = k_tiles_total - w.k_tile0;
   w.k_tiles = left < 0 ? 0 : (left > k_tiles_per_split ? k_tiles_per_split : left);
@@ -172,10 +194,13 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
   const int lane = threadIdx.x % 32;
   const int rank = kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
   const int tiles_m = (p.tiles_m + kCluster - 1) / kCluster;  // in cluster tiles
-  const int units = tiles_m * p.tiles_n * p.splits;
+  // NOTE: cluster kernels do not split (codegen/families/sm90.py), so every unit is a
+  // cluster tile there; the rounds are the grid's CTAs.
+  const int whole = sm90_whole_tiles(tiles_m * p.tiles_n, p.splits, gridDim.x / kCluster);
+  const int units = whole + (tiles_m * p.tiles_n - whole) * p.splits;
   const int k_tiles_total = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
   auto unit = [&](int u) {
-    return sm90_unit(u, p.splits, p.swizzle, tiles_m, p.tiles_n, p.k_tiles_per_split, k_tiles_total);
+    return sm90_unit(u, whole, p.splits, p.swizzle, tiles_m, p.tiles_n, p.k_tiles_per_split, k_tiles_total);
   };
 
   auto tile_a = [&](int s) { return base + static_cast<u32>(s * Cfg::kStageBytes); };
@@ -315,7 +340,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       if (GEMM_SM90_WGMMA_DEPTH > 0 && w.k_tiles > 0) release((it - 1) % kStages);
       if (m0 >= p.M) continue;  // a cluster's CTA below the last tile row: its B part was the work
 
-      if (p.splits > 1) {
+      if (w.splits > 1) {
         const int tid = threadIdx.x;  // consumers are threads 0 .. kConsumerThreads - 1
         const int warp_row0 = 64 * wg + 16 * ((tid / 32) % 4) + lane / 4;
         auto row_of = [&](int i) { return warp_row0 + 8 * ((i / 2) % 2); };
