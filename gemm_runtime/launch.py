@@ -82,16 +82,16 @@ class TensorMaps:
             dtype = {"a": key.a_type, "b": key.b_type, "d": key.d_type}[box.operand]
             try:
                 tmap = TensorMap2D(address, rows, cols, ld, dtype, box.box_rows, box.box_cols)
-                if box.operand == "d" and cols * tmap.element_bytes % 16:
-                    # NOTE: TMA stores write the last 16-byte chunk of a row whole, past
-                    # the tensor's last column too (H200: an M = 1, N = 379 D lost its
-                    # neighbours' columns 379-381), so D must be whole chunks wide.
-                    raise GemmArgumentError("d", cols, "a width of whole 16-byte chunks")
-                encoder = Encoder(tmap)
             except GemmArgumentError:
                 if box.operand != "d":
                     raise
-                encoder = None
+                tmap = None
+            # NOTE: TMA stores write the last 16-byte chunk of a row whole, past the
+            # tensor's last column too (H200: an M = 1, N = 379 D lost its neighbours'
+            # columns 379-381), so D must be whole chunks wide.
+            if tmap is not None and box.operand == "d" and cols * tmap.element_bytes % 16:
+                tmap = None
+            encoder = None if tmap is None else Encoder(tmap)
             self.stores_d |= box.operand == "d" and encoder is not None
             self._encoders.append((box.operand, encoder))
 

@@ -24,7 +24,6 @@ SMEM_LIMIT = ARCH_SMEM_LIMIT[90]  # dynamic shared memory per block
 # consumer warpgroup where they fit beside the ring, else one (store_sm90.cuh).
 STORE_BOX_ROWS = 64
 STORE_BOX_BYTES = STORE_BOX_ROWS * 128
-_ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 
 class Sm90Family(MainloopFamily):
@@ -95,7 +94,7 @@ class Sm90Family(MainloopFamily):
             b = TensorMapBox("b", n // spec.cluster, k)
         else:
             b = TensorMapBox("b", k // spec.cluster, BOX_N)
-        d = TensorMapBox("d", STORE_BOX_ROWS, 128 // _ELEMENT_BYTES[spec.d_type.value])
+        d = TensorMapBox("d", STORE_BOX_ROWS, 128 * 8 // spec.d_type.bits)
         return (TensorMapBox("a", m, k), b, d)
 
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:
@@ -139,7 +138,7 @@ class Sm90Family(MainloopFamily):
     def rounds(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> tuple[int, int]:
         """Whole tiles split only in the last rounds (grid): (rounds counted in
         1/splits-long units, rounds that hand K slices over)."""
-        if splits == 1 or spec.cluster > 1:
+        if splits == 1:
             return super().rounds(spec, tiles, splits, slots)
         grid = max(splits, slots // splits * splits)
         units, whole = self.split_units(tiles, splits, grid)
