@@ -64,19 +64,40 @@ def tiles_of(spec: KernelSpec, key: ProblemKey) -> tuple[int, int]:
     return math.ceil(key.m / spec.cta[0]), math.ceil(key.n / spec.cta[1])
 
 
-def fits_workspace(spec: KernelSpec, key: ProblemKey, splits: int, barriers_bytes: int, partials_bytes: int) -> bool:
-    """Whether split-K's per-tile semaphores, and the fp32 partial tiles of all splits
-    but the last (which sums them), fit the workspace."""
-    tm, tn = tiles_of(spec, key)
-    tiles = tm * tn
-    partials = (splits - 1) * tiles * spec.cta[0] * spec.cta[1] * 4
-    return tiles * 4 <= barriers_bytes and partials <= partials_bytes
+def resident_ctas(device: DeviceModel, ctas_per_sm: int) -> int:
+    """CTAs of a kernel the device holds at once, as the cost model and the workspace
+    check count them: the slots of its waves (MainloopFamily.rounds) and what a
+    persistent family sizes its grid by (MainloopFamily.split_tiles). For kernels
+    without clusters, the only ones that split, it is registry.Kernel.resident, which
+    sizes the grid actually launched."""
+    return max(1, device.sms * ctas_per_sm)
 
 
-def split_options(spec: KernelSpec, key: ProblemKey, max_splits: int, barriers_bytes: int, partials_bytes: int) -> list[int]:
+def workspace_bytes(spec: KernelSpec, key: ProblemKey, splits: int, *, resident: int) -> tuple[int, int]:
+    """(semaphore bytes, partial bytes) a split-K launch uses: for each tile that hands
+    K slices over (the family says which: MainloopFamily.split_tiles; sm90 splits only
+    the tiles beyond whole rounds of its grid), an int32 semaphore and the fp32
+    partial tiles of all its splits but the last (which sums them). ``resident``: CTAs
+    of the kernel the device holds at once (resident_ctas)."""
+    tiles = spec.mainloop.split_tiles(spec, tiles_of(spec, key), splits, resident)
+    return tiles * 4, (splits - 1) * tiles * spec.cta[0] * spec.cta[1] * 4
+
+
+def fits_workspace(
+    spec: KernelSpec, key: ProblemKey, splits: int, barriers_bytes: int, partials_bytes: int, *, resident: int
+) -> bool:
+    """Whether split-K's semaphores and fp32 partials (workspace_bytes) fit the workspace."""
+    semaphores, partials = workspace_bytes(spec, key, splits, resident=resident)
+    return semaphores <= barriers_bytes and partials <= partials_bytes
+
+
+def split_options(
+    spec: KernelSpec, key: ProblemKey, max_splits: int, barriers_bytes: int, partials_bytes: int, *, resident: int
+) -> list[int]:
     """Split counts this kernel may use for ``key`` with a workspace of the given sizes:
     each split needs at least one K tile, and the tile semaphores and fp32 partials
-    must fit the workspace."""
+    must fit the workspace. ``resident``: as for fits_workspace (the check
+    feasibility.launch_error makes of the same launch, with the same count)."""
     k_tiles = max(1, math.ceil(key.k / spec.cta[2]))
     max_splits = min(max_splits, spec.mainloop.max_splits(spec) or max_splits)
     options = [1]
@@ -84,7 +105,7 @@ def split_options(spec: KernelSpec, key: ProblemKey, max_splits: int, barriers_b
     seen = {k_tiles}
     for s in range(2, min(max_splits, k_tiles) + 1):
         per = math.ceil(k_tiles / s)
-        if per not in seen and fits_workspace(spec, key, s, barriers_bytes, partials_bytes):
+        if per not in seen and fits_workspace(spec, key, s, barriers_bytes, partials_bytes, resident=resident):
             seen.add(per)
             options.append(s)
     return options
@@ -106,7 +127,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     resident = max(1, ctas_per_sm)
     # Waves of 1/splits-long units (the family knows which tiles split: sm90 splits only
     # those beyond whole rounds of its persistent grid), and the waves that hand over.
-    waves, handover_waves = spec.mainloop.rounds(spec, tm * tn, splits, device.sms * resident)
+    waves, handover_waves = spec.mainloop.rounds(spec, tm * tn, splits, resident_ctas(device, ctas_per_sm))
     # MMA time: the resident CTAs of a wave share their SM, at the rate the family's
     # mainloop sustains on this tile (codegen.families: MainloopFamily.mma_efficiency).
     per_sm = min(resident, math.ceil(ctas / device.sms))
@@ -175,7 +196,8 @@ def rank(
     for kern in kernels:
         spec = kern.spec
         preferred = spec.mainloop.preferred_swizzle
-        for splits in split_options(spec, key, max_splits, barriers_bytes, partials_bytes):
+        resident = resident_ctas(device, kern.ctas_per_sm)
+        for splits in split_options(spec, key, max_splits, barriers_bytes, partials_bytes, resident=resident):
             cost = predict(spec, kern.ctas_per_sm, device, key, splits)
             for swizzle in swizzle_options(spec, key):
                 order = (cost, splits, abs(swizzle - preferred), swizzle, spec.name)

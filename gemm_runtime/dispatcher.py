@@ -15,7 +15,7 @@ from typing import Protocol
 
 from codegen.spec import KernelSpec
 from gemm_runtime.context import ProblemKey, describe, infeasible_reason
-from gemm_runtime.cost_model import DeviceModel, rank
+from gemm_runtime.cost_model import DeviceModel, rank, resident_ctas
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport, PathOrFile
 from gemm_runtime.errors import UnsupportedProblemError
 from gemm_runtime.feasibility import launch_error
@@ -68,6 +68,11 @@ class Dispatcher:
         return self._by_name.get(name)
 
     # ---- the cost model -------------------------------------------------------------
+    def _resident(self, kern: DispatchKernel) -> int:
+        """The CTAs of ``kern`` the device holds at once, as rank counts them (the
+        workspace check of a split must count the split tiles the ranking did)."""
+        return resident_ctas(self.device_model, kern.ctas_per_sm)
+
     def feasible(self, key: ProblemKey) -> list[DispatchKernel]:
         return [k for k in self._kernels if infeasible_reason(k.spec, key) is None]
 
@@ -118,7 +123,8 @@ class Dispatcher:
         spec = kern.spec if kern is not None else None
         if launch_error(spec, plan, key) is not None:
             return None
-        if plan.splits > 1 and launch_error(spec, plan, key, workspace or self.default_workspace) is not None:
+        sizes = workspace or self.default_workspace
+        if plan.splits > 1 and launch_error(spec, plan, key, sizes, self._resident(kern)) is not None:
             return dataclasses.replace(plan, splits=1)
         return plan
 
@@ -140,7 +146,8 @@ class Dispatcher:
     def forced(self, plan: LaunchSpec, key: ProblemKey, workspace: WorkspaceSizes) -> LaunchSpec:
         """A caller's ``kernel=`` choice, or the GemmArgumentError saying why it cannot serve."""
         kern = self._by_name.get(plan.kernel)
-        error = launch_error(kern.spec if kern is not None else None, plan, key, workspace)
+        spec, resident = (kern.spec, self._resident(kern)) if kern is not None else (None, None)
+        error = launch_error(spec, plan, key, workspace, resident)
         if error is not None:
             raise error
         return plan

@@ -9,7 +9,7 @@ import math
 
 from codegen.spec import KernelSpec
 from gemm_runtime.context import MAX_GRID_Y, ProblemKey, describe, infeasible_reason
-from gemm_runtime.cost_model import fits_workspace, tiles_of
+from gemm_runtime.cost_model import fits_workspace, tiles_of, workspace_bytes
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.plan import MAX_SPLITS, SWIZZLES, LaunchSpec
 
@@ -24,12 +24,18 @@ def grid_of(spec: KernelSpec, key: ProblemKey, plan: LaunchSpec, resident: int =
 
 
 def launch_error(
-    spec: KernelSpec | None, plan: LaunchSpec, key: ProblemKey, workspace: tuple[int, int] | None = None
+    spec: KernelSpec | None,
+    plan: LaunchSpec,
+    key: ProblemKey,
+    workspace: tuple[int, int] | None = None,
+    resident: int | None = None,
 ) -> GemmArgumentError | None:
     """Why ``plan`` cannot serve ``key``, as the error a forced ``kernel=`` argument gets,
     or None if it can. ``spec`` is the registry's spec of ``plan.kernel`` (None: this build
     does not have it). ``workspace`` is (barrier bytes, partial bytes); None skips the
-    workspace check (an import, where no workspace is known yet)."""
+    workspace check (an import, where no workspace is known yet). ``resident``: CTAs of
+    the kernel the device holds at once (cost_model.resident_ctas), needed with a
+    workspace: a persistent family's grid, and so which tiles split, depends on it."""
     if spec is None:
         return GemmArgumentError("kernel", plan.kernel, "a kernel name from Gemm.kernels")
     reason = infeasible_reason(spec, key)
@@ -41,10 +47,20 @@ def launch_error(
     if not 1 <= plan.splits <= most:
         accepted = "1 (this kernel takes no split-K)" if most == 1 else f"1..{most}"
         return GemmArgumentError("kernel.splits", plan.splits, accepted)
-    if plan.splits > 1 and workspace is not None and not fits_workspace(spec, key, plan.splits, *workspace):
-        return GemmArgumentError(
-            "kernel.splits", plan.splits, "1, or a split count whose semaphores and partials fit the workspace"
-        )
+    if plan.splits > 1 and workspace is not None:
+        if resident is None:
+            raise TypeError("launch_error: a workspace check needs resident (the CTAs the device holds at once)")
+        # The same count split_options ranks by (one answer to "does this split fit").
+        if not fits_workspace(spec, key, plan.splits, *workspace, resident=resident):
+            semaphores, partials = workspace_bytes(spec, key, plan.splits, resident=resident)
+            split = spec.mainloop.split_tiles(spec, tiles_of(spec, key), plan.splits, resident)
+            return GemmArgumentError(
+                "kernel.splits",
+                plan.splits,
+                "1, or a split count whose semaphores and partials fit the workspace "
+                f"({plan.splits} splits need {semaphores} bytes of semaphores and {partials} of partials "
+                f"for the {split} tiles that split; the workspace has {workspace[0]} and {workspace[1]})",
+            )
     x, y, _ = grid_of(spec, key, plan)
     if y > MAX_GRID_Y:
         return GemmArgumentError("kernel.swizzle", plan.swizzle, f"a group size that keeps the grid within {MAX_GRID_Y} rows")

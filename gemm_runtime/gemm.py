@@ -509,7 +509,11 @@ def _workspace_signature(ws: object) -> object:
     if ws is None:
         return None
     if isinstance(ws, Workspace):
-        return tuple(t.data_ptr() if isinstance(t, torch.Tensor) else id(t) for t in (ws.barriers, ws.partials))
+        # NOTE: the sizes too: a shorter workspace at the same address must not replay a
+        # plan validated against a longer one (its partials would run past the end).
+        return tuple(
+            (t.data_ptr(), t.numel()) if isinstance(t, torch.Tensor) else id(t) for t in (ws.barriers, ws.partials)
+        )
     return id(ws)  # not a Workspace: the slow path will say so
 
 

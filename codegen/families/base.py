@@ -138,6 +138,15 @@ class MainloopFamily:
         group = 1 << swizzle
         return tiles_m * group, math.ceil(tiles_n / group), splits
 
+    def split_tiles(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, resident: int) -> int:
+        """How many of the ``tiles`` (M, N) output tiles hand K slices over through the
+        split-K workspace under ``splits`` splits on the grid ``grid`` launches for
+        ``resident`` CTAs: each takes one semaphore and ``splits - 1`` fp32 partial
+        tiles (templates/include/gemm/split_k.cuh, slot = its index among them), which
+        is what the runtime's workspace check counts (cost_model.fits_workspace). By
+        default every tile splits; none without split-K."""
+        return tiles[0] * tiles[1] if splits > 1 else 0
+
     # ---- the cost model (gemm_runtime.cost_model) -------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:
         """The mainloop's MMA rate against the SM's mma.sync peak (the cost model's

@@ -63,7 +63,8 @@ def _forced_launch(gemm, case: FuzzCase) -> LaunchSpec | None:
     if not kernels:
         return None  # the unforced call will say why
     kern = kernels[case.index % len(kernels)]
-    options = split_options(kern.spec, key, case.splits, gemm.kBarriersSize, gemm.kPartialsSize)
+    sizes = (gemm.kBarriersSize, gemm.kPartialsSize)
+    options = split_options(kern.spec, key, case.splits, *sizes, resident=kern.resident)
     return LaunchSpec(kern.name, options[-1], case.swizzle)
 
 

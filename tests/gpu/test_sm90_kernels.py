@@ -72,33 +72,56 @@ def test_split_k_and_rasterization(gemm, name, splits, swizzle):
 @pytest.mark.parametrize("splits", [2, 3])
 def test_split_k_of_the_last_round_only(gemm, name, splits):
     """More tiles than the grid has CTAs: the tiles of whole rounds run unsplit, the
-    rest split (kernel_sm90.cuh: sm90_whole_tiles), on one launch."""
+    rest split (schedule_sm90.cuh: sm90_whole_tiles), on one launch, through a workspace
+    of exactly the split tiles' semaphores and partials: the kernel numbers its slots
+    among the split tiles (Sm90Unit::split_tile). NaN guards behind the partials must
+    stay untouched (a kernel indexing by output tile writes there), and a workspace one
+    partial tile short is refused."""
     if name == "no-gpu":
         pytest.skip("needs a CUDA GPU")
     kern = gemm.registry.get(name)
     spec = kern.spec
     if spec.cluster > 1:
         pytest.skip("cluster kernels do not split")
+    from gemm_runtime.context import make_key
+    from gemm_runtime.feasibility import grid_of
+
     gen = torch.Generator(device="cuda").manual_seed(hash((name, splits, 7)) % 2**31)
     od = torch_dtype(spec.d_type)
     # 12 x 13 tiles against one round of the grid (one CTA per SM): the last tiles split.
     tm, tn = 12, -(-(kern.resident + 24) // 12)
     m, n, k = tm * spec.cta[0] - 5, tn * spec.cta[1] - 8, 5 * spec.cta[2] + 24
-    assert tm * tn > kern.resident
-    from gemm_runtime.context import make_key
-    from gemm_runtime.cost_model import fits_workspace
-
+    tiles = tm * tn
+    assert tiles > kern.resident
+    plan = LaunchSpec(name, splits, 3)
     key = make_key(spec.a_type, spec.b_order, spec.d_type, m, n, k, arch=90)
-    if not fits_workspace(spec, key, splits, gemm.kBarriersSize, gemm.kPartialsSize):
-        pytest.skip("the partials of every tile would not fit the default workspace")
+    # The split tiles as the kernel counts them (sm90_whole_tiles over gridDim.x, schedule_sm90.cuh), not
+    # through the family's hook (Sm90Family.split_tiles), which the refusal below checks.
+    grid = grid_of(spec, key, plan, kern.resident)[0]
+    split = tiles - tiles // grid * grid
+    assert 0 < split < tiles
+    tile_floats = spec.cta[0] * spec.cta[1]
+    need = (splits - 1) * split * tile_floats
+    # Room for every tile's slot behind the exact workspace, so that output-tile slots
+    # land in the guards rather than past the allocation (the split tiles are the last
+    # ones of the rasterization: their output-tile indices are all >= split).
+    semaphores = torch.zeros(tiles, dtype=torch.int32, device="cuda")
+    partials = torch.full(((splits - 1) * tiles * tile_floats,), float("nan"), device="cuda")
+    ws = Workspace(semaphores[:split], partials[:need])
     a, b = _operands(spec, m, n, k, gen)
     c = torch.randn(m, n, device="cuda", dtype=od, generator=gen)
     ref = (a.float() @ b.float()) + 0.5 * c.float()
     out = torch.full((m, n), float("nan"), device="cuda", dtype=od)
-    ws = Workspace.allocate(torch.device("cuda"))
-    gemm.matmul(a, b, out=out, beta=0.5, c=c, kernel=LaunchSpec(name, splits, 3), workspace=ws)
+    gemm.matmul(a, b, out=out, beta=0.5, c=c, kernel=plan, workspace=ws)
     assert rel_err(out, ref) < 1e-2
-    assert int(ws.barriers.abs().sum()) == 0, "semaphores must be zero after the call"
+    assert int(semaphores.abs().sum()) == 0, "semaphores must be zero after the call"
+    assert bool(torch.isnan(partials[need:]).all()), "partials written outside the split tiles' slots"
+    # NOTE: fresh tensors, so the refusal cannot come from (or be skipped by) the replay
+    # of the launch just validated for the same operands.
+    short = Workspace(semaphores[:split].clone(), partials[: need - tile_floats].clone())
+    with pytest.raises(GemmArgumentError, match="kernel.splits") as info:
+        gemm.matmul(a, b, out=out, beta=0.5, c=c, kernel=plan, workspace=short)
+    assert f"for the {split} tiles that split" in info.value.accepted
 
 
 @pytest.mark.parametrize("name", _sm90_names())

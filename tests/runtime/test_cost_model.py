@@ -13,9 +13,12 @@ import pytest
 
 from codegen.config import default_config_paths, load_configs
 from codegen.families import Mainloop
-from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType
+from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
 from gemm_runtime.context import infeasible_reason, make_key
-from gemm_runtime.cost_model import DeviceModel, predict, rank
+from gemm_runtime.cost_model import DeviceModel, fits_workspace, predict, rank, split_options, workspace_bytes
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.feasibility import launch_error
+from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import filter_reason
 from tests.helpers import spec_for
 
@@ -143,3 +146,59 @@ def test_a_persistent_kernels_split_cost_recurs_per_round(monkeypatch: pytest.Mo
         monkeypatch.setattr(type(spec.mainloop), "split_seconds", lambda self, s: 1.0)
         # Everything but the hand-overs takes far less than a second.
         assert predict(spec, 1, H200, key, splits) == pytest.approx(handovers * (splits - 1), abs=0.01), spec.mainloop
+
+
+# ---- split-K's workspace counts the tiles that hand over (MainloopFamily.split_tiles) ----
+
+# llama3-70b qkv at M = 1024: 8 x 40 = 320 tiles of 128 x 256 on 132 SMs, so 264 tiles of
+# two whole rounds and 56 that split.
+QKV_70B = make_key(DataType.BF16, BOrder.NK, DataType.BF16, 1024, 10240, 8192, arch=90)
+_BF16 = dict(a_type=DataType.BF16, b_type=DataType.BF16, d_type=DataType.BF16)
+SM90_128X256 = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1), stages=4,
+                        arch_min=90, arch_max=90, **_BF16)  # fmt: skip
+SM80_128X256 = spec_for(cta=(128, 256, 32), warps=(2, 4, 1), stages=3, **_BF16)
+DEFAULT_WORKSPACE = (1 << 20, 32 << 20)
+
+
+def test_sm90_splits_a_big_problem_within_the_default_workspace() -> None:
+    """Only the 56 split tiles' partials (7.3 MB for 2 splits) are written, so the
+    default 32 MiB admit 2 splits; an sm80 kernel of the same tile hands all 320 tiles
+    over (41.9 MB) and may not split."""
+    assert workspace_bytes(SM90_128X256, QKV_70B, 2, resident=132) == (56 * 4, 56 * 128 * 256 * 4)
+    assert workspace_bytes(SM80_128X256, QKV_70B, 2, resident=264) == (320 * 4, 320 * 128 * 256 * 4)
+    assert 2 in split_options(SM90_128X256, QKV_70B, 8, *DEFAULT_WORKSPACE, resident=132)
+    assert split_options(SM80_128X256, QKV_70B, 8, *DEFAULT_WORKSPACE, resident=264) == [1]
+    # ... and the ranking offers it (residency from the device model: 132 SMs x 1 CTA).
+    fakes = [SimpleNamespace(spec=SM90_128X256, ctas_per_sm=1), SimpleNamespace(spec=SM80_128X256, ctas_per_sm=1)]
+    offered = {(p.kernel, p.splits) for _, p in rank(fakes, QKV_70B, H200, **WORKSPACE)}
+    assert (SM90_128X256.name, 2) in offered and (SM80_128X256.name, 2) not in offered
+
+
+def test_split_options_and_feasibility_give_one_answer() -> None:
+    """A split count is offered by split_options exactly where feasibility.launch_error
+    accepts it with the same workspace and residency (at K = 8192 no count repeats
+    another's K tiles per split, so the workspace is the only reason to drop one)."""
+    for spec, resident in ((SM90_128X256, 132), (SM90_128X256, 114), (SM80_128X256, 264)):
+        for partials in (0, 7 << 20, 16 << 20, 32 << 20, 64 << 20):
+            workspace = (1 << 20, partials)
+            offered = split_options(spec, QKV_70B, 8, *workspace, resident=resident)
+            for splits in range(2, 9):
+                error = launch_error(spec, LaunchSpec(spec.name, splits), QKV_70B, workspace, resident)
+                fits = fits_workspace(spec, QKV_70B, splits, *workspace, resident=resident)
+                assert (error is None) == fits == (splits in offered), (spec.name, resident, partials, splits)
+
+
+def test_feasibility_refuses_split_tiles_whose_partials_do_not_fit() -> None:
+    semaphores, partials = workspace_bytes(SM90_128X256, QKV_70B, 2, resident=132)
+    plan = LaunchSpec(SM90_128X256.name, 2)
+    assert launch_error(SM90_128X256, plan, QKV_70B, (semaphores, partials), 132) is None  # exactly enough
+    for workspace in ((semaphores, partials - 1), (semaphores - 1, partials)):
+        error = launch_error(SM90_128X256, plan, QKV_70B, workspace, 132)
+        assert isinstance(error, GemmArgumentError) and error.argument == "kernel.splits" and error.given == 2
+        assert "fit the workspace" in error.accepted and "for the 56 tiles that split" in error.accepted
+        assert f"the workspace has {workspace[0]} and {workspace[1]}" in error.accepted
+    # The workspace check needs the residency the grid is sized by.
+    with pytest.raises(TypeError, match="resident"):
+        launch_error(SM90_128X256, plan, QKV_70B, DEFAULT_WORKSPACE)
+    # An import (no workspace known yet) does not check it.
+    assert launch_error(SM90_128X256, plan, QKV_70B) is None

@@ -148,6 +148,31 @@ def test_split_k_that_does_not_fit_the_callers_workspace_runs_with_one_split():
     assert d.select(f16(64), workspace=(0, 0)).splits == 1
 
 
+def test_sm90_split_k_is_checked_against_its_split_tiles_only():
+    """llama3-70b qkv at M = 1024 on 128 x 256 tiles (320, of which 56 split on 132
+    CTAs): a cached 2-split launch runs split in the default workspace (7.3 MB of
+    partials, not 41.9), is demoted to one split in a workspace one byte short, and a
+    forced one is refused there naming kernel.splits."""
+    from codegen.families import Mainloop
+    from codegen.vocabulary import MmaAtom
+
+    bf16 = dict(a_type=DataType.BF16, b_type=DataType.BF16, d_type=DataType.BF16)
+    sm90 = FakeKernel(spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1),
+                               stages=4, arch_min=90, arch_max=90, **bf16), ctas_per_sm=1)  # fmt: skip
+    key = make_key(DataType.BF16, BOrder.NK, DataType.BF16, 1024, 10240, 8192, arch=ARCH)
+    d = dispatcher(sm90)
+    plan = LaunchSpec(sm90.name, splits=2, swizzle=3)
+    d.cache.put(key, plan)
+    assert d.select(key) == plan
+    assert any(p.splits == 2 for _, p in d.ranked(key))
+    short = (1 << 20, 56 * 128 * 256 * 4 - 1)
+    assert d.select(key, workspace=short) == LaunchSpec(sm90.name, splits=1, swizzle=3)
+    assert d.forced(plan, key, WORKSPACE) == plan
+    with pytest.raises(GemmArgumentError) as info:
+        d.forced(plan, key, short)
+    assert info.value.argument == "kernel.splits" and "for the 56 tiles that split" in info.value.accepted
+
+
 # --- forced kernels: the same check, as an error naming the argument -------------------------
 
 

@@ -53,3 +53,16 @@ def test_activations_must_match_the_weights_scales():
     with pytest.raises(GemmArgumentError, match=re.escape(message)):
         _packed_operands(a, w, Operation())
     assert _packed_operands(a.half(), w, Operation()).operation.quant_b.group_size == 32
+
+
+def test_a_shorter_workspace_at_the_same_address_is_a_different_replay_signature():
+    """The replay signature must tell a workspace from a shorter view of it: a plan
+    validated against the longer one would let split-K write past the shorter's end."""
+    from gemm_runtime.gemm import _workspace_signature
+    from gemm_runtime.types import Workspace
+
+    barriers, partials = torch.zeros(64, dtype=torch.int32), torch.zeros(4096)
+    full = _workspace_signature(Workspace(barriers, partials))
+    assert full == _workspace_signature(Workspace(barriers, partials))
+    assert full != _workspace_signature(Workspace(barriers, partials[:4000]))
+    assert full != _workspace_signature(Workspace(barriers[:32], partials))

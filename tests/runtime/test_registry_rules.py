@@ -74,9 +74,9 @@ def test_split_k_helps_a_problem_with_few_tiles_and_long_k():
 def test_split_options_respect_k_tiles_and_workspace():
     spec = spec_for(cta=(64, 64, 32))
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 64, 64, 96)  # 3 K tiles
-    assert split_options(spec, key, 8, 1 << 20, 32 << 20) == [1, 2, 3]
+    assert split_options(spec, key, 8, 1 << 20, 32 << 20, resident=264) == [1, 2, 3]
     big = make_key(DataType.F16, BOrder.NK, DataType.F16, 8192, 8192, 4096)  # 16384 tiles of 16 KiB
-    assert split_options(spec, big, 8, 1 << 20, 32 << 20) == [1]
+    assert split_options(spec, big, 8, 1 << 20, 32 << 20, resident=264) == [1]
 
 
 def test_rank_orders_by_cost_and_lists_every_variant():
@@ -127,11 +127,14 @@ def test_fits_workspace_counts_semaphores_and_partials():
     spec = spec_for(cta=(64, 64, 32))
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 128, 128, 512)  # 4 tiles of 16 KiB partials
     # Every split but the last (which sums them) writes its own partial tiles.
-    assert fits_workspace(spec, key, 2, 16, 4 * 64 * 64 * 4)
-    assert fits_workspace(spec, key, 3, 16, 2 * 4 * 64 * 64 * 4)
-    assert not fits_workspace(spec, key, 3, 16, 2 * 4 * 64 * 64 * 4 - 1)
-    assert not fits_workspace(spec, key, 2, 12, 4 * 64 * 64 * 4)
-    assert not fits_workspace(spec, key, 2, 16, 4 * 64 * 64 * 4 - 1)
+    # The sm80 family hands every tile over, whatever the residency.
+    for resident in (1, 264):
+        assert fits_workspace(spec, key, 2, 16, 4 * 64 * 64 * 4, resident=resident)
+        assert fits_workspace(spec, key, 3, 16, 2 * 4 * 64 * 64 * 4, resident=resident)
+        assert not fits_workspace(spec, key, 3, 16, 2 * 4 * 64 * 64 * 4 - 1, resident=resident)
+        assert not fits_workspace(spec, key, 2, 12, 4 * 64 * 64 * 4, resident=resident)
+        assert not fits_workspace(spec, key, 2, 16, 4 * 64 * 64 * 4 - 1, resident=resident)
+    assert fits_workspace(spec, key, 1, 0, 0, resident=264)  # one split needs no workspace
 
 
 def test_dequant_time_is_zero_for_dense_b():

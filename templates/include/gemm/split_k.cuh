@@ -13,7 +13,11 @@ namespace gemm {
 // of the output (m < M) travel: at decode sizes most of the tile's rows are empty.
 // Returns false for the splits that are done. `kThreads` threads take part (`tid` is
 // this one's index among them), each holding `kAcc` accumulators, acc[i] in tile row
-// row_of(i); the partials keep that fragment order.
+// row_of(i); the partials keep that fragment order. `tile` is the tile's workspace
+// slot, whatever the kernel numbers it by (the output tile index for the mma.sync
+// families, the index among the split tiles for sm90): slot t owns semaphore t and
+// partial tiles [t * (splits - 1), (t + 1) * (splits - 1)), so the runtime's workspace
+// check counts the slots a launch uses (MainloopFamily.split_tiles).
 // NOTE: one wait, not a chain of hand-overs: the splits finish at about the same
 // time, and a chain would add a global-memory round trip per split. Blocks start in
 // order of their linear index and z is the slowest grid dimension, so the splits
