@@ -29,6 +29,7 @@ VARIANTS = {
     "evict_first": ("-DGEMM_SM90_STORE_EVICT_FIRST=1",),
     "depth0": ("-DGEMM_SM90_WGMMA_DEPTH=0",),
     "suspend": ("-DGEMM_SM90_TRY_WAIT_NS=1000000",),
+    "general_store": ("-DGEMM_SM90_PLAIN_STMATRIX=0",),
 }
 # (M, N, K): 8192^3, then llama3-8b's gate_up and o at M = 4096 (the weakest layers)
 PROBLEMS = [(8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 4096)]
@@ -47,6 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--generated", type=Path, default=Path("generated"))
+    ap.add_argument("--tiles", nargs="+", help="only these tiles, e.g. 128x256 128x256c2 (default: every sm90 tile)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm90_variants_"))
     subset_manifest(args.generated, work / "gen", lambda name, spec: "sm90_bf16_sm90" in name and "_nk_" in name)
@@ -65,6 +67,8 @@ def main() -> None:
         for kern in sorted(gemm.kernels, key=lambda k: k.name):
             s = kern.spec
             tile = f"{s.cta[0]}x{s.cta[1]}" + (f"c{s.cluster}" if s.cluster > 1 else "")
+            if args.tiles and tile not in args.tiles:
+                continue
             row = []
             for (m, n, k), (a, b, out) in tensors.items():
                 t = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=LaunchSpec(kern.name, 1, 3)))

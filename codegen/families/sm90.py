@@ -68,10 +68,16 @@ class Sm90Family(MainloopFamily):
         return super().threads(spec) + PRODUCER_THREADS
 
     def store_buffers(self, spec: KernelSpec) -> int:
-        """Staging boxes per consumer warpgroup (mirrors Sm90Config::kStoreBuffers)."""
+        """Staging boxes per consumer warpgroup (mirrors Sm90Config::kStoreBuffers): its
+        whole share of the tile where that fits beside the ring, else 2, else 1."""
         m, n, k = spec.cta
         ring = spec.stages * (m + n) * k * 2
-        return 2 if ring + 2 * (m // ROWS_PER_CONSUMER) * STORE_BOX_BYTES + 1024 <= SMEM_LIMIT else 1
+        boxes = n * spec.d_type.bits // 8 // 128
+
+        def fits(buffers: int) -> bool:
+            return ring + buffers * (m // ROWS_PER_CONSUMER) * STORE_BOX_BYTES + 1024 <= SMEM_LIMIT
+
+        return boxes if fits(boxes) else 2 if fits(2) else 1
 
     def smem_bytes(self, spec: KernelSpec) -> int:
         """The stage ring (A and B tiles, no padding: the swizzle avoids bank conflicts),
@@ -127,6 +133,22 @@ class Sm90Family(MainloopFamily):
             return c * max(1, min(units, resident // c)), 1, 1
         rounds_of = max(splits, resident // splits * splits)
         return min(self.split_units(tiles[0] * tiles[1], splits, rounds_of)[0], rounds_of), 1, 1
+
+    def split_tiles(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, resident: int) -> int:
+        """Only the tiles beyond whole rounds of the grid split, and the kernel numbers
+        their workspace slots among themselves (Sm90Unit::split_tile), so the workspace
+        holds those alone: llama3-70b qkv at M = 1024 (320 tiles of 128x256, 132 CTAs)
+        needs the partials of 56 tiles for 2 splits (7.3 MB), not of 320 (41.9 MB).
+
+        NOTE: the count depends on the grid, so ``resident`` must be what the launch
+        sizes it by (registry.Kernel.resident): it is not monotonic in the grid (320
+        tiles leave 56 beyond 132 CTAs, none beyond 160). Cluster kernels do not split
+        (max_splits)."""
+        if splits == 1:
+            return 0
+        count = tiles[0] * tiles[1]
+        grid = self.grid(spec, tiles, splits, 0, resident)[0]
+        return count - self.split_units(count, splits, grid)[1]
 
     @staticmethod
     def split_units(tiles: int, splits: int, grid: int) -> tuple[int, int]:

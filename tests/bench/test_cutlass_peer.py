@@ -176,3 +176,15 @@ def test_emitted_source_is_the_sm90_kernel_asked_for(cutlass, variant):
 def test_kn_order_and_fp16(cutlass):
     src = cp.make_operation(cutlass, torch.float16, "kn", cp.VARIANTS[0]).rt_module.emit()
     assert "cutlass::half_t, cutlass::layout::RowMajor, 8,\n    cutlass::half_t, cutlass::layout::RowMajor, 8," in src
+
+
+def test_the_table_puts_this_projects_kernel_beside_cutlass_and_cublas(capsys):
+    from bench.cutlass_peer import print_table
+
+    row = {"dtype": "bf16", "order": "nk", "m": 8192, "n": 8192, "k": 8192, "ratio": 0.9,
+           "cutlass_best": {"tflops": 700.0, "variant": "coop_128x256x64_c1x1"},
+           "cublas": {"tflops": 800.0, "ms": 1.0}}  # fmt: skip
+    print_table([dict(row, ours={"status": "ok", "tflops": 780.0, "ms": 1.25}), dict(row, ours={"status": "no build"})])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| bf16")]
+    assert lines[0].endswith("| 700 | coop_128x256x64_c1x1 | 800 | 0.90 | 780 | 0.80 |")
+    assert lines[1].endswith("| 800 | 0.90 | - | - |")

@@ -164,7 +164,7 @@ def _default_sm90() -> list:
 def test_the_default_sm90_yaml() -> None:
     loaded = _default_sm90()
     assert len(loaded) == 40
-    big = [((128, 256), 4, 1), ((128, 192), 5, 1), ((128, 128), 6, 1), ((128, 256), 4, 2), ((128, 192), 5, 2),
+    big = [((128, 256), 4, 1), ((128, 192), 4, 1), ((128, 128), 6, 1), ((128, 256), 4, 2), ((128, 192), 4, 2),
            ((128, 128), 6, 2), ((64, 256), 5, 1), ((64, 128), 8, 1)]  # fmt: skip
     f32out = [((128, 256), 4, 1), ((128, 128), 6, 1)]
     expected = []
@@ -201,15 +201,17 @@ def test_threads_of_the_default_set() -> None:
 
 @pytest.mark.parametrize(
     "cta, stages, boxes, smem",
-    [((128, 256, 64), 4, 2, 230400), ((128, 192, 64), 5, 1, 222208), ((128, 128, 64), 6, 2, 230400),
-     ((64, 256, 64), 5, 2, 222208), ((64, 128, 64), 8, 2, 214016), ((64, 64, 64), 2, 2, 50176)],
+    [((128, 256, 64), 4, 2, 230400), ((128, 256, 64), 3, 4, 214016), ((128, 192, 64), 5, 1, 222208),
+     ((128, 192, 64), 4, 3, 214016), ((128, 128, 64), 6, 2, 230400), ((64, 256, 64), 5, 2, 222208),
+     ((64, 128, 64), 8, 2, 214016), ((64, 64, 64), 2, 1, 41984)],
 )  # fmt: skip
 def test_smem_is_the_unpadded_ring_the_staging_boxes_and_the_swizzle_alignment(cta, stages, boxes, smem) -> None:
     m, n, k = cta
     for order in BOrder:
         spec = sm90_spec(cta=cta, warps=(m // 16, 1, 1), stages=stages, b_order=order)
-        # Two 8 KiB staging boxes per consumer warpgroup where they fit under the limit
-        # beside the ring, else one (128x192 with 5 stages would need 238592 bytes).
+        # A consumer warpgroup's 8 KiB staging boxes: its whole share of the tile where
+        # that fits beside the ring, else two, else one (128x192 with 5 stages would
+        # need 238592 bytes for two).
         assert SM90.store_buffers(spec) == boxes
         assert spec.smem_bytes == stages * (m + n) * k * 2 + boxes * (m // 64) * 8192 + 1024 == smem
         assert spec.smem_bytes <= 232448
@@ -315,8 +317,9 @@ def test_the_persistent_grid(tiles, splits, resident, grid) -> None:
 @pytest.mark.parametrize("resident", [1, 4, 131, 132])
 def test_split_k_never_waits_across_rounds(splits: int, resident: int) -> None:
     """Every K slice a last slice waits for is on a lower CTA of the same round. The
-    kernel (sm90_unit) runs unit u on CTA u % grid; units below `whole` are whole tiles,
-    and unit whole + v is slice v % splits of tile whole + v // splits."""
+    kernel (Sm90Schedule::unit, schedule_sm90.cuh) runs unit u on CTA u % grid; units
+    below `whole` are whole tiles, and unit whole + v is slice v % splits of tile
+    whole + v // splits."""
     for tiles in [(1, 1), (3, 7), (40, 40), (12, 12)]:
         grid = SM90.grid(sm90_spec(), tiles, splits, 0, resident)[0]
         units, whole = SM90.split_units(tiles[0] * tiles[1], splits, grid)
@@ -339,6 +342,49 @@ def test_split_k_never_waits_across_rounds(splits: int, resident: int) -> None:
 def test_split_k_splits_only_the_tiles_beyond_whole_rounds(tiles, splits, whole, units) -> None:
     grid = max(splits, 132 // splits * splits)
     assert SM90.split_units(tiles, splits, grid) == (units, whole)
+
+
+@pytest.mark.parametrize(
+    "tiles, splits, resident, split",
+    [
+        ((8, 40), 2, 132, 56),  # llama3-70b qkv at M = 1024: 320 tiles, 264 whole
+        ((8, 24), 2, 132, 60),  # llama3-8b qkv at M = 1024: 192 tiles, 132 whole
+        ((8, 40), 2, 160, 0),  # the count is not monotonic in the grid: 2 whole rounds
+        ((8, 40), 5, 132, 60),  # grid 130, a multiple of 5: 260 whole
+        ((10, 10), 3, 132, 100),  # fewer tiles than CTAs: all split
+        ((1, 1), 7, 4, 1),
+        ((8, 40), 1, 132, 0),  # unsplit: nothing hands over
+    ],
+)
+def test_split_tiles_are_the_tiles_beyond_whole_rounds(tiles, splits, resident, split) -> None:
+    """The workspace hook counts tiles - whole, for the grid the family launches."""
+    spec = sm90_spec(cta=(128, 256, 64))
+    assert SM90.split_tiles(spec, tiles, splits, resident) == split
+    count = tiles[0] * tiles[1]
+    if splits > 1:
+        grid = SM90.grid(spec, tiles, splits, 0, resident)[0]
+        assert split == count - SM90.split_units(count, splits, grid)[1]
+    # The sm80 family (the default) hands every tile over, whatever the residency.
+    sm80 = spec_for(cta=(128, 256, 32), warps=(2, 4, 1), stages=3)
+    assert Mainloop.SM80.split_tiles(sm80, tiles, splits, resident) == (count if splits > 1 else 0)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 5, 7])
+@pytest.mark.parametrize("resident", [4, 114, 132])
+def test_split_units_use_exactly_the_counted_workspace_slots(splits: int, resident: int) -> None:
+    """Sm90Schedule::unit's split_tile (tile - whole), mirrored here: every slot below
+    the hook's count takes exactly `splits` units, one per K slice, and no unit a slot
+    beyond it."""
+    for tiles in [(8, 40), (12, 13), (3, 7), (40, 40)]:
+        grid = SM90.grid(sm90_spec(), tiles, splits, 0, resident)[0]
+        units, whole = SM90.split_units(tiles[0] * tiles[1], splits, grid)
+        slices: dict[int, list[int]] = {}
+        for u in range(whole, units):
+            tile = whole + (u - whole) // splits
+            slices.setdefault(tile - whole, []).append((u - whole) - (tile - whole) * splits)
+        count = SM90.split_tiles(sm90_spec(), tiles, splits, resident)
+        assert sorted(slices) == list(range(count))
+        assert all(v == list(range(splits)) for v in slices.values())
 
 
 def test_grid_of_sizes_by_residency() -> None:

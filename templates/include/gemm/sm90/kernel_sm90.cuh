@@ -31,6 +31,7 @@
 #include "gemm/config.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
+#include "gemm/sm90/schedule_sm90.cuh"
 #include "gemm/sm90/store_sm90.cuh"
 #include "gemm/split_k.cuh"
 
@@ -48,8 +49,26 @@
 #ifndef GEMM_SM90_WGMMA_DEPTH
 #define GEMM_SM90_WGMMA_DEPTH 1
 #endif
+// GEMM_SM90_TRACE 1 (bench/experiments/sm90_trace.py) records SM clocks per work unit
+// into the split-K partials pointer of an unsplit launch: where a tile's time goes.
+#ifndef GEMM_SM90_TRACE
+#define GEMM_SM90_TRACE 0
+#endif
 
 namespace gemm {
+
+// The trace's layout: per CTA, per work unit (the first kTraceUnits), kTracePoints
+// clock64 stamps: per consumer warpgroup wg, 4 * wg + {0 unit start, 1 first stage
+// landed, 2 last wgmma done, 3 epilogue issued}; the producer's 8 first stage issued,
+// 9 last stage issued.
+constexpr int kTraceUnits = 64;
+constexpr int kTracePoints = 12;
+__device__ __forceinline__ void trace_stamp(const void* buffer, int unit_index, int point) {
+  if (GEMM_SM90_TRACE && buffer != nullptr && unit_index < kTraceUnits) {
+    long long* t = static_cast<long long*>(const_cast<void*>(buffer));
+    t[(static_cast<i64>(blockIdx.x) * kTraceUnits + unit_index) * kTracePoints + point] = clock64();
+  }
+}
 
 template <class TA_, class TD_, int CtaM_, int CtaN_, int Stages_, OrderB OrderB_, int Cluster_>
 struct Sm90Config {
@@ -72,13 +91,16 @@ struct Sm90Config {
   // One CTA's share of the B tile it loads for the cluster: rows of the N x K tile
   // ("nk"), or rows of K of each 64-column box ("kn"), whole 1024-byte swizzle atoms.
   static constexpr int kPartRowsB = (kOrderB == OrderB::kNK ? kCtaN : kCtaK) / kCluster;
-  // The epilogue's staging boxes (store_sm90.cuh): two per consumer warpgroup, so the
-  // store of one overlaps the filling of the next, or one where two would not fit
-  // beside the ring.
+  // The epilogue's staging boxes (store_sm90.cuh), per consumer warpgroup: its whole
+  // share of the tile where that fits beside the ring (one wait, two barriers and one
+  // fence per tile, and the stores drain during the next mainloop), else two (the
+  // store of one overlaps the filling of the next), else one.
   static constexpr int kSmemLimit = 227 * 1024;
   static constexpr int kStoreBoxBytes = 64 * 128;
   static constexpr int kRingBytes = kStages * kStageBytes;
-  static constexpr int kStoreBuffers = kRingBytes + 2 * kConsumers * kStoreBoxBytes + 1024 <= kSmemLimit ? 2 : 1;
+  static constexpr int kStoreBoxes = kCtaN * static_cast<int>(sizeof(typename TD::Storage)) / 128;
+  static constexpr bool kStagingFits(int boxes) { return kRingBytes + boxes * kConsumers * kStoreBoxBytes + 1024 <= kSmemLimit; }
+  static constexpr int kStoreBuffers = kStagingFits(kStoreBoxes) ? kStoreBoxes : kStagingFits(2) ? 2 : 1;
   // NOTE: 128B-swizzled tiles must start on a 1024-byte boundary (the swizzle acts on
   // address bits 4-9) and dynamic shared memory promises less, so 1024 bytes more are
   // asked for and the base is rounded up.
@@ -118,60 +140,6 @@ struct WgmmaTile {
   }
 };
 
-// A work unit: the cluster's tile (tile_m, tile_n) in tiles of kCluster * kCtaM rows,
-// K tiles [k_tile0, k_tile0 + k_tiles), slice `split` of `splits` (1: the whole tile).
-struct Sm90Unit {
-  int tile_m, tile_n, split, splits, k_tile0, k_tiles;
-};
-
-// Split-K splits only the tiles that would leave the last round of the grid partly
-// idle: the first `whole` tiles (whole rounds of a `grid`-CTA grid, a multiple of
-// `splits`) run unsplit, one unit each; the rest split into `splits` units each, so
-// the last rounds run 1/splits-long units on every CTA. Where the tiles do not fill
-// one round, `whole` is 0 and every tile splits.
-__device__ __forceinline__ int sm90_whole_tiles(int tiles, int splits, int grid) {
-  return splits > 1 ? tiles / grid * grid : tiles;
-}
-
-// Unit u < whole is tile u; unit whole + v is K slice v % splits of tile whole + v /
-// splits: the slices of one tile run on neighbouring CTAs at about the same time, so
-// the split-K hand-over rarely waits.
-// Tiles are rasterized in groups of 2^swizzle rows of M: consecutive tiles walk down
-// the group's rows, then on along N, so the CTAs in flight together share B tiles
-// within a group and A tiles across the groups' columns in L2.
-// NOTE: a last K slice waits (split-K) only for the tile's other slices, which the
-// grid, a multiple of `splits` CTAs (codegen/families/sm90.py), puts on the CTAs just
-// below it in the same round (the split units start on a round boundary: `whole` is
-// whole rounds); blocks start in index order, so those have started and no wait can
-// hang, even with SMs held by other kernels. Cluster kernels do not split.
-__device__ __forceinline__ Sm90Unit sm90_unit(int u, int whole, int splits, int swizzle, int tiles_m, int tiles_n,
-                                              int k_tiles_per_split, int k_tiles_total) {
-  Sm90Unit w;
-  int tile = u;
-  w.split = 0;
-  w.splits = 1;
-  if (u >= whole) {
-    tile = whole + (u - whole) / splits;
-    w.split = (u - whole) - (tile - whole) * splits;
-    w.splits = splits;
-  }
-  const int group = 1 << swizzle;
-  const int first_m = tile / (group * tiles_n) * group;
-  const int rows = min(group, tiles_m - first_m);
-  const int in_group = tile - first_m * tiles_n;
-  w.tile_m = first_m + in_group % rows;
-  w.tile_n = in_group / rows;
-  if (w.splits == 1) {
-    w.k_tile0 = 0;
-    w.k_tiles = k_tiles_total;
-    return w;
-  }
-  w.k_tile0 = w.split * k_tiles_per_split;
-  const int left = k_tiles_total - w.k_tile0;
-  w.k_tiles = left < 0 ? 0 : (left > k_tiles_per_split ? k_tiles_per_split : left);
-  return w;
-}
-
 template <class Cfg, class Params>
 __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tma_a, const CUtensorMap* tma_b,
                                           const CUtensorMap* tma_d) {
@@ -196,12 +164,12 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
   const int tiles_m = (p.tiles_m + kCluster - 1) / kCluster;  // in cluster tiles
   // NOTE: cluster kernels do not split (codegen/families/sm90.py), so every unit is a
   // cluster tile there; the rounds are the grid's CTAs.
-  const int whole = sm90_whole_tiles(tiles_m * p.tiles_n, p.splits, gridDim.x / kCluster);
-  const int units = whole + (tiles_m * p.tiles_n - whole) * p.splits;
   const int k_tiles_total = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
-  auto unit = [&](int u) {
-    return sm90_unit(u, whole, p.splits, p.swizzle, tiles_m, p.tiles_n, p.k_tiles_per_split, k_tiles_total);
-  };
+  const Sm90Schedule schedule(tiles_m, p.tiles_n, p.splits, p.swizzle, gridDim.x / kCluster, p.k_tiles_per_split,
+                              k_tiles_total);
+  const int units = schedule.units;
+  const void* trace = GEMM_SM90_TRACE && p.splits == 1 ? static_cast<const void*>(p.partials) : nullptr;
+  auto unit = [&](int u) { return schedule.unit(u); };
 
   auto tile_a = [&](int s) { return base + static_cast<u32>(s * Cfg::kStageBytes); };
   auto tile_b = [&](int s) { return base + static_cast<u32>(s * Cfg::kStageBytes + Cfg::kTileBytesA); };
@@ -234,7 +202,8 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       prefetch_tensormap(tma_a);
       prefetch_tensormap(tma_b);
       int it = 0;  // the ring position: K tiles this CTA has loaded
-      for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster) {
+      int traced = 0;
+      for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster, ++traced) {
         const Sm90Unit w = unit(u);
         const int m0 = (w.tile_m * kCluster + rank) * Cfg::kCtaM;
         const int n0 = w.tile_n * Cfg::kCtaN;
@@ -244,6 +213,8 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
           // released the stage's previous contents; in the ring's first round the
           // parity trick returns at once.
           mbar_wait(empty(s), ((it / kStages) & 1) ^ 1);
+          if (kt == 0) trace_stamp(trace, traced, 8);
+          if (kt + 1 == w.k_tiles) trace_stamp(trace, traced, 9);
           // NOTE: the full stage is expected, the other CTAs' parts of B included, even
           // where a box is partly out of bounds: the zero fill is delivered and counted
           // like data.
@@ -299,18 +270,18 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       }
     };
     int it = 0;  // the ring position, as the producer's
-    for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster) {
+    int traced = 0;
+    const bool stamps = threadIdx.x % 128 == 0;
+    for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster, ++traced) {
       const Sm90Unit w = unit(u);
+      if (stamps) trace_stamp(trace, traced, 4 * wg);
       const int tile_m = w.tile_m * kCluster + rank;
       const int m0 = tile_m * Cfg::kCtaM;
       const int n0 = w.tile_n * Cfg::kCtaN;
-      if (w.k_tiles == 0) {
-#pragma unroll
-        for (int i = 0; i < Cfg::kCtaN / 2; ++i) acc[i] = 0.0f;  // an empty K slice (or K == 0) adds nothing
-      }
       for (int kt = 0; kt < w.k_tiles; ++kt, ++it) {
         const int s = it % kStages;
         mbar_wait(full(s), (it / kStages) & 1);
+        if (stamps && kt == 0) trace_stamp(trace, traced, 4 * wg + 1);
         // NOTE: orders the accumulators' last ordinary accesses (the previous unit's
         // epilogue) before the wgmma that overwrites them.
         wgmma_fence();
@@ -337,6 +308,16 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       }
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
+      if (w.k_tiles == 0) {
+        // NOTE: here, after the last wait, not before the K loop: there ptxas serializes
+        // every wgmma (C7515, accumulators defined by other instructions inside the
+        // pipeline), or, if-converted, costs a select per accumulator per unit. The empty
+        // asm keeps it a branch.
+        asm volatile("");
+#pragma unroll
+        for (int i = 0; i < Cfg::kCtaN / 2; ++i) acc[i] = 0.0f;  // an empty K slice (or K == 0) adds nothing
+      }
+      if (stamps) trace_stamp(trace, traced, 4 * wg + 2);
       if (GEMM_SM90_WGMMA_DEPTH > 0 && w.k_tiles > 0) release((it - 1) % kStages);
       if (m0 >= p.M) continue;  // a cluster's CTA below the last tile row: its B part was the work
 
@@ -344,8 +325,10 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
         const int tid = threadIdx.x;  // consumers are threads 0 .. kConsumerThreads - 1
         const int warp_row0 = 64 * wg + 16 * ((tid / 32) % 4) + lane / 4;
         auto row_of = [&](int i) { return warp_row0 + 8 * ((i / 2) % 2); };
+        // NOTE: the workspace slot is the split tile's index, not the output tile's: the
+        // whole tiles never hand over, and the runtime sizes the workspace for the rest.
         if (!split_k_handover<Cfg::kConsumerThreads, Cfg::kCtaN / 2, Cfg::kCtaM * Cfg::kCtaN>(
-                acc, row_of, p, tile_m * p.tiles_n + w.tile_n, w.split, p.M - m0, tid))
+                acc, row_of, p, w.split_tile, w.split, p.M - m0, tid))
           continue;
       }
       if (GEMM_SM90_LEAVE_OUT == 1) continue;
@@ -358,6 +341,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       } else if constexpr (Store::kGatedFits) {
         Store::template store<true>(acc, p, tma_d, staging, kSplitKBarrier + 1 + wg, row0, n0, stored);
       }
+      if (stamps) trace_stamp(trace, traced, 4 * wg + 3);
     }
     Store::drain();
   }

@@ -1,11 +1,12 @@
 // The SM90 family's epilogue store: through shared memory and TMA.
 //
-// A consumer warpgroup computes its 64 rows of the tile one box at a time (64 rows of
-// D, 128 bytes wide: 64 16-bit or 32 fp32 columns), writes the box into a staging
-// buffer in the TMA 128-byte swizzle, and one thread hands it to a TMA store, which
-// writes whole rows of D in the background: the warpgroup goes on to its next tile's
-// wgmma while D drains. A warpgroup rotates over kStoreBuffers buffers and waits, before
-// it refills one, only until the store issued from it has read it.
+// A consumer warpgroup computes its 64 rows of the tile in boxes (64 rows of D, 128
+// bytes wide: 64 16-bit or 32 fp32 columns), writes them into staging buffers in the
+// TMA 128-byte swizzle, and one thread hands them to TMA stores, which write whole rows
+// of D in the background: the warpgroup goes on to its next tile's wgmma while D
+// drains. Where the smem beside the ring holds the warpgroup's whole share, all its
+// boxes go at once; else it rotates over kStoreBuffers buffers and waits, before it
+// refills one, only until the store issued from it has read it (store_boxes).
 //
 // NOTE: why not the direct stores of gemm/epilogue.cuh: a warp's store writes 16 bytes
 // in each of 8 rows (half of every 32-byte sector), and the warpgroup's wgmma wait for
@@ -17,6 +18,12 @@
 #pragma once
 #include "gemm/epilogue.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
+
+// Experiment knob (bench/experiments/sm90_variants.py): 0 sends the plain epilogue
+// through the general path, to time the two in one run.
+#ifndef GEMM_SM90_PLAIN_STMATRIX
+#define GEMM_SM90_PLAIN_STMATRIX 1
+#endif
 
 namespace gemm {
 
@@ -49,6 +56,88 @@ struct Sm90Store {
     return box + static_cast<u32>(r * 128 + ((((x >> 4) ^ r) & 7) << 4) + (x & 15));
   }
 
+  // Where D is 16-bit, the plain epilogue (alpha * acc: no C, no bias, not gated; the
+  // common case) has a path of its own: stmatrix writes four 8x8 blocks per instruction
+  // straight from the fragment and one cvt packs two values, about 2 instructions per
+  // pair of values where the general path below takes about 20.
+  static constexpr bool kPlainFast = sizeof(Storage) == 2 && GEMM_SM90_PLAIN_STMATRIX;
+
+  __device__ __forceinline__ static void tma_store(const CUtensorMap* tma_d, u32 buf, int d_col, int row0) {
+#if GEMM_SM90_LEAVE_OUT == 3
+    (void)tma_d, (void)buf, (void)d_col, (void)row0;
+#elif GEMM_SM90_STORE_EVICT_FIRST
+    tma_store_2d_hint(tma_d, buf, d_col, row0, l2_evict_first_policy());
+#else
+    tma_store_2d(tma_d, buf, d_col, row0);
+#endif
+  }
+
+  // The warpgroup's kBoxes boxes of D (columns d_col0.., rows row0..): fill(box, buf)
+  // writes box `box` into the staging box at `buf`, then one thread stores it.
+  // NOTE: generic-proxy writes must be visible to the async proxy (TMA) before the store
+  // is issued: every writer fences, then all meet. A buffer is refilled only once the
+  // store that last used it has read it.
+  // Where the warpgroup's whole share is staged at once (kBuffers >= kBoxes) a tile
+  // takes one wait (on the last tile's stores, long done), two barriers and one fence;
+  // else the boxes rotate over the buffers, each waiting only for its buffer's store.
+  template <int kBoxes, class Fill>
+  __device__ __forceinline__ static void store_boxes(const CUtensorMap* tma_d, u32 staging, int barrier, int d_col0,
+                                                     int row0, int& issued, Fill&& fill) {
+    const bool leader = threadIdx.x % 128 == 0;
+    if constexpr (kBuffers >= kBoxes) {
+      if (leader) bulk_wait_group_read<0>();
+      named_barrier_sync<128>(barrier);
+#pragma unroll
+      for (int box = 0; box < kBoxes; ++box) fill(box, staging + static_cast<u32>(box * kBoxBytes));
+      fence_proxy_async_smem();
+      named_barrier_sync<128>(barrier);
+      if (leader) {
+#pragma unroll
+        for (int box = 0; box < kBoxes; ++box)
+          tma_store(tma_d, staging + static_cast<u32>(box * kBoxBytes), d_col0 + box * kBoxCols, row0);
+        bulk_commit_group();
+      }
+    } else {
+#pragma unroll
+      for (int box = 0; box < kBoxes; ++box, ++issued) {
+        const u32 buf = staging + static_cast<u32>((issued % kBuffers) * kBoxBytes);
+        if (leader) bulk_wait_group_read<kBuffers - 1>();
+        named_barrier_sync<128>(barrier);
+        fill(box, buf);
+        fence_proxy_async_smem();
+        named_barrier_sync<128>(barrier);
+        if (leader) {
+          tma_store(tma_d, buf, d_col0 + box * kBoxCols, row0);
+          bulk_commit_group();
+        }
+      }
+    }
+  }
+
+  // D = alpha * acc for 16-bit D. A box's 8 column groups go out as 4 stmatrix.x4, each
+  // two groups x the warp's 16 rows: lane t addresses row t % 8 of matrix t / 8, i.e.
+  // box row 16 * warp + 8 * (matrix & 1) + t % 8, column group 2q + (matrix >> 1), whose
+  // 16-byte chunk the swizzle moves to (group ^ row % 8); as rows of a matrix are rows
+  // % 8 = t % 8 and 2q is even, that chunk is 2q ^ ((matrix >> 1) ^ t % 8).
+  __device__ __forceinline__ static void store_scaled(const float (&acc)[Cfg::kCtaN / 2], float alpha,
+                                                      const CUtensorMap* tma_d, u32 staging, int barrier, int row0,
+                                                      int col0, int& issued) {
+    constexpr int kBoxes = Cfg::kCtaN / kBoxCols;
+    const int t = threadIdx.x % 128;
+    const int lane = t % 32, matrix = lane / 8, row = lane % 8;
+    const u32 row_bytes = static_cast<u32>((16 * (t / 32) + 8 * (matrix & 1) + row) * 128);
+    const int chunk = (matrix >> 1) ^ row;
+    store_boxes<kBoxes>(tma_d, staging, barrier, col0, row0, issued, [&](int box, u32 buf) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float* a = acc + 4 * (8 * box + 2 * q);  // column groups 8 * box + 2q and + 1
+        stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), pack_rn(alpha * a[0], alpha * a[1], TD{}),
+                    pack_rn(alpha * a[2], alpha * a[3], TD{}), pack_rn(alpha * a[4], alpha * a[5], TD{}),
+                    pack_rn(alpha * a[6], alpha * a[7], TD{}));
+      }
+    });
+  }
+
   // This warpgroup's 64 x kCtaN accumulators (the m64nNk16 D fragment) to D rows
   // row0.., accumulator columns col0... `staging`: its kBuffers boxes; `issued`: the
   // boxes it has stored so far (the same in every thread), which picks the buffer.
@@ -57,6 +146,12 @@ struct Sm90Store {
   __device__ __forceinline__ static void store(const float (&acc)[Cfg::kCtaN / 2], const Params& p,
                                                const CUtensorMap* tma_d, u32 staging, int barrier, int row0,
                                                int col0, int& issued) {
+    if constexpr (!kGated && kPlainFast) {
+      if (p.beta == 0.f && (p.epilogue & kEpilogueBias) == 0) {
+        store_scaled(acc, p.alpha, tma_d, staging, barrier, row0, col0, issued);
+        return;
+      }
+    }
     constexpr int kAccPerBox = (kGated ? 2 : 1) * kBoxCols;
     constexpr int kBoxes = Cfg::kCtaN / kAccPerBox;
     constexpr int kGroupsPerBox = kAccPerBox / 8;  // 8-column groups of the fragment
@@ -72,11 +167,7 @@ struct Sm90Store {
     const bool paired_c = reinterpret_cast<u64>(C) % kPairBytes == 0 && p.ldc % 2 == 0;
     const float alpha = p.alpha, beta = p.beta;
     const int M = p.M, N = p.N;
-#pragma unroll
-    for (int box = 0; box < kBoxes; ++box) {
-      const u32 buf = staging + static_cast<u32>((issued % kBuffers) * kBoxBytes);
-      if (t == 0) bulk_wait_group_read<kBuffers - 1>();  // the store that last used buf has read it
-      named_barrier_sync<128>(barrier);
+    store_boxes<kBoxes>(tma_d, staging, barrier, kGated ? col0 / 2 : col0, row0, issued, [&](int box, u32 buf) {
 #pragma unroll
       for (int jj = 0; jj < kGroupsPerBox; ++jj) {
         const int j = box * kGroupsPerBox + jj;
@@ -117,23 +208,7 @@ struct Sm90Store {
           }
         }
       }
-      // NOTE: the box's generic-proxy writes must be visible to the async proxy (TMA)
-      // before the one thread issues the store: each writer fences, then all meet.
-      fence_proxy_async_smem();
-      named_barrier_sync<128>(barrier);
-      if (t == 0) {
-        const int d_col = (kGated ? col0 / 2 : col0) + box * kBoxCols;
-#if GEMM_SM90_LEAVE_OUT == 3
-        (void)d_col;
-#elif GEMM_SM90_STORE_EVICT_FIRST
-        tma_store_2d_hint(tma_d, buf, d_col, row0, l2_evict_first_policy());
-#else
-        tma_store_2d(tma_d, buf, d_col, row0);
-#endif
-        bulk_commit_group();
-      }
-      ++issued;
-    }
+    });
   }
 
   // Before the CTA exits: its staging buffers must outlive the stores reading them.
