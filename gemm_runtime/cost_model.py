@@ -149,7 +149,10 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     # the SMs together saturate DRAM), which is what limits grids of few CTAs.
     a_bits, b_bits = key.a_type.bits, key.b_type.bits  # b: 4 or 8 for quantized weights
     unique = (key.m * a_bits + key.n * b_bits) * key.k // 8 + key.m * key.n * key.d_type.bits // 8
-    unique += (splits - 1) * tm * tn * cm * cn * 4 * 2
+    # The fp32 partials each split tile writes and its last slice reads back (the family
+    # says which tiles split: MainloopFamily.split_tiles).
+    split_tiles = spec.mainloop.split_tiles(spec, (tm, tn), splits, resident_ctas(device, ctas_per_sm))
+    unique += (splits - 1) * split_tiles * cm * cn * 4 * 2
     t_dram = unique / device.dram_bytes_per_s
     sm_bytes_per_s = device.dram_bytes_per_s / (_SMS_TO_SATURATE * device.sms)
     t_sm = waves * per_sm * (cm * a_bits + cn * b_bits) * per_split * ck / 8 / sm_bytes_per_s

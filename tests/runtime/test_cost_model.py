@@ -202,3 +202,14 @@ def test_feasibility_refuses_split_tiles_whose_partials_do_not_fit() -> None:
         launch_error(SM90_128X256, plan, QKV_70B, DEFAULT_WORKSPACE)
     # An import (no workspace known yet) does not check it.
     assert launch_error(SM90_128X256, plan, QKV_70B) is None
+
+
+def test_a_split_count_that_splits_no_sm90_tile_costs_what_no_split_costs() -> None:
+    """sm90 splits only the tiles beyond whole rounds of its grid: with the tiles exactly
+    two rounds (1 x 264 on 132 SMs) no tile splits, so neither hand-overs nor partial
+    traffic may be charged (cost_model.predict asks the family, MainloopFamily.split_tiles).
+    The weight (1.1 GB) makes the DRAM term the one that counts."""
+    spec = next(s for s in _default_specs() if s.mainloop is Mainloop.SM90 and s.cta[:2] == (128, 256) and s.cluster == 1)
+    key = make_key(spec.a_type, spec.b_order, spec.d_type, 128, 264 * 256, 8192, arch=90)
+    assert spec.mainloop.split_tiles(spec, (1, 264), 2, 132) == 0
+    assert predict(spec, 1, H200, key, 2) == pytest.approx(predict(spec, 1, H200, key, 1), rel=1e-9)
