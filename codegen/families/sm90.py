@@ -20,8 +20,9 @@ PRODUCER_THREADS = 128  # the producer is a whole warpgroup (setmaxnreg acts per
 BOX_N = 64  # "kn" B: columns per TMA box (the 128-byte swizzle span)
 CLUSTERS = (1, 2)  # CTAs along M per cluster; each loads 1/cluster of the B tile for all
 SMEM_LIMIT = ARCH_SMEM_LIMIT[90]  # dynamic shared memory per block
-# The epilogue stores D through TMA from staging boxes of 64 rows x 128 bytes, two per
-# consumer warpgroup where they fit beside the ring, else one (store_sm90.cuh).
+# The epilogue stores D through TMA from staging boxes of 64 rows x 128 bytes: a consumer
+# warpgroup's whole share of the tile where it fits beside the ring, else two, else one
+# (store_buffers; store_sm90.cuh).
 STORE_BOX_ROWS = 64
 STORE_BOX_BYTES = STORE_BOX_ROWS * 128
 
@@ -131,8 +132,13 @@ class Sm90Family(MainloopFamily):
         if splits == 1:
             units = -(-tiles[0] // c) * tiles[1]
             return c * max(1, min(units, resident // c)), 1, 1
-        rounds_of = max(splits, resident // splits * splits)
+        rounds_of = self._split_round(splits, resident)
         return min(self.split_units(tiles[0] * tiles[1], splits, rounds_of)[0], rounds_of), 1, 1
+
+    @staticmethod
+    def _split_round(splits: int, resident: int) -> int:
+        """CTAs in one round of a split-K grid: the resident ones, a multiple of ``splits``."""
+        return max(splits, resident // splits * splits)
 
     def split_tiles(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, resident: int) -> int:
         """Only the tiles beyond whole rounds of the grid split, and the kernel numbers
@@ -162,7 +168,7 @@ class Sm90Family(MainloopFamily):
         1/splits-long units, rounds that hand K slices over)."""
         if splits == 1:
             return super().rounds(spec, tiles, splits, slots)
-        grid = max(splits, slots // splits * splits)
+        grid = self._split_round(splits, slots)
         units, whole = self.split_units(tiles, splits, grid)
         split_rounds = -(-(units - whole) // grid)
         return whole // grid * splits + split_rounds, split_rounds

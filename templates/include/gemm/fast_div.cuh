@@ -22,7 +22,6 @@ struct FastDiv {
   __device__ __forceinline__ int div(int n) const {
     return static_cast<int>((__umulhi(static_cast<u32>(n), multiplier) + static_cast<u32>(n)) >> shift);
   }
-  __device__ __forceinline__ int mod(int n) const { return n - div(n) * static_cast<int>(divisor); }
 };
 
 }  // namespace gemm

@@ -54,6 +54,9 @@ struct QuantBits<U8> {
 };
 
 // Two adjacent output elements as one store: 4 bytes for 16-bit types, 8 for fp32.
+// NOTE: on sm_80 and later one cvt packs both halves (f16x2 / bf16x2, round to nearest
+// even like the single conversions): ptxas does not fuse two conversions and a
+// shift-or into it, and the SM90 epilogue packs every accumulator pair.
 template <class T>
 struct Pair;
 
@@ -61,7 +64,13 @@ template <>
 struct Pair<Half> {
   using Type = u32;
   __device__ __forceinline__ static Type pack(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // the first source is the high half
+    return r;
+#else
     return static_cast<u32>(Half::from_f32(a)) | (static_cast<u32>(Half::from_f32(b)) << 16);
+#endif
   }
   __device__ __forceinline__ static void unpack(Type v, float& a, float& b) {
     a = Half::to_f32(static_cast<u16>(v & 0xffffu));
@@ -73,7 +82,13 @@ template <>
 struct Pair<BFloat16> {
   using Type = u32;
   __device__ __forceinline__ static Type pack(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // the first source is the high half
+    return r;
+#else
     return static_cast<u32>(BFloat16::from_f32(a)) | (static_cast<u32>(BFloat16::from_f32(b)) << 16);
+#endif
   }
   __device__ __forceinline__ static void unpack(Type v, float& a, float& b) {
     a = BFloat16::to_f32(static_cast<u16>(v & 0xffffu));

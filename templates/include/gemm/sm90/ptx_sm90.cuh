@@ -5,7 +5,6 @@
 //
 // Addresses of shared memory are 32-bit shared-window addresses (gemm::smem_addr).
 #pragma once
-#include "gemm/numeric.cuh"
 #include "gemm/ptx.cuh"
 
 namespace gemm {
@@ -206,19 +205,6 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u3
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
                : "memory");
-}
-
-// Two fp32 to one register of 16-bit floats, round to nearest even, `lo` in the low
-// half: one cvt where two single conversions and a shift-or would do.
-__device__ __forceinline__ u32 pack_rn(float lo, float hi, Half) {
-  u32 r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ u32 pack_rn(float lo, float hi, BFloat16) {
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 // ---------------------------------------------------------------------------

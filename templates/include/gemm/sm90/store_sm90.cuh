@@ -38,8 +38,7 @@ struct Sm90Store {
   using Storage = typename TD::Storage;
   using PairT = Pair<TD>;
   static constexpr int kBoxCols = 128 / static_cast<int>(sizeof(Storage));  // D columns per box
-  static constexpr int kBoxRows = 64;                                        // a consumer warpgroup's rows
-  static constexpr int kBoxBytes = kBoxRows * 128;
+  static constexpr int kBoxBytes = Cfg::kStoreBoxBytes;
   static constexpr int kBuffers = Cfg::kStoreBuffers;
   static_assert(kBuffers >= 1 && kBuffers <= 4, "1..4 staging buffers per consumer warpgroup");
 
@@ -58,7 +57,7 @@ struct Sm90Store {
 
   // Where D is 16-bit, the plain epilogue (alpha * acc: no C, no bias, not gated; the
   // common case) has a path of its own: stmatrix writes four 8x8 blocks per instruction
-  // straight from the fragment and one cvt packs two values, about 2 instructions per
+  // straight from the fragment and one cvt packs two values (Pair), about 2 instructions per
   // pair of values where the general path below takes about 20.
   static constexpr bool kPlainFast = sizeof(Storage) == 2 && GEMM_SM90_PLAIN_STMATRIX;
 
@@ -122,7 +121,7 @@ struct Sm90Store {
   __device__ __forceinline__ static void store_scaled(const float (&acc)[Cfg::kCtaN / 2], float alpha,
                                                       const CUtensorMap* tma_d, u32 staging, int barrier, int row0,
                                                       int col0, int& issued) {
-    constexpr int kBoxes = Cfg::kCtaN / kBoxCols;
+    constexpr int kBoxes = Cfg::kStoreBoxes;
     const int t = threadIdx.x % 128;
     const int lane = t % 32, matrix = lane / 8, row = lane % 8;
     const u32 row_bytes = static_cast<u32>((16 * (t / 32) + 8 * (matrix & 1) + row) * 128);
@@ -131,9 +130,9 @@ struct Sm90Store {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const float* a = acc + 4 * (8 * box + 2 * q);  // column groups 8 * box + 2q and + 1
-        stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), pack_rn(alpha * a[0], alpha * a[1], TD{}),
-                    pack_rn(alpha * a[2], alpha * a[3], TD{}), pack_rn(alpha * a[4], alpha * a[5], TD{}),
-                    pack_rn(alpha * a[6], alpha * a[7], TD{}));
+        stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(alpha * a[0], alpha * a[1]),
+                    PairT::pack(alpha * a[2], alpha * a[3]), PairT::pack(alpha * a[4], alpha * a[5]),
+                    PairT::pack(alpha * a[6], alpha * a[7]));
       }
     });
   }
@@ -146,8 +145,10 @@ struct Sm90Store {
   __device__ __forceinline__ static void store(const float (&acc)[Cfg::kCtaN / 2], const Params& p,
                                                const CUtensorMap* tma_d, u32 staging, int barrier, int row0,
                                                int col0, int& issued) {
+    const bool read_c = p.beta != 0.f;
+    const bool add_bias = (p.epilogue & kEpilogueBias) != 0;
     if constexpr (!kGated && kPlainFast) {
-      if (p.beta == 0.f && (p.epilogue & kEpilogueBias) == 0) {
+      if (!read_c && !add_bias) {
         store_scaled(acc, p.alpha, tma_d, staging, barrier, row0, col0, issued);
         return;
       }
@@ -160,8 +161,6 @@ struct Sm90Store {
     const int lane = t % 32;
     const int fragment_row = 16 * (t / 32) + lane / 4;  // and fragment_row + 8
     const int fragment_col = 2 * (lane % 4);
-    const bool read_c = p.beta != 0.f;
-    const bool add_bias = (p.epilogue & kEpilogueBias) != 0;
     const Storage* C = static_cast<const Storage*>(p.C);
     const Storage* bias = static_cast<const Storage*>(p.bias);
     const bool paired_c = reinterpret_cast<u64>(C) % kPairBytes == 0 && p.ldc % 2 == 0;
