@@ -24,6 +24,7 @@ _LAUNCH_S = 3e-6  # fixed cost of a launch
 _SEARCHED_SWIZZLES = tuple(s for s in SWIZZLES if s <= 3)
 _OVERLAP_LOSS = 0.2
 _SMS_TO_SATURATE = 0.3  # fraction of the SMs whose combined loads saturate DRAM
+_DRAM_LATENCY_S = 2e-6  # a copy's round trip from DRAM under a saturating load
 # Quantized B: every weight becomes a 16-bit value in the SM's ALUs before its MMA
 # (dequant.cuh), a cost per weight rather than per FLOP, and the one decode kernels are
 # bound by. Fitted to the H200 decode sweeps (bench.sweep_quant, W4 group 128): w warps
@@ -150,21 +151,41 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     a_bits, b_bits = key.a_type.bits, key.b_type.bits  # b: 4 or 8 for quantized weights
     unique = (key.m * a_bits + key.n * b_bits) * key.k // 8 + key.m * key.n * key.d_type.bits // 8
     # The fp32 partials each split tile writes and its last slice reads back (the family
-    # says which tiles split: MainloopFamily.split_tiles).
+    # says which tiles split: MainloopFamily.split_tiles), of D's rows only (split_k.cuh).
     split_tiles = spec.mainloop.split_tiles(spec, (tm, tn), splits, resident_ctas(device, ctas_per_sm))
-    unique += (splits - 1) * split_tiles * cm * cn * 4 * 2
+    unique += (splits - 1) * split_tiles * min(cm, key.m) * cn * 4 * 2
     t_dram = unique / device.dram_bytes_per_s
     sm_bytes_per_s = device.dram_bytes_per_s / (_SMS_TO_SATURATE * device.sms)
     t_sm = waves * per_sm * (cm * a_bits + cn * b_bits) * per_split * ck / 8 / sm_bytes_per_s
-    t_mem = max(t_dram, t_sm)
+    # A CTA's first K loop streams cold operands: a slice, or whole tiles where the
+    # family runs some unsplit (sm90's whole rounds).
+    first = per_split if split_tiles == tm * tn else k_tiles
+    loaded = ctas * (cm * a_bits + cn * b_bits) * per_split * ck / 8
+    t_mem = max(t_dram, t_sm, latency_time(spec, first, waves * per_split * min(1.0, unique / loaded)))
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
     # which also ranks the leaner kernel first among memory-bound ties.
     # NOTE: a persistent kernel's CTAs hand their K slices over once per round of the
     # grid, so its split cost recurs per wave (sm90, H200: llama3-8b qkv at M = 1024 ran
     # 2 splits of 128x256 over 3 rounds at 0.6x the unsplit 128x192).
     handovers = (splits - 1) * handover_waves
-    fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + handovers * spec.mainloop.split_seconds(spec)
+    handover = spec.mainloop.split_seconds(spec, min(cm, key.m))
+    fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + handovers * handover
     return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + fixed
+
+
+def latency_time(spec: KernelSpec, first_k_tiles: int, cold_k_tiles: float) -> float:
+    """Seconds the busiest CTA spends on K tiles whose operands come from DRAM rather
+    than L2, when each stage waits one DRAM round trip and the ring keeps
+    MainloopFamily.stages_in_flight of them going (Little's law): its first K loop
+    (``first_k_tiles``), or, where later waves find no more in L2 than the first, the
+    share of all its K tiles that are new bytes (``cold_k_tiles``: unique / loaded).
+    What this bounds is decode, where every weight byte is new and a shallow ring
+    starves its SM (H200, llama3-8b o at M = 64: sm80's 64x64x32 with 6 stages and 2
+    splits took 30 us where the bandwidth terms said 17). Quantized kernels are left
+    to their fitted dequantization term."""
+    if spec.quantized:
+        return 0.0
+    return max(first_k_tiles, cold_k_tiles) * _DRAM_LATENCY_S / spec.mainloop.stages_in_flight(spec)
 
 
 def dequant_time(spec: KernelSpec, ctas: int, resident: int, device: DeviceModel, weights_per_cta: int) -> float:

@@ -77,7 +77,7 @@ class TensorMaps:
         self._encoders = []
         self.stores_d = False
         key = problem.key
-        for box in spec.mainloop.tensor_maps(spec):
+        for box in spec.mainloop.tensor_maps(spec, key.m):
             address, rows, cols, ld = _operand_matrix(box, problem)
             dtype = {"a": key.a_type, "b": key.b_type, "d": key.d_type}[box.operand]
             try:

@@ -109,9 +109,10 @@ class MainloopFamily:
         return f"sm_{arch}"
 
     # ---- the launch (gemm_runtime.launch, gemm_runtime.feasibility) --------------------
-    def tensor_maps(self, spec: KernelSpec) -> tuple[TensorMapBox, ...]:
+    def tensor_maps(self, spec: KernelSpec, m: int | None = None) -> tuple[TensorMapBox, ...]:
         """The TMA descriptors the kernel's parameter block starts with (none: the block
-        is the GemmParams struct alone)."""
+        is the GemmParams struct alone); ``m``, the problem's M where the launch knows
+        it, may shape the boxes (None: the kernel's own tile)."""
         return ()
 
     def params_offset(self, spec: KernelSpec) -> int:
@@ -170,9 +171,14 @@ class MainloopFamily:
         waves = math.ceil(tiles * splits / slots)
         return waves, waves if self.persistent else 1
 
-    def split_seconds(self, spec: KernelSpec) -> float:
+    def stages_in_flight(self, spec: KernelSpec) -> int:
+        """K tiles of copies a CTA keeps in flight while it multiplies one: a multistage
+        cp.async ring refills the stage it just consumed, so all but one."""
+        return max(1, spec.stages - 1)
+
+    def split_seconds(self, spec: KernelSpec, rows: int) -> float:
         """What each split beyond the first adds: one split waiting for its
-        predecessor's partials."""
+        predecessor's partials, of ``rows`` rows per tile (D's, at most the tile's)."""
         return 1.5e-6
 
     def fixed_seconds(self, spec: KernelSpec) -> float:

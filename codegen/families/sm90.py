@@ -27,6 +27,24 @@ STORE_BOX_ROWS = 64
 STORE_BOX_BYTES = STORE_BOX_ROWS * 128
 
 
+def a_box_rows(cta_m: int, m: int) -> int:
+    """Rows of A one TMA copy moves: the tile's, or for an M below the tile M rounded up
+    to whole 8-row swizzle groups. The rows beyond stay stale in shared memory; wgmma
+    computes them into accumulator rows no store, split-K hand-over or epilogue reads
+    (all stop at M). Zero-filling them instead is not free: on the H200 at M = 1 the
+    64x64 tile ran up to 35% slower than at M = 64 (70b o: 61.8 against 45.8 us).
+    NOTE: kernel_sm90.cuh's a_box_bytes computes the same from M, for the bytes each
+    full barrier expects: the two must agree, or the barrier never completes."""
+    return cta_m if m >= cta_m else max(8, -(-m // 8) * 8)
+
+
+# Split-K hand-over of one tile (split_seconds): the semaphore round trip, then the
+# partials of D's rows written by each split and read back by the last, at what one SM
+# moves through L2.
+_HANDOVER_LATENCY_S = 0.5e-6
+_HANDOVER_BYTES_PER_S = 50e9
+
+
 class Sm90Family(MainloopFamily):
     value = "sm90"
     min_arch = 90
@@ -92,17 +110,19 @@ class Sm90Family(MainloopFamily):
         return f"sm_{arch}a"
 
     # ---- the launch -------------------------------------------------------------------
-    def tensor_maps(self, spec: KernelSpec) -> tuple[TensorMapBox, ...]:
-        """A's box is the CTA's tile; B's is the part of the B tile one CTA of the cluster
-        loads for all of them: rows of the N x K tile, or of each 64-column K x N box;
-        D's is a staging box of the epilogue (64 rows, 128 bytes)."""
-        m, n, k = spec.cta
+    def tensor_maps(self, spec: KernelSpec, m: int | None = None) -> tuple[TensorMapBox, ...]:
+        """A's box is the CTA's tile, or for an M below it only M's rows (a_box_rows); B's
+        is the part of the B tile one CTA of the cluster loads for all of them: rows of
+        the N x K tile, or of each 64-column K x N box; D's is a staging box of the
+        epilogue (64 rows, 128 bytes)."""
+        cm, n, k = spec.cta
+        rows = cm if m is None else a_box_rows(cm, m)
         if spec.b_order is BOrder.NK:
             b = TensorMapBox("b", n // spec.cluster, k)
         else:
             b = TensorMapBox("b", k // spec.cluster, BOX_N)
         d = TensorMapBox("d", STORE_BOX_ROWS, 128 * 8 // spec.d_type.bits)
-        return (TensorMapBox("a", m, k), b, d)
+        return (TensorMapBox("a", rows, k), b, d)
 
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:
         # NOTE: a tensor map cannot describe an empty matrix.
@@ -185,11 +205,20 @@ class Sm90Family(MainloopFamily):
         m, n, _ = spec.cta
         return (1.97 if m == 128 else 1.71) * n / (n + 88.0)
 
-    def split_seconds(self, spec: KernelSpec) -> float:
-        """Measured (bench.dense, H200): llama3-8b qkv at M = 1024 ran at 0.50x cuBLAS with
-        2 splits of 128x256 where the model saw a tie with 128x192 unsplit, which ran at
-        0.82x: a split costs the persistent kernel far more than the sm80 hand-over."""
-        return 4e-6
+    def stages_in_flight(self, spec: KernelSpec) -> int:
+        """The producer warp refills each stage as soon as the consumers release it,
+        while they work on the next: the whole ring is in flight."""
+        return spec.stages
+
+    def split_seconds(self, spec: KernelSpec, rows: int) -> float:
+        """A hand-over's round trip plus its partials of ``rows`` rows, out and back in,
+        at an SM's L2 rate: 5.7 us for a whole 128x256 tile (bench.dense, H200: llama3-8b
+        qkv at M = 1024 ran at 0.50x cuBLAS with 2 splits of 128x256 where a constant
+        1.5 us saw a tie with 128x192 unsplit, which ran at 0.82x), 0.7 us for the 16
+        rows of a 64x128 decode tile (bench/experiments/decode_splits.py: at M = 16,
+        64x128 with 2 splits beat it unsplit on 6 of 8 llama3 layers, where the
+        constant 4 us this replaced kept it unsplit)."""
+        return _HANDOVER_LATENCY_S + 2 * rows * spec.cta[1] * 4 / _HANDOVER_BYTES_PER_S
 
     def fixed_seconds(self, spec: KernelSpec) -> float:
         """A persistent CTA fetches its tensor maps and fills its ring before the first

@@ -406,12 +406,12 @@ def test_default_configs() -> None:
         "sm80_lowalign.yaml", "sm80_quant.yaml", "sm90_dense.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 147
+    assert len(loaded) == 151
     hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90"]
     # Both 16-bit types, both B orders, both output kinds, one and two consumers.
     assert {(s.a_type.value, s.d_type.value, s.b_order.value) for s in hopper} == {
         (a, d, b) for a in ("f16", "bf16") for d in (a, "f32") for b in ("nk", "kn")}
-    assert {s.cta[0] for s in hopper} == {64, 128} and {s.cta[1] for s in hopper} == {128, 192, 256}
+    assert {s.cta[0] for s in hopper} == {64, 128} and {s.cta[1] for s in hopper} == {64, 128, 192, 256}
     assert {s.cluster for s in hopper} == {1, 2} and {k.spec.cluster for k in loaded if k.spec not in hopper} == {1}
     quantized = [k.spec for k in loaded if k.spec.quantized]
     # Every (activation, weight) pair, on both mainloops, with decode and prefill tiles.

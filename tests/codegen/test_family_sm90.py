@@ -16,8 +16,9 @@ import pytest
 
 from codegen.config import DEFAULT_CONFIG_DIR, load_configs
 from codegen.families import Mainloop, TensorMapBox
+from codegen.families.sm90 import a_box_rows
 from codegen.params import PARAM_STRUCT, block_bytes
-from codegen.render import render_kernel
+from codegen.render import INCLUDE_DIR, render_kernel
 from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
 from gemm_runtime.context import infeasible_reason, make_key
 from gemm_runtime.feasibility import grid_of
@@ -163,9 +164,9 @@ def _default_sm90() -> list:
 
 def test_the_default_sm90_yaml() -> None:
     loaded = _default_sm90()
-    assert len(loaded) == 40
+    assert len(loaded) == 44
     big = [((128, 256), 4, 1), ((128, 192), 4, 1), ((128, 128), 6, 1), ((128, 256), 4, 2), ((128, 192), 4, 2),
-           ((128, 128), 6, 2), ((64, 256), 5, 1), ((64, 128), 8, 1)]  # fmt: skip
+           ((128, 128), 6, 2), ((64, 256), 5, 1), ((64, 128), 8, 1), ((64, 64), 8, 1)]  # fmt: skip
     f32out = [((128, 256), 4, 1), ((128, 128), 6, 1)]
     expected = []
     for fam, t, tiles in (("sm90_f16", "f16", big), ("sm90_bf16", "bf16", big),
@@ -239,6 +240,20 @@ def test_the_registry_keeps_sm90_kernels_on_sm90_only() -> None:
     assert filter_reason(spec_for(arch_min=90, arch_max=99), 91, H200_SMEM, False, cubin_arch=90) is None
     # Shared memory is still checked.
     assert "shared memory" in filter_reason(spec, 90, spec.smem_bytes - 1, False)
+
+
+def test_a_box_covers_the_rows_an_m_below_the_tile_has() -> None:
+    # Whole 8-row groups up to the tile; from the tile's M up, the tile.
+    assert [a_box_rows(64, m) for m in (1, 7, 8, 9, 63, 64, 65, 1000)] == [8, 8, 8, 16, 64, 64, 64, 64]
+    assert [a_box_rows(128, m) for m in (1, 16, 64, 72, 127, 128, 4096)] == [8, 16, 64, 72, 128, 128, 128]
+    spec = sm90_spec(cta=(64, 128, 64), warps=(4, 1, 1))
+    assert SM90.tensor_maps(spec, 17)[0] == TensorMapBox("a", 24, 64)
+    # The B and D boxes are M's business no more than the tile's.
+    assert SM90.tensor_maps(spec, 17)[1:] == SM90.tensor_maps(spec)[1:]
+    # The kernel expects the bytes of the same rows on each full barrier; a mismatch
+    # would hang it, so its rule reads like this one.
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90.cuh").read_text()
+    assert "(M >= kCtaM ? kCtaM : (M + 7) / 8 * 8) * kCtaK * 2" in header
 
 
 @pytest.mark.parametrize("m, n", [(128, 256), (128, 192), (128, 128), (64, 256), (64, 128), (64, 64)])

@@ -15,7 +15,9 @@ from codegen.config import default_config_paths, load_configs
 from codegen.families import Mainloop
 from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
 from gemm_runtime.context import infeasible_reason, make_key
-from gemm_runtime.cost_model import DeviceModel, fits_workspace, predict, rank, split_options, workspace_bytes
+from gemm_runtime.cost_model import (
+    DeviceModel, fits_workspace, latency_time, predict, rank, split_options, workspace_bytes,
+)
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.feasibility import launch_error
 from gemm_runtime.plan import LaunchSpec
@@ -143,7 +145,7 @@ def test_a_persistent_kernels_split_cost_recurs_per_round(monkeypatch: pytest.Mo
         (sm80, make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 6144, 4096, arch=90), 3, 1),
     )
     for spec, key, splits, handovers in cases:
-        monkeypatch.setattr(type(spec.mainloop), "split_seconds", lambda self, s: 1.0)
+        monkeypatch.setattr(type(spec.mainloop), "split_seconds", lambda self, s, rows: 1.0)
         # Everything but the hand-overs takes far less than a second.
         assert predict(spec, 1, H200, key, splits) == pytest.approx(handovers * (splits - 1), abs=0.01), spec.mainloop
 
@@ -213,3 +215,44 @@ def test_a_split_count_that_splits_no_sm90_tile_costs_what_no_split_costs() -> N
     key = make_key(spec.a_type, spec.b_order, spec.d_type, 128, 264 * 256, 8192, arch=90)
     assert spec.mainloop.split_tiles(spec, (1, 264), 2, 132) == 0
     assert predict(spec, 1, H200, key, 2) == pytest.approx(predict(spec, 1, H200, key, 1), rel=1e-9)
+
+
+# ---- decode: memory latency and the hand-over of D's rows --------------------------------
+
+DECODE_O_8B = make_key(DataType.F16, BOrder.NK, DataType.F16, 16, 4096, 4096, arch=90)
+
+
+def test_a_shallow_ring_is_latency_bound_at_decode_and_not_at_prefill() -> None:
+    """Little's law (cost_model.latency_time): at decode every weight byte comes from
+    DRAM, so a CTA whose ring keeps few K tiles in flight waits out a round trip for
+    each few; with many tiles of large problems the operands are in L2 and the ring's
+    depth is the MMA rate's business alone."""
+    deep, shallow = spec_for(cta=(64, 64, 32), warps=(2, 2, 1), stages=6), spec_for(cta=(64, 64, 32), warps=(2, 2, 1), stages=3)
+    k_tiles = 4096 // 32
+    # sm80 keeps all but the stage being read in flight: 5 and 2 K tiles; 64 tiles, 1 wave.
+    assert Mainloop.SM80.stages_in_flight(deep) == 5 and Mainloop.SM80.stages_in_flight(shallow) == 2
+    assert predict(shallow, 1, H200, DECODE_O_8B) == pytest.approx(k_tiles * 2e-6 / 2 + 3e-6, rel=0.05)
+    assert predict(deep, 1, H200, DECODE_O_8B) < predict(shallow, 1, H200, DECODE_O_8B) / 2
+    # 16384^3: 256 waves of these tiles find their operands in L2 after the first.
+    big = make_key(DataType.F16, BOrder.NK, DataType.F16, 16384, 16384, 16384, arch=90)
+    assert predict(shallow, 1, H200, big) == pytest.approx(predict(deep, 1, H200, big), rel=1e-9)
+    # The sm90 producer refills a stage as soon as it is released: the whole ring.
+    sm90 = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(64, 128, 64), warps=(4, 1, 1), stages=8,
+                    arch_min=90, arch_max=90)  # fmt: skip
+    assert Mainloop.SM90.stages_in_flight(sm90) == 8
+    # Quantized kernels keep their fitted dequantization term alone.
+    assert latency_time(spec_for(b_type=DataType.U4, cta=(64, 128, 64), warps=(1, 4, 1)), 100, 100) == 0.0
+
+
+def test_the_sm90_hand_over_moves_d_rows_only() -> None:
+    """split_k.cuh hands over only D's rows of a tile: 16 of a 64-row decode tile cost
+    a quarter of the bytes, so a decode split is cheap where a prefill one is not."""
+    spec = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1), stages=4,
+                    arch_min=90, arch_max=90)  # fmt: skip
+    whole = Mainloop.SM90.split_seconds(spec, 128)
+    assert whole == pytest.approx(0.5e-6 + 2 * 128 * 256 * 4 / 50e9)
+    assert Mainloop.SM90.split_seconds(spec, 16) == pytest.approx(0.5e-6 + (whole - 0.5e-6) / 8)
+    # The model asks for min(tile rows, M): at M = 16 the hand-over costs the 16 rows'.
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 16, 8192, 8192, arch=90)
+    split, unsplit = predict(spec, 1, H200, key, 2), predict(spec, 1, H200, key, 1)
+    assert split - unsplit < whole

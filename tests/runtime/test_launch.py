@@ -114,6 +114,17 @@ def test_tensor_maps_of_an_sm90_kernel_are_a_b_then_d(monkeypatch: pytest.Monkey
     assert decode(raw[256:]) == {**d, "address": d2}
 
 
+@pytest.mark.parametrize("m, rows", [(1, 8), (8, 8), (9, 16), (16, 16), (57, 64), (64, 64), (100, 104), (128, 128), (129, 128)])
+def test_a_decode_sized_a_gets_a_box_of_its_rows(monkeypatch: pytest.MonkeyPatch, m: int, rows: int) -> None:
+    """A's box shrinks to M's rows (whole 8-row groups) below the 128-row tile, so TMA
+    moves no zero fill for the rows D does not have; from the tile's M up it is the tile."""
+    fake_driver(monkeypatch)
+    maps = launch.TensorMaps(sm90_spec(), problem(m=m))
+    assert decode(maps(A0, B0, D0)[:128])["box"] == [64, rows]
+    # B's and D's boxes do not depend on M.
+    assert decode(maps(A0, B0, D0)[128:256])["box"] == [64, 256]
+
+
 def test_an_f32_or_gated_d_gets_its_own_box_and_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_driver(monkeypatch)
     f32 = launch.TensorMaps(sm90_spec(d_type=DataType.F32), problem(d_type=DataType.F32, ldd=500))

@@ -85,6 +85,9 @@ struct Sm90Config {
   static constexpr int kTileBytesA = kCtaM * kCtaK * 2;
   static constexpr int kTileBytesB = kCtaN * kCtaK * 2;
   static constexpr int kStageBytes = kTileBytesA + kTileBytesB;
+  // Bytes of A a stage receives: the tile's rows, or for an M below the tile M rounded
+  // up to 8 (the host encodes A's box so: codegen/families/sm90.py, a_box_rows).
+  __device__ static int a_box_bytes(int M) { return (M >= kCtaM ? kCtaM : (M + 7) / 8 * 8) * kCtaK * 2; }
   // "kn" B arrives in boxes of 64 columns (the swizzle span) x 64 rows of K.
   static constexpr int kBoxBytesB = 64 * kCtaK * 2;
   static constexpr int kCluster = Cluster_;
@@ -203,6 +206,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       prefetch_tensormap(tma_b);
       int it = 0;  // the ring position: K tiles this CTA has loaded
       int traced = 0;
+      const u32 stage_bytes = static_cast<u32>(Cfg::a_box_bytes(p.M) + Cfg::kTileBytesB);
       for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster, ++traced) {
         const Sm90Unit w = unit(u);
         const int m0 = (w.tile_m * kCluster + rank) * Cfg::kCtaM;
@@ -215,10 +219,10 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
           mbar_wait(empty(s), ((it / kStages) & 1) ^ 1);
           if (kt == 0) trace_stamp(trace, traced, 8);
           if (kt + 1 == w.k_tiles) trace_stamp(trace, traced, 9);
-          // NOTE: the full stage is expected, the other CTAs' parts of B included, even
-          // where a box is partly out of bounds: the zero fill is delivered and counted
-          // like data.
-          mbar_arrive_expect_tx(full(s), Cfg::kStageBytes);
+          // NOTE: the full stage is expected (A's box as the host sized it for M), the
+          // other CTAs' parts of B included, even where a box is partly out of bounds:
+          // the zero fill is delivered and counted like data.
+          mbar_arrive_expect_tx(full(s), stage_bytes);
           const int k = (w.k_tile0 + kt) * Cfg::kCtaK;
           tma_load_2d(tile_a(s), tma_a, full(s), k, m0);
           constexpr int kPart = Cfg::kPartRowsB * 128;  // bytes of a CTA's share (of each box)
