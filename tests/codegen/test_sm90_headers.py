@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("cuda.bindings.nvrtc")
 
 from tests.sm90_smoke import SmokeKernel, nvrtc_compile, nvrtc_ptx, report  # noqa: E402
+from tests.sm90_smoke_quant import QuantSmokeKernel  # noqa: E402
 
 # Every wrapper of ptx_sm90.cuh, one entry per wgmma flavour so that no entry holds more
 # than one accumulator array (the 128 registers of m64n256 alone are most of a budget).
@@ -183,3 +184,18 @@ def test_plain_sm90_rejects_wgmma_and_setmaxnreg() -> None:
     ok, log, _ = nvrtc_compile(kernel.source(), kernel.name, arch="sm_90")
     assert not ok
     assert "wgmma" in log and "not supported on .target 'sm_90'" in log, log
+
+
+_QUANT_SMOKE = [QuantSmokeKernel(d, bits, o) for d in ("f16", "bf16") for bits in (4, 8) for o in (d, "f32")]
+
+
+@pytest.mark.parametrize("kernel", _QUANT_SMOKE, ids=lambda k: k.name)
+def test_quantized_smoke_kernel_compiles_for_sm90a_without_spills(kernel: QuantSmokeKernel) -> None:
+    """The register-A path (smoke_quant.cuh: D^T = W . X^T, W dequantized in registers)
+    builds for every activation type, weight width and output."""
+    ok, log, cubin = nvrtc_compile(kernel.source(), kernel.name)
+    assert ok and cubin, log
+    rep = report(log, kernel.name)
+    assert rep["registers"] > 0 and rep["registers"] <= 168, log
+    assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and rep["stack_frame"] == 0, log
+    assert "C7508" not in log and "setmaxnreg ignored" not in log, log

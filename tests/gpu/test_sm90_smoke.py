@@ -14,25 +14,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gemm_runtime import cuda_driver
 from tests.sm90_smoke import BLOCK_M, BLOCK_N, SmokeKernel, launch
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper")]
 
 SHAPES = [(128, 128, 64), (256, 384, 1024), (200, 300, 1000), (1, 128, 4096)]
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 PAD = 8  # rows and columns of D beyond M and N that must stay NaN
 
-
-@pytest.fixture(scope="module", autouse=True)
-def hopper() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    cap = torch.cuda.get_device_capability()
-    if cap != (9, 0):
-        pytest.skip(f"sm_90a kernels run on compute capability 9.0 only (this GPU: {cap[0]}.{cap[1]})")
-    torch.cuda.init()
-    cuda_driver.ensure_context(torch.cuda.current_device())
 
 
 def _diagnose(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, limit: int = 12) -> str:
