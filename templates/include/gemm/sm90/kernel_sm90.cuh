@@ -179,17 +179,8 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
   auto full = [&](int s) { return smem_addr(&full_bar[s]); };
   auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 1);
-      mbar_init(empty(s), Cfg::kConsumers * 4 * kCluster);
-    }
-    // NOTE: TMA's complete_tx (async proxy) and the other threads (of the cluster)
-    // must see initialised barriers; the fence publishes the inits, the barrier below
-    // orders the threads.
-    fence_mbarrier_init();
-  }
+  // Each stage is released by every consumer warp of every CTA its B part went to.
+  if (threadIdx.x == 0) init_ring(full_bar, empty_bar, Cfg::kConsumers * 4 * kCluster);
   if constexpr (kCluster > 1) {
     cluster_sync();
   } else {

@@ -42,6 +42,21 @@ __device__ __forceinline__ void fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+// A ring of shared-memory stages: full[s] completes when stage s's copies have landed
+// (one arrival, which brings the expected bytes), empty[s] when `releases` consumer
+// warps are done reading it. One thread initialises; the fence publishes the inits to
+// TMA's complete_tx (async proxy) and to the other threads (of the cluster); the caller's
+// __syncthreads or cluster_sync after it orders them.
+template <int Stages>
+__device__ __forceinline__ void init_ring(u64 (&full)[Stages], u64 (&empty)[Stages], u32 releases) {
+#pragma unroll
+  for (int s = 0; s < Stages; ++s) {
+    mbar_init(smem_addr(&full[s]), 1);
+    mbar_init(smem_addr(&empty[s]), releases);
+  }
+  fence_mbarrier_init();
+}
+
 // Return the barrier's memory to ordinary use (required before reusing it as data).
 __device__ __forceinline__ void mbar_inval(u32 bar) {
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");

@@ -71,16 +71,7 @@ __device__ __forceinline__ void smoke_gemm(const CUtensorMap& tma_a, const CUten
   auto full = [&](int s) { return smem_addr(&full_bar[s]); };
   auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < Stages; ++s) {
-      mbar_init(full(s), 1);
-      mbar_init(empty(s), kConsumers * 4);
-    }
-    // NOTE: TMA's complete_tx (async proxy) and the other threads must see initialised
-    // barriers; the fence publishes the inits, the __syncthreads below orders the threads.
-    fence_mbarrier_init();
-  }
+  if (threadIdx.x == 0) init_ring(full_bar, empty_bar, kConsumers * 4);
   __syncthreads();
 
   if (wg == kConsumers) {

@@ -115,14 +115,7 @@ __device__ __forceinline__ void smoke_quant_gemm(const CUtensorMap& tma_x, const
   auto full = [&](int s) { return smem_addr(&full_bar[s]); };
   auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 1);
-      mbar_init(empty(s), kConsumers * 4);
-    }
-    fence_mbarrier_init();
-  }
+  if (threadIdx.x == 0) init_ring(full_bar, empty_bar, kConsumers * 4);
   __syncthreads();
 
   if (wg == kConsumers) {
