@@ -1,9 +1,12 @@
-"""Experiment: how fast the simplest register-A wgmma path for quantized weights is
-(templates/include/gemm/sm90/smoke_quant.cuh: D^T = W . X^T, weights read straight from
-global memory and dequantized in registers, no overlap of dequantization with the MMAs,
-one CTA per 128 x 64 tile) beside fp16 cuBLAS on the unquantized weight and beside
-this project's tuned-free default dispatch of the same packed weight (the sm80
+"""Experiment: the register-A wgmma paths for quantized weights beside fp16 cuBLAS on the
+unquantized weight and beside default dispatch of the same packed weight (the sm80
 quantized kernels), on llama3 layers, L2 flushed, medians:
+
+* smoke: templates/include/gemm/sm90/smoke_quant.cuh (D^T = W . X^T, weights read straight
+  from global memory, no overlap of dequantization with the MMAs, 128 x 64 tiles);
+* kernel: kernel_sm90_quant.cuh (W, scales and zeros through the TMA ring, each K tile
+  dequantized under the previous one's wgmma; 128 weight rows x 64 or 128 tokens).
+
 
     python -m bench.experiments.sm90_quant_smoke [--m 16 64 128 256 1024] [--bits 4]
 """
@@ -18,6 +21,7 @@ from bench.timing import median_ms
 from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
+from tests import sm90_quant_kernel
 from tests.sm90_smoke_quant import QuantSmokeKernel, launch
 
 LAYERS = {"8b gate_up": (28672, 4096), "8b down": (4096, 14336), "70b o": (8192, 8192)}
@@ -39,11 +43,14 @@ def main() -> None:
                 d = torch.empty(m, n, device="cuda", dtype=torch.float16)
                 launch(kernel, x, packed, d)  # compiled, loaded, checked for traps
                 smoke = median_ms(lambda: launch(kernel, x, packed, d, sync=False)) * 1e3
+                product = sm90_quant_kernel.QuantKernel("f16", bits, "f16", 64 if m <= 64 else 128, 128, 4)
+                sm90_quant_kernel.launch(product, x, packed, d)
+                kern = median_ms(lambda: sm90_quant_kernel.launch(product, x, packed, d, sync=False)) * 1e3
                 ours = median_ms(lambda: gemm.matmul(x, packed, out=d)) * 1e3
                 cublas = median_ms(lambda: torch.matmul(x, w.t(), out=d)) * 1e3
-                print(f"W{bits} {layer:10s} M={m:5d}: smoke {smoke:8.1f} us, sm80 default {ours:8.1f} us, "
-                      f"fp16 cuBLAS {cublas:8.1f} us | cuBLAS/smoke {cublas / smoke:5.2f}  cuBLAS/sm80 {cublas / ours:5.2f}",
-                      flush=True)
+                print(f"W{bits} {layer:10s} M={m:5d}: smoke {smoke:8.1f} us, kernel {kern:8.1f} us, sm80 default "
+                      f"{ours:8.1f} us, fp16 cuBLAS {cublas:8.1f} us | cuBLAS/kernel {cublas / kern:5.2f}  "
+                      f"cuBLAS/smoke {cublas / smoke:5.2f}  cuBLAS/sm80 {cublas / ours:5.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -284,6 +284,18 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for A registers a wgmma_rs read asynchronously ([k32 block][k16 step][register]
+// of a K tile): kept, not reallocated to other values, until the wait before this.
+template <int B, int S, int R>
+__device__ __forceinline__ void wgmma_fence_operand(u32 (&a)[B][S][R]) {
+#pragma unroll
+  for (int b = 0; b < B; ++b)
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int r = 0; r < R; ++r) asm volatile("" : "+r"(a[b][s][r])::"memory");
+}
+
 // Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"):
 //   bits  0-13  start address >> 4      bits 16-29  leading dimension byte offset >> 4
 //   bits 32-45  stride dimension byte offset >> 4

@@ -83,15 +83,6 @@ __device__ __forceinline__ void block_a_fragments(const Params& p, int row0, int
   }
 }
 
-__device__ __forceinline__ void fence_registers(u32 (&a)[2][2][4]) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[i][h][r])::"memory");
-}
-
 template <class T, class Out, int Bits>
 __device__ __forceinline__ void smoke_quant_gemm(const CUtensorMap& tma_x, const Params& p) {
   static_assert(T::kBytes == 2, "wgmma f16/bf16 operands are 16-bit");
@@ -161,7 +152,7 @@ __device__ __forceinline__ void smoke_quant_gemm(const CUtensorMap& tma_x, const
     wgmma_wait<0>();
     // NOTE: the wgmma read the A registers asynchronously: they are kept (not
     // reallocated to the next tile's values) until the wait above.
-    fence_registers(a);
+    wgmma_fence_operand(a);
     wgmma_fence_operand(acc);
     if (lane == 0) mbar_arrive(empty(s));
   }

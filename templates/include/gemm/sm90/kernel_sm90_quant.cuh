@@ -1,0 +1,240 @@
+// Weight-only quantized GEMM on wgmma (issue 16; docs/QUANT.md), written from the PTX ISA:
+//
+//   D[M x N] = epilogue(alpha * X[M x K] @ W[N x K]^T),  W = (q - z) * s per group of K
+//
+// computed transposed, D^T = W . X^T: the dequantized weights are wgmma's 64-row A
+// operand from registers (wgmma_rs), the tokens its N operand, a K-major tile of X in
+// shared memory. A CTA covers kRows weight rows (columns of D; 64 per consumer
+// warpgroup) and kTokens tokens (rows of D).
+//
+// Roles, as in kernel_sm90.cuh: warpgroup kConsumers is the producer, one elected thread
+// issuing, per K tile of 64, three TMA copies into a ring stage (full/empty mbarriers):
+//   X  : kTokens rows x 64 K, 128-byte swizzled (the B operand's K-major layout);
+//   W  : the packed weight's kRows / 8 n8 tiles x one K tile of their blocks, the packed
+//        rows seen as 32-bit words (PackedWeight.b; a 2-D box is at most 256 elements);
+//   V  : the scales, then the zeros, of the tile's groups (one row, two for groups of 32)
+//        for the kRows weight rows (PackedWeight.v, out-of-bounds rows and columns zero).
+// The consumers dequantize a K tile from shared memory (dequant.cuh, the sm80 kernels'
+// Dequant: the packed layout gives a warp's two n8 tiles' B fragments, which are its A
+// fragment of a 16-row slice) while the wgmma of the previous K tile runs.
+//
+// The epilogue is the common one (epilogue.cuh): a neighbour-lane exchange turns the
+// transposed fragment into pairs of adjacent columns of D (TransposedWgmmaTile), so
+// bias, gated SiLU, beta * C (C may alias D) and every output type come as they are.
+//
+// NOTE: not persistent and without split-K yet: one CTA per (weight tile, token tile).
+#pragma once
+#include "gemm/dequant.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/numeric.cuh"
+#include "gemm/sm90/ptx_sm90.cuh"
+
+namespace gemm {
+
+template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_>
+struct Sm90QuantConfig {
+  using TA = TA_;
+  using TD = TD_;
+  static constexpr int kBits = Bits_;
+  static constexpr int kTokens = Tokens_;  // rows of D per CTA: wgmma N
+  static constexpr int kRows = Rows_;      // columns of D (weight rows) per CTA
+  static constexpr int kStages = Stages_;
+  static constexpr int kCtaK = 64;
+  static constexpr int kConsumers = kRows / 64;
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = kConsumerThreads + 128;
+  static constexpr int kWords = kBits / 4;  // 32-bit words per lane per n8 x k32 block
+  static constexpr int kTileBytesX = kTokens * kCtaK * 2;
+  static constexpr int kTileWordsW = kRows / 8 * 2 * 32 * kWords;  // n8 tiles x 2 blocks x 32 lanes
+  static constexpr int kTileBytesW = kTileWordsW * 4;
+  static constexpr int kVRows = 2;  // groups per K tile at most (groups of 32)
+  static constexpr int kTileBytesV = 2 * kVRows * kRows * 2;  // scales, then zeros
+  // NOTE: the next stage's X tile must start on a 1024-byte boundary (128B swizzle).
+  static constexpr int kStageBytes = (kTileBytesX + kTileBytesW + kTileBytesV + 1023) / 1024 * 1024;
+  static constexpr int kSmemLimit = 227 * 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  static constexpr bool kMoveRegisters = kConsumers == 2;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+
+  static_assert(sizeof(typename TA::Storage) == 2, "wgmma f16/bf16 operands are 16-bit");
+  static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
+  static_assert(kRows == 64 || kRows == 128, "64 weight rows per consumer warpgroup, one or two of them");
+  static_assert(kTokens == 64 || kTokens == 128, "the wgmma_rs widths implemented");
+  static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
+  static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
+};
+
+// Groups per K tile whose scales and zeros a stage holds (the host sizes V's box so:
+// codegen/families/sm90_quant.py, v_box_rows): two for groups of 32, else one.
+__device__ __forceinline__ int quant_v_rows(int group_shift) { return group_shift < 6 ? 2 : 1; }
+
+// The accumulators of one consumer thread, D^T's m64nNk16 fragment (wgmma_ss: weight
+// row 16 * warp + lane / 4 + 8 * ((i / 2) % 2), token 8 * (i / 4) + 2 * (lane % 4) + i % 2),
+// handed to the epilogue as pairs of adjacent columns of D. A thread holds two adjacent
+// tokens of one weight row; its neighbour lane (lane ^ 4, the next weight row) holds the
+// same tokens of the next. They swap one value each: the even row's thread keeps token
+// 2t of both rows, the odd row's token 2t + 1.
+template <int Tokens>
+struct TransposedWgmmaTile {
+  float (&acc)[Tokens / 2];
+
+  // row0: the CTA's first token; col0: the warpgroup's first weight row.
+  template <class F>
+  __device__ __forceinline__ void for_each_pair(int row0, int col0, F&& f) const {
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4;
+    const bool odd = (g & 1) != 0;
+    const int col = col0 + 16 * ((threadIdx.x / 32) % 4) + (g & ~1);
+    const int row = row0 + 2 * (lane % 4) + (odd ? 1 : 0);
+#pragma unroll
+    for (int j = 0; j < Tokens / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float mine0 = acc[4 * j + 2 * h], mine1 = acc[4 * j + 2 * h + 1];
+        const float theirs = __shfl_xor_sync(0xffffffffu, odd ? mine0 : mine1, 4);
+        if (odd) {
+          f(row + 8 * j, col + 8 * h, theirs, mine1);
+        } else {
+          f(row + 8 * j, col + 8 * h, mine0, theirs);
+        }
+      }
+  }
+};
+
+template <class Cfg>
+struct Sm90QuantStage {
+  u32 base;
+  __device__ __forceinline__ u32 x(int s) const { return base + static_cast<u32>(s * Cfg::kStageBytes); }
+  __device__ __forceinline__ u32 w(int s) const { return x(s) + Cfg::kTileBytesX; }
+  __device__ __forceinline__ u32 scales(int s) const { return w(s) + Cfg::kTileBytesW; }
+  __device__ __forceinline__ u32 zeros(int s) const { return scales(s) + Cfg::kVRows * Cfg::kRows * 2; }
+};
+
+// A warp's A registers of one K tile (stage s): [k32 block][k16 step][register], the two
+// n8 tiles of its 16 weight rows dequantized (registers {tile 0 reg 0, tile 1 reg 0,
+// tile 0 reg 1, tile 1 reg 1} of each step, see wgmma_rs).
+template <class Cfg>
+__device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, int local_row0, int v_rows,
+                                                  int lane, u32 (&a)[2][2][4]) {
+  using D = Dequant<typename Cfg::TA, Cfg::kBits>;
+  static_assert(D::kWords == Cfg::kWords, "the packed words per lane and block");
+#pragma unroll
+  for (int kb = 0; kb < 2; ++kb) {
+    BlockFragments f[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int tile = local_row0 / 8 + half;
+      const int row = local_row0 + 8 * half + lane / 4;  // this lane's weight row (B column g)
+      const u32 words = st.w(s) + static_cast<u32>(((tile * 2 + kb) * 32 + lane) * Cfg::kWords * 4);
+      u32 w[D::kWords];
+      if constexpr (D::kWords == 1) {
+        w[0] = ld_shared_u32(words);
+      } else {
+        ld_shared_v2(w, words);
+      }
+      const int v = (v_rows == 2 ? kb : 0) * Cfg::kRows + row;
+      D::apply(w, D::make(ld_shared_u16(st.scales(s) + 2 * v), ld_shared_u16(st.zeros(s) + 2 * v)), f[half]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      a[kb][h][0] = f[0][h][0];
+      a[kb][h][1] = f[1][h][0];
+      a[kb][h][2] = f[0][h][1];
+      a[kb][h][3] = f[1][h][1];
+    }
+  }
+}
+
+template <class Cfg, class Params>
+__device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorMap* tma_x, const CUtensorMap* tma_w,
+                                                const CUtensorMap* tma_v) {
+  constexpr int kStages = Cfg::kStages;
+  using Mma = typename Cfg::TA::MmaKind;
+
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ u64 full_bar[kStages];
+  __shared__ u64 empty_bar[kStages];
+  if (dynamic_smem_size() < static_cast<u32>(Cfg::kSmemBytes)) __trap();
+
+  const Sm90QuantStage<Cfg> st{(smem_addr(smem_raw) + 1023u) & ~1023u};
+  const int wg = threadIdx.x / 128;
+  const int lane = threadIdx.x % 32;
+  const int n0 = blockIdx.x * Cfg::kRows;    // first weight row (column of D)
+  const int m0 = blockIdx.y * Cfg::kTokens;  // first token (row of D)
+  const int k_tiles = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
+  const int v_rows = quant_v_rows(p.group_shift);
+  auto full = [&](int s) { return smem_addr(&full_bar[s]); };
+  auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
+
+  if (threadIdx.x == 0) init_ring(full_bar, empty_bar, Cfg::kConsumers * 4);
+  __syncthreads();
+
+  if (wg == Cfg::kConsumers) {
+    // ---- producer warpgroup ----
+    if constexpr (Cfg::kMoveRegisters) setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (threadIdx.x / 32 % 4 == 0 && elect_one()) {
+      prefetch_tensormap(tma_x);
+      prefetch_tensormap(tma_w);
+      prefetch_tensormap(tma_v);
+      // NOTE: whole boxes are expected, out-of-bounds parts included (zero-filled).
+      const u32 stage_bytes = static_cast<u32>(Cfg::kTileBytesX + Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2);
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int s = kt % kStages;
+        mbar_wait(empty(s), (static_cast<u32>(kt / kStages) & 1u) ^ 1u);
+        mbar_arrive_expect_tx(full(s), stage_bytes);
+        const int k0 = kt * Cfg::kCtaK;
+        tma_load_2d(st.x(s), tma_x, full(s), k0, m0);
+        tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, n0 / 8);
+        const int group = k0 >> p.group_shift;
+        tma_load_2d(st.scales(s), tma_v, full(s), n0, group);
+        tma_load_2d(st.zeros(s), tma_v, full(s), n0, p.groups + group);
+      }
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  if constexpr (Cfg::kMoveRegisters) setmaxnreg_inc<Cfg::kConsumerRegs>();
+  float acc[Cfg::kTokens / 2];
+#pragma unroll
+  for (int i = 0; i < Cfg::kTokens / 2; ++i) acc[i] = 0.0f;  // the answer when K == 0
+  const int local_row0 = 64 * wg + 16 * ((threadIdx.x / 32) % 4);  // the warp's 16 weight rows
+  auto wait_full = [&](int kt) { mbar_wait(full(kt % kStages), static_cast<u32>(kt / kStages) & 1u); };
+
+  // One K tile: the wgmma of `use` (dequantized already), and under it the dequantization
+  // of the next K tile into `fill`; then the wait, and the stage goes back.
+  auto step = [&](int kt, u32(&use)[2][2][4], u32(&fill)[2][2][4]) {
+    const int s = kt % kStages;
+    // NOTE: orders the A registers' and accumulators' ordinary writes before the wgmma.
+    wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_kmajor_sw128(st.x(s) + (2 * kb + h) * 32), true);
+    wgmma_commit();
+    if (kt + 1 < k_tiles) {
+      wait_full(kt + 1);
+      quant_a_fragments<Cfg>(st, (kt + 1) % kStages, local_row0, v_rows, lane, fill);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operand(acc);
+    wgmma_fence_operand(use);
+    if (lane == 0) mbar_arrive(empty(s));
+  };
+
+  u32 a0[2][2][4], a1[2][2][4];
+  if (k_tiles > 0) {
+    wait_full(0);
+    quant_a_fragments<Cfg>(st, 0, local_row0, v_rows, lane, a0);
+  }
+  for (int kt = 0; kt < k_tiles; kt += 2) {
+    step(kt, a0, a1);
+    if (kt + 1 < k_tiles) step(kt + 1, a1, a0);
+  }
+
+  Epilogue<Cfg>::store(TransposedWgmmaTile<Cfg::kTokens>{acc}, p, m0, n0 + 64 * wg);
+}
+
+}  // namespace gemm

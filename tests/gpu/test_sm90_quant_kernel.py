@@ -1,0 +1,100 @@
+"""GPU test of the SM90 quantized kernel (templates/include/gemm/sm90/kernel_sm90_quant.cuh,
+launched directly: tests/sm90_quant_kernel.py) against the fp32 product with the
+dequantized weight, with the common epilogue: bias, gated SiLU, beta * C with C aliasing
+D, 16-bit and fp32 outputs. D is NaN-poisoned and padded by rows and columns it must not
+touch. Shapes have residues against the CTA's tokens and weight rows, against 8 (n8
+tiles) and against the 64-wide K tile and 32 (the packed K blocks); groups of 32 (two
+per K tile), 128 (across K tiles) and one over all of K. Compute capability 9.0."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
+from tests.sm90_quant_kernel import QuantKernel, launch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper")]
+
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+TOLERANCE = {"f16": (1e-3, 2e-3), "bf16": (6e-3, 1e-2)}  # as tests/gpu/test_quant_kernels.py
+PAD = 8
+SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4096, 7392)]
+TILES = [(64, 128, 4), (128, 128, 4), (64, 64, 6)]  # (tokens, weight rows, stages)
+
+
+def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: int, dtype: str) -> str | None:
+    if not torch.isnan(full[m:]).all() or not torch.isnan(full[:, n:]).all():
+        return "wrote outside D"
+    if torch.isnan(got).any():
+        bad = torch.isnan(got).nonzero()
+        return f"{bad.shape[0]} NaN, first {bad[:4].tolist()}"
+    diff = (got - ref).abs()
+    rel, worst = (diff.norm() / ref.norm()).item(), (diff.max() / ref.abs().max()).item()
+    rel_tol, max_tol = TOLERANCE[dtype]
+    if rel < rel_tol and worst < max_tol:
+        return None
+    r, c = divmod(int(diff.argmax()), got.shape[1])
+    return f"rel {rel:.2e} max {worst:.2e} at ({r}, {c}): {got[r, c].item():.5g} vs {ref[r, c].item():.5g}"
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}_s{t[2]}")
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("group_size", [32, 128, -1])
+@pytest.mark.parametrize("out", ["same", "f32"])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_quant_kernel_matches_dequantized_reference(dtype, bits, out, group_size, symmetric, tile) -> None:
+    out = dtype if out == "same" else out
+    kernel = QuantKernel(dtype, bits, out, *tile)
+    gen = torch.Generator(device="cuda").manual_seed(bits * 1009 + group_size + 7 * symmetric + tile[0])
+    failures = []
+    for m, n, k in SHAPES:
+        w = torch.randn(n, k, device="cuda", generator=gen).to(TORCH[dtype]) * 0.05
+        qw = quantize(w, bits=bits, group_size=group_size, symmetric=symmetric)
+        x = torch.randn(m, k, device="cuda", generator=gen).to(TORCH[dtype])
+        full = torch.full((m + PAD, n + PAD), float("nan"), device="cuda", dtype=TORCH[out])
+        launch(kernel, x, pack_for_gemm(qw), full)
+        error = _check(full[:m, :n].float(), x.float() @ qw.dequantize().float().t(), full, m, n, dtype)
+        if error:
+            failures.append(f"M={m} N={n} K={k}: {error}")
+    assert not failures, f"{kernel.name} group {group_size} symmetric={symmetric}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}_s{t[2]}")
+@pytest.mark.parametrize("case", ["bias", "gated", "beta_c_aliasing_d", "all"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_quant_kernel_epilogues(dtype, case, tile) -> None:
+    """The common epilogue through the transposed fragment: bias per column of D (a
+    weight row), gated SiLU over adjacent (gate, up) columns, which lie in neighbouring
+    lanes' fragments, and beta * C read from D itself."""
+    kernel = QuantKernel(dtype, 4, dtype, *tile)
+    gen = torch.Generator(device="cuda").manual_seed(hash((dtype, case, tile)) % 2**31)
+    failures = []
+    for m, n, k in [(65, 262, 1000), (130, 392, 328), (3, 128, 4096)]:
+        w = torch.randn(n, k, device="cuda", generator=gen).to(TORCH[dtype]) * 0.05
+        qw = quantize(w, bits=4, group_size=128)
+        x = torch.randn(m, k, device="cuda", generator=gen).to(TORCH[dtype])
+        alpha = 0.5 if case == "all" else 1.0
+        v = alpha * (x.float() @ qw.dequantize().float().t())
+        bias = torch.randn(n, device="cuda", generator=gen).to(TORCH[dtype]) if case in ("bias", "all") else None
+        if bias is not None:
+            v = v + bias.float()
+        gated = case in ("gated", "all")
+        cols = n // 2 if gated else n
+        if gated:
+            v = F.silu(v[:, 0::2]) * v[:, 1::2]
+        full = torch.full((m + PAD, cols + PAD), float("nan"), device="cuda", dtype=TORCH[dtype])
+        beta = 0.0
+        if case in ("beta_c_aliasing_d", "all"):
+            full[:m, :cols] = torch.randn(m, cols, device="cuda", generator=gen).to(TORCH[dtype])
+            beta = 0.5
+            v = v + beta * full[:m, :cols].float()
+        launch(kernel, x, pack_for_gemm(qw), full, alpha=alpha, beta=beta, c=full if beta else None, bias=bias,
+               epilogue=(1 if bias is not None else 0) | (2 if gated else 0))  # fmt: skip
+        error = _check(full[:m, :cols].float(), v, full, m, cols, dtype)
+        if error:
+            failures.append(f"M={m} N={n} K={k}: {error}")
+    assert not failures, f"{kernel.name} {case}: " + "; ".join(failures)
