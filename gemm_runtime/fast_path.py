@@ -85,7 +85,7 @@ class FastPlan(NamedTuple):
     out_dtype: torch.dtype
     read_c: bool
     offset: int = 0  # where GemmParams starts in the parameter block (after any tensor maps)
-    maps: object = None  # launch.TensorMaps: the block's descriptors for (A, B, D) addresses, or None
+    maps: object = None  # launch.TensorMaps: the block's descriptors for (A, B, D, V) addresses, or None
 
     @classmethod
     def build(cls, function, grid, threads: int, smem: int, stream: int, template: bytes, spans, version: int,
@@ -116,10 +116,12 @@ class FastPlan(NamedTuple):
         with self.lock:
             last = self.last[0]
             if last != values:
-                if self.maps is not None and (last is None or last[0] != a or last[1] != b or last[3] != d):
+                if self.maps is not None and (
+                    last is None or last[0] != a or last[1] != b or last[3] != d or last[4] != v
+                ):
                     # NOTE: a descriptor holds its operand's address: one for the last
-                    # call's A, B or D would read or write the old tensor.
-                    ctypes.memmove(buf, self.maps(a, b, d), at)
+                    # call's A, B, D or V would read or write the old tensor.
+                    ctypes.memmove(buf, self.maps(a, b, d, v), at)
                 _OPERANDS.pack_into(buf, at, a, b, c, d, 0, v)
                 _SCALARS.pack_into(buf, at + _ALPHA, alpha, beta)
                 _POINTER.pack_into(buf, at + _BIAS, bias)

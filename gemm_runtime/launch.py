@@ -12,7 +12,7 @@ import ctypes
 import math
 
 from codegen.families import TensorMapBox
-from codegen.vocabulary import BOrder
+from codegen.vocabulary import BOrder, DataType
 from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.spec import KernelSpec
 from gemm_runtime.context import Problem
@@ -49,15 +49,22 @@ def _operand_matrix(box: TensorMapBox, problem: Problem) -> tuple[int, int, int,
     key = problem.key
     if box.operand == "a":
         address, rows, cols, ld = problem.a, key.m, key.k, problem.lda
+    elif box.operand == "b" and key.quant != "none":
+        # Packed B as 32-bit words: a row per n8 tile, K padded to 32 (packed_weight);
+        # the problem's ldb counts 16-bit units.
+        words_per_k = key.b_type.bits // 4
+        address, rows, cols, ld = problem.b, -(-key.n // 8), -(-key.k // 32) * 32 * words_per_k, problem.ldb // 2
     elif box.operand == "b":
         rows, cols = (key.n, key.k) if key.b_order is BOrder.NK else (key.k, key.n)
         address, ld = problem.b, problem.ldb
+    elif box.operand == "v":
+        address, rows, cols, ld = problem.v, 2 * problem.groups, key.n, problem.ldv
     elif box.operand == "d":
         # NOTE: the gated epilogues write N / 2 columns (gemm_runtime.types.Epilogue).
         cols = key.n // 2 if Epilogue(key.epilogue).gated else key.n
         address, rows, ld = problem.d, key.m, problem.ldd
     else:
-        raise ValueError(f"tensor map operand {box.operand!r} is not 'a', 'b' or 'd'")
+        raise ValueError(f"tensor map operand {box.operand!r} is not 'a', 'b', 'v' or 'd'")
     if rows == 1:
         # NOTE: a one-row matrix's stride is never used, and may be any value (the row
         # alignment of the key ignores it): give TMA a legal one.
@@ -67,7 +74,7 @@ def _operand_matrix(box: TensorMapBox, problem: Problem) -> tuple[int, int, int,
 
 class TensorMaps:
     """The TMA descriptors a kernel's parameter block starts with, for one problem
-    geometry: ``maps(a, b, d)`` encodes them for operands at those addresses.
+    geometry: ``maps(a, b, d, v)`` encodes them for operands at those addresses.
 
     A and B always have one (the family refuses problems where they cannot). D's is
     optional: where D's base, rows or width are not 16-byte multiples its 128 bytes stay
@@ -77,11 +84,13 @@ class TensorMaps:
         self._encoders = []
         self.stores_d = False
         key = problem.key
-        for box in spec.mainloop.tensor_maps(spec, key.m):
+        for box in spec.mainloop.tensor_maps(spec, key):
             address, rows, cols, ld = _operand_matrix(box, problem)
-            dtype = {"a": key.a_type, "b": key.b_type, "d": key.d_type}[box.operand]
+            # NOTE: TMA moves packed words as bytes; a 4-byte type only sizes them.
+            b_type = key.b_type if key.quant == "none" else DataType.F32
+            dtype = {"a": key.a_type, "b": b_type, "v": key.a_type, "d": key.d_type}[box.operand]
             try:
-                tmap = TensorMap2D(address, rows, cols, ld, dtype, box.box_rows, box.box_cols)
+                tmap = TensorMap2D(address, rows, cols, ld, dtype, box.box_rows, box.box_cols, box.swizzle)
             except GemmArgumentError:
                 if box.operand != "d":
                     raise
@@ -98,8 +107,8 @@ class TensorMaps:
     def __bool__(self) -> bool:
         return bool(self._encoders)
 
-    def __call__(self, a: int, b: int, d: int) -> bytes:
-        address = {"a": a, "b": b, "d": d}
+    def __call__(self, a: int, b: int, d: int, v: int = 0) -> bytes:
+        address = {"a": a, "b": b, "d": d, "v": v}
         return b"".join(_NO_TENSOR_MAP if enc is None else enc(address[op]) for op, enc in self._encoders)
 
 
@@ -171,7 +180,7 @@ def prepare(
     )
     if maps:
         block = block_bytes(kernel.spec.mainloop.params_offset(kernel.spec))
-        packed = maps(problem.a, problem.b, problem.d) + packed
+        packed = maps(problem.a, problem.b, problem.d, problem.v) + packed
         packed += bytes(block - len(packed))  # the C++ block is padded to CUtensorMap's 64-byte alignment
     return grid, packed, maps
 

@@ -11,6 +11,7 @@ from codegen.families.base import MainloopFamily, TensorMapBox
 from codegen.families.sm70 import Sm70Family
 from codegen.families.sm80 import Sm80Family
 from codegen.families.sm90 import Sm90Family
+from codegen.families.sm90_quant import Sm90QuantFamily
 
 _FAMILIES: dict[str, MainloopFamily] = {}
 
@@ -49,6 +50,7 @@ class Mainloop:
     SM80 = register(Sm80Family())
     SM70 = register(Sm70Family())
     SM90 = register(Sm90Family())
+    SM90_QUANT = register(Sm90QuantFamily())
 
 
 __all__ = ["MainloopFamily", "Mainloop", "TensorMapBox", "families", "get", "register", "unregister"]

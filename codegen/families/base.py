@@ -16,6 +16,7 @@ from codegen.vocabulary import BOrder, MmaAtom
 
 if TYPE_CHECKING:
     from codegen.spec import KernelSpec
+    from gemm_runtime.context import ProblemKey
 
 SMEM_PAD = 8  # elements of padding per shared row; mirrors GemmConfig::kPad
 TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap), 64-byte aligned
@@ -24,9 +25,10 @@ TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap), 64-byte aligned
 @dataclass(frozen=True)
 class TensorMapBox:
     """One TMA descriptor a family's kernel takes ahead of its GemmParams: which operand
-    it describes ("a": M x K, "b": as stored, N x K or K x N, "d": the output, M x N or
-    M x N/2 under a gated epilogue) and the box one copy moves (rows x cols of the
-    stored matrix, cols contiguous). The runtime encodes it per launch from the
+    it describes ("a": M x K, "b": as stored, N x K or K x N, or packed quantized B as
+    32-bit words, a row per n8 tile; "v": quantized B's scales then zeros, [2 * groups] x
+    N; "d": the output, M x N or M x N/2 under a gated epilogue) and the box one copy
+    moves (rows x cols of the stored matrix, cols contiguous). The runtime encodes it per launch from the
     operand's address, shape and row stride (gemm_runtime.launch); a "d" it cannot
     encode (rows not 16-byte multiples) is left zero and the kernel told to store
     directly (kEpilogueTmaStore)."""
@@ -34,6 +36,7 @@ class TensorMapBox:
     operand: str
     box_rows: int
     box_cols: int
+    swizzle: int = 128  # bytes (gemm_runtime.tensor_map): 128 for wgmma operands, 0 for raw words
 
 
 class MainloopFamily:
@@ -109,10 +112,10 @@ class MainloopFamily:
         return f"sm_{arch}"
 
     # ---- the launch (gemm_runtime.launch, gemm_runtime.feasibility) --------------------
-    def tensor_maps(self, spec: KernelSpec, m: int | None = None) -> tuple[TensorMapBox, ...]:
+    def tensor_maps(self, spec: KernelSpec, key: ProblemKey | None = None) -> tuple[TensorMapBox, ...]:
         """The TMA descriptors the kernel's parameter block starts with (none: the block
-        is the GemmParams struct alone); ``m``, the problem's M where the launch knows
-        it, may shape the boxes (None: the kernel's own tile)."""
+        is the GemmParams struct alone); ``key``, the problem where the launch knows it,
+        may shape the boxes (None: the kernel's own tile)."""
         return ()
 
     def params_offset(self, spec: KernelSpec) -> int:

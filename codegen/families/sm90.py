@@ -12,6 +12,7 @@ from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, MmaAtom
 
 if TYPE_CHECKING:
     from codegen.spec import KernelSpec
+    from gemm_runtime.context import ProblemKey
 
 CTA_K = 64  # one 128-byte swizzle row of 16-bit elements per K tile
 CTA_NS = (64, 128, 192, 256)  # the wgmma N the headers implement
@@ -110,13 +111,13 @@ class Sm90Family(MainloopFamily):
         return f"sm_{arch}a"
 
     # ---- the launch -------------------------------------------------------------------
-    def tensor_maps(self, spec: KernelSpec, m: int | None = None) -> tuple[TensorMapBox, ...]:
+    def tensor_maps(self, spec: KernelSpec, key: ProblemKey | None = None) -> tuple[TensorMapBox, ...]:
         """A's box is the CTA's tile, or for an M below it only M's rows (a_box_rows); B's
         is the part of the B tile one CTA of the cluster loads for all of them: rows of
         the N x K tile, or of each 64-column K x N box; D's is a staging box of the
         epilogue (64 rows, 128 bytes)."""
         cm, n, k = spec.cta
-        rows = cm if m is None else a_box_rows(cm, m)
+        rows = cm if key is None else a_box_rows(cm, key.m)
         if spec.b_order is BOrder.NK:
             b = TensorMapBox("b", n // spec.cluster, k)
         else:

@@ -247,9 +247,10 @@ def test_a_box_covers_the_rows_an_m_below_the_tile_has() -> None:
     assert [a_box_rows(64, m) for m in (1, 7, 8, 9, 63, 64, 65, 1000)] == [8, 8, 8, 16, 64, 64, 64, 64]
     assert [a_box_rows(128, m) for m in (1, 16, 64, 72, 127, 128, 4096)] == [8, 16, 64, 72, 128, 128, 128]
     spec = sm90_spec(cta=(64, 128, 64), warps=(4, 1, 1))
-    assert SM90.tensor_maps(spec, 17)[0] == TensorMapBox("a", 24, 64)
+    at_17 = SM90.tensor_maps(spec, make_key(DataType.F16, BOrder.NK, DataType.F16, 17, 4096, 4096, arch=90))
+    assert at_17[0] == TensorMapBox("a", 24, 64)
     # The B and D boxes are M's business no more than the tile's.
-    assert SM90.tensor_maps(spec, 17)[1:] == SM90.tensor_maps(spec)[1:]
+    assert at_17[1:] == SM90.tensor_maps(spec)[1:]
     # The kernel expects the bytes of the same rows on each full barrier; a mismatch
     # would hang it, so its rule reads like this one.
     header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90.cuh").read_text()

@@ -59,8 +59,47 @@ def test_operand_matrix_of_a_b_and_d() -> None:
     # D is M x N, or M x N/2 under a gated epilogue, at its own stride.
     assert launch._operand_matrix(TensorMapBox("d", 64, 64), problem(ldd=504)) == (D0, 300, 500, 504)
     assert launch._operand_matrix(TensorMapBox("d", 64, 64), problem(epilogue="gated_silu")) == (D0, 300, 250, 250)
-    with pytest.raises(ValueError, match="'c' is not 'a', 'b' or 'd'"):
+    with pytest.raises(ValueError, match="'c' is not 'a', 'b', 'v' or 'd'"):
         launch._operand_matrix(TensorMapBox("c", 64, 64), nk)
+
+
+V0 = 0x7F0000000000
+
+
+def quant_problem(m=65, n=261, k=1000, bits=4, group=128, dtype=DataType.F16) -> Problem:
+    """A quantized problem as make_problem builds it: packed B with ldb in 16-bit units
+    (a row per n8 tile, K padded to 32), V = scales then zeros, [2 * groups] x N."""
+    from gemm_runtime.context import ProblemKey, quant_groups, quant_name
+
+    q_type = DataType.U4 if bits == 4 else DataType.U8
+    key = ProblemKey(90, dtype, q_type, BOrder.NK, dtype, 8, quant_name(q_type, group, k), "none", n, k, m)
+    kp, groups = -(-k // 32) * 32, quant_groups(group, k)
+    shift = 30 if groups == 1 else group.bit_length() - 1
+    return Problem(key, A0, B0, C0, D0, k, kp * bits // 2, n, n, False, v=V0, ldv=-(-n // 8) * 8, groups=groups,
+                   group_shift=shift)  # fmt: skip
+
+
+@pytest.mark.parametrize("bits, group, v_rows", [(4, 128, 1), (8, 32, 2), (4, -1, 1)])
+def test_tensor_maps_of_the_sm90_quantized_kernel(monkeypatch: pytest.MonkeyPatch, bits, group, v_rows) -> None:
+    """X as A (K-major, swizzled), the packed weight as 32-bit words (a row per n8 tile,
+    no swizzle) and V's group rows (two for groups of 32) with the weight rows of a CTA,
+    each re-encoded at the addresses of the call."""
+    fake_driver(monkeypatch)
+    spec = spec_for(mainloop=Mainloop.SM90_QUANT, mma=MmaAtom.M64NK16, cta=(64, 128, 64), warps=(1, 8, 1), stages=4,
+                    b_type=DataType.U4 if bits == 4 else DataType.U8, arch_min=90, arch_max=90)  # fmt: skip
+    prob = quant_problem(bits=bits, group=group)
+    maps = launch.TensorMaps(spec, prob)
+    raw = maps(A0, B0, D0, V0)
+    assert len(raw) == 384
+    x, w, v = decode(raw[:128]), decode(raw[128:256]), decode(raw[256:])
+    assert x == dict(address=A0, dims=[1000, 65], strides=[2000], box=[64, 64], dtype="FLOAT16")
+    words = 1024 * bits // 4  # K padded to 32, 8 weights of `bits` per K per n8 row
+    assert w == dict(address=B0, dims=[words, 33], strides=[words * 4], box=[64 * bits // 4, 16], dtype="FLOAT32")
+    groups = 1 if group == -1 else -(-1000 // group)
+    assert v == dict(address=V0, dims=[261, 2 * groups], strides=[264 * 2], box=[128, v_rows], dtype="FLOAT16")
+    # Another weight (B and V elsewhere): both descriptors follow.
+    raw = maps(A0, B0 + 0x1000, D0, V0 + 0x2000)
+    assert decode(raw[128:256])["address"] == B0 + 0x1000 and decode(raw[256:])["address"] == V0 + 0x2000
 
 
 @pytest.mark.parametrize(
@@ -231,3 +270,18 @@ def test_launch_hands_the_kernel_the_whole_block(monkeypatch: pytest.MonkeyPatch
     expected = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name), 1.0, 0.0)[1]
     assert seen["block"] == expected and (seen["threads"], seen["smem"]) == (384, spec.smem_bytes)
     assert struct.unpack_from("=Q", seen["block"], 384)[0] == A0  # GemmParams.A after the descriptors
+
+
+def test_a_launch_of_the_sm90_quantized_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare() for the quantized family: weight tiles in x and token tiles in y, the
+    three descriptors, then GemmParams with the packed weight's pointers and groups."""
+    fake_driver(monkeypatch)
+    spec = spec_for(mainloop=Mainloop.SM90_QUANT, mma=MmaAtom.M64NK16, cta=(64, 128, 64), warps=(1, 8, 1), stages=4,
+                    b_type=DataType.U4, arch_min=90, arch_max=90)  # fmt: skip
+    prob = quant_problem(m=65, n=261, k=1000, group=32)
+    grid, packed, maps = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name), 1.0, 0.0)
+    assert grid == (3, 2, 1)  # 261 weight rows / 128, 65 tokens / 64
+    assert len(packed) == block_bytes(384) and decode(packed[256:384])["box"] == [128, 2]
+    fields = _fields(packed[384 : 384 + PARAM_STRUCT.size])
+    assert (fields["B"], fields["V"], fields["groups"], fields["group_shift"]) == (B0, V0, 32, 5)
+    assert (fields["tiles_m"], fields["tiles_n"], fields["splits"]) == (2, 3, 1)

@@ -1,0 +1,139 @@
+"""The SM90 quantized family: weight-only quantized B on wgmma (issue 16), the transposed
+product D^T = W . X^T with the dequantized weights as the register A operand
+(templates/include/gemm/sm90/kernel_sm90_quant.cuh).
+
+A kernel's ``cta`` is (tokens, weight rows, 64) of D: cta M, the tokens per CTA, is
+wgmma's N (64 or 128); cta N, the weight rows, is 64 per consumer warpgroup (one or two).
+``warps`` are the consumer warps, [1, cta N / 16, 1]; a producer warpgroup comes on top.
+The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
+packed once runs on either family.
+
+NOTE: the family is not in the default kernel set yet (codegen/configs/next/): its
+kernels have not run on a GPU. Until they have, dispatch never sees them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from codegen.families.base import MainloopFamily, TensorMapBox
+from codegen.families.sm90 import PRODUCER_THREADS, a_box_rows
+from codegen.vocabulary import DataType, MmaAtom
+
+if TYPE_CHECKING:
+    from codegen.spec import KernelSpec
+    from gemm_runtime.context import ProblemKey
+
+CTA_K = 64
+TOKENS = (64, 128)  # cta M: the wgmma_rs widths implemented
+ROWS = (64, 128)  # cta N: 64 weight rows per consumer warpgroup
+V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
+
+
+def v_box_rows(group_size: int, k: int) -> int:
+    """Group rows of V one K tile needs: two for groups of 32, one from 64 up and for
+    one group over all of K (a size of K or more, however small K is). The kernel
+    computes the same from group_shift (quant_v_rows in kernel_sm90_quant.cuh: one
+    group has a shift of 30) for the bytes its full barriers expect; the two must
+    agree, or a barrier never completes."""
+    return 2 if group_size < min(CTA_K, k) else 1
+
+
+def words_per_lane(spec: KernelSpec) -> int:
+    """32-bit words of one lane per n8 x k32 block of packed B."""
+    return spec.b_type.bits // 4
+
+
+class Sm90QuantFamily(MainloopFamily):
+    value = "sm90_quant"
+    min_arch = 90
+    atoms = (MmaAtom.M64NK16,)
+    header = "gemm/sm90/kernel_sm90_quant.cuh"
+    entry = "gemm::gemm_sm90_quant"
+    summary = "quantized B on wgmma: D^T = W . X^T, TMA ring, register-A operand"
+    template = "kernel_sm90_quant.cu.j2"
+
+    # ---- validation -------------------------------------------------------------------
+    def tile_error(self, cta, warps, stages, cluster=1):
+        m, n, k = cta
+        if k != CTA_K:
+            return "cta", f"a K of {CTA_K} (one 128-byte swizzled row of X per token and K tile)"
+        if m not in TOKENS:
+            return "cta", f"an M (tokens per CTA, wgmma's N) of {' or '.join(map(str, TOKENS))}"
+        if n not in ROWS:
+            return "cta", f"an N (weight rows per CTA) of {' or '.join(map(str, ROWS))}: 64 per consumer warpgroup"
+        if tuple(warps) != (1, n // 16, 1):
+            return "warps", f"[1, {n // 16}, 1] for cta N {n}: the consumer warps, 4 per 64 weight rows"
+        if not 2 <= stages <= 8:
+            return "stages", "2 to 8"
+        return super().tile_error(cta, warps, stages, cluster)
+
+    def kernel_error(self, spec: KernelSpec):
+        if not spec.quantized:
+            return "b_type", spec.b_type.value, "u4 or u8 (dense B is the sm90 family's)"
+        if spec.a_type not in (DataType.F16, DataType.BF16):
+            return "a_type", spec.a_type.value, "f16 or bf16"
+        if spec.align != 8:
+            return "align", spec.align, "8 (TMA needs 16-byte aligned rows of X)"
+        if spec.arch_min != 90 or spec.arch_max != 90:
+            return "arch", [spec.arch_min, spec.arch_max], "[90, 90] (wgmma is an sm_90a instruction)"
+        return None
+
+    # ---- what a kernel implies --------------------------------------------------------
+    def threads(self, spec: KernelSpec) -> int:
+        return super().threads(spec) + PRODUCER_THREADS
+
+    def smem_bytes(self, spec: KernelSpec) -> int:
+        """The ring (mirrors Sm90QuantConfig::kSmemBytes): per stage X's tile, the packed
+        weight's K tile and the scales and zeros of two groups, rounded up to 1024 bytes
+        (X's swizzle atoms), and 1024 bytes to align the base."""
+        tokens, rows, k = spec.cta
+        x = tokens * k * 2
+        w = rows // 8 * (k // 32) * 32 * words_per_lane(spec) * 4
+        v = 2 * V_ROWS * rows * 2
+        return spec.stages * -(-(x + w + v) // 1024) * 1024 + 1024
+
+    def nvrtc_target(self, arch: int) -> str:
+        return f"sm_{arch}a"
+
+    # ---- the launch -------------------------------------------------------------------
+    def tensor_maps(self, spec: KernelSpec, key: ProblemKey | None = None) -> tuple[TensorMapBox, ...]:
+        """X's box is the CTA's tokens (only M's rows below them, a_box_rows) x 64 K; the
+        packed weight's is its n8 tiles x one K tile of 32-bit words; V's is the weight
+        rows x the groups of one K tile (v_box_rows, from the key's group size)."""
+        tokens, rows, k = spec.cta
+        x_rows = tokens if key is None else a_box_rows(tokens, key.m)
+        v_rows = 1 if key is None else v_box_rows(_group_size(key), key.k)
+        return (TensorMapBox("a", x_rows, k), TensorMapBox("b", rows // 8, k * words_per_lane(spec), swizzle=0),
+                TensorMapBox("v", v_rows, rows, swizzle=0))  # fmt: skip
+
+    def problem_error(self, spec: KernelSpec, k: int) -> str | None:
+        return "K = 0 leaves X and W empty, which TMA cannot describe" if k == 0 else None
+
+    def max_splits(self, spec: KernelSpec) -> int | None:
+        return 1  # not yet: one CTA per (weight tile, token tile)
+
+    def grid(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, swizzle: int, resident: int):
+        """Weight tiles in x (consecutive CTAs share X's tile in L2), token tiles in y."""
+        tiles_m, tiles_n = tiles
+        return tiles_n, tiles_m, 1
+
+    # ---- the cost model ---------------------------------------------------------------
+    def mma_efficiency(self, spec: KernelSpec) -> float:
+        """Not measured yet: the sm90 family's rate for the same tile shape (rows x tokens),
+        which the dequantization term (dequant_rate) bounds in practice."""
+        tokens, rows, _ = spec.cta
+        return 1.71 * tokens / (tokens + 88.0)
+
+    def dequant_rate(self, spec: KernelSpec) -> float:
+        """Not measured yet; assumed the sm80 decode kernels' rate."""
+        return 1.0
+
+    def stages_in_flight(self, spec: KernelSpec) -> int:
+        return spec.stages
+
+
+def _group_size(key: ProblemKey) -> int:
+    """The group size the key's ``quant`` names ("u4g128"; one group is spelled with K)."""
+    return int(key.quant.split("g", 1)[1])
+

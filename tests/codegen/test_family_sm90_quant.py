@@ -1,0 +1,106 @@
+"""The SM90 quantized family (codegen/families/sm90_quant.py): its YAML (not in the default
+set), validation with the loader's error shape, what a kernel implies (threads, shared
+memory, grid, the V box rows its barriers count on), and every kernel of its YAML
+compiled for sm_90a. CPU only (tests/gpu/test_sm90_quant_kernel.py runs the kernel)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codegen.config import DEFAULT_CONFIG_DIR, default_config_paths, load_configs
+from codegen.families import Mainloop
+from codegen.families.sm90_quant import v_box_rows
+from codegen.render import render_kernel
+from codegen.vocabulary import DataType
+from gemm_runtime.context import quant_groups
+from gemm_runtime.packed_weight import group_shift
+from tests.codegen import test_config as cfg
+from tests.sm90_quant_kernel import QuantKernel
+
+SM90Q = Mainloop.SM90_QUANT
+NEXT = DEFAULT_CONFIG_DIR / "next" / "sm90_quant.yaml"
+
+_FAMILY: dict[str, Any] = {
+    "name": "hopq",
+    "arch": [90, 90],
+    "mainloop": "sm90_quant",
+    "mma": "m64nNk16",
+    "b_type": "u4",
+    "tiles": [{"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 4}],
+}
+TILE = "families[0] (hopq).tiles[0]"
+
+
+def family(**overrides: Any) -> dict[str, Any]:
+    return cfg.family(**{**copy.deepcopy(_FAMILY), **overrides})
+
+
+def test_the_yaml_loads_and_stays_out_of_the_default_set() -> None:
+    loaded = load_configs([NEXT])
+    assert len(loaded) == 24  # f16/bf16 x u4/u8 x 16-bit/f32 out x 3 tiles
+    assert {k.spec.mainloop for k in loaded} == {SM90Q}
+    assert {(k.spec.cta, k.spec.stages) for k in loaded} == {((64, 128, 64), 4), ((128, 128, 64), 4), ((64, 64, 64), 6)}
+    assert NEXT not in default_config_paths()
+    assert all(k.spec.mainloop is not SM90Q for k in load_configs(default_config_paths()))
+
+
+@pytest.mark.parametrize(
+    "tile, field, needle",
+    [
+        ({"cta": [64, 128, 128], "warps": [1, 8, 1], "stages": 4}, "cta", "a K of 64"),
+        ({"cta": [32, 128, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "tokens per CTA"),
+        ({"cta": [64, 256, 64], "warps": [1, 16, 1], "stages": 4}, "cta", "64 per consumer warpgroup"),
+        ({"cta": [64, 128, 64], "warps": [4, 1, 1], "stages": 4}, "warps", "[1, 8, 1]"),
+        ({"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 9}, "stages", "an integer <= 8"),
+    ],
+)
+def test_tile_rules(tmp_path: Path, tile: dict, field: str, needle: str) -> None:
+    cfg.fam_error(tmp_path, family(tiles=[tile]), TILE, field, f"field {field!r}: got ", needle)
+
+
+def test_kernel_rules(tmp_path: Path) -> None:
+    cfg.fam_error(tmp_path, family(b_type="f16"), TILE, "b_type", "u4 or u8 (dense B is the sm90 family's)")
+    cfg.fam_error(tmp_path, family(align=[4]), TILE, "align", "8 (TMA needs 16-byte aligned rows of X)")
+    cfg.fam_error(tmp_path, family(arch=[80, 90]), "families[0] (hopq)", "mainloop", "needs arch >= 90")
+
+
+def test_what_a_kernel_implies() -> None:
+    for k in load_configs([NEXT]):
+        s = k.spec
+        tokens, rows, _ = s.cta
+        harness = QuantKernel(s.a_type.value, s.b_type.bits, s.d_type.value, tokens, rows, s.stages)
+        assert s.threads == harness.threads == 128 * (rows // 64 + 1)
+        assert s.smem_bytes == harness.smem_bytes <= 227 * 1024
+        # Weight tiles in x, token tiles in y; no split-K yet.
+        assert SM90Q.grid(s, (3, 7), 1, 0, 132) == (7, 3, 1)
+        assert SM90Q.max_splits(s) == 1
+        assert SM90Q.nvrtc_target(90) == "sm_90a"
+
+
+@pytest.mark.parametrize("k", [32, 40, 64, 1000, 4096])
+@pytest.mark.parametrize("group", [32, 64, 128, -1])
+def test_v_box_rows_agree_with_the_kernels_shift_rule(k: int, group: int) -> None:
+    """The host's box rows and the kernel's quant_v_rows (two below a shift of 6) must
+    agree, or a full barrier never completes: one group (of any size) has a shift of 30."""
+    groups = quant_groups(group, k)
+    size = k if groups == 1 else group
+    kernel_rows = 2 if group_shift(group, groups) < 6 else 1
+    assert v_box_rows(size, k) == kernel_rows
+
+
+@pytest.mark.parametrize("kernel", load_configs([NEXT]), ids=lambda k: k.spec.name)
+def test_every_kernel_compiles_for_sm90a(kernel) -> None:
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from tests.sm90_smoke import nvrtc_compile, report
+
+    source = render_kernel(kernel.spec, kernel.source)
+    ok, log, cubin = nvrtc_compile(source, kernel.spec.name)
+    assert ok and cubin, log
+    rep = report(log, kernel.spec.name)
+    assert rep["spill_stores"] == rep["spill_loads"] == rep["stack_frame"] == 0, log
+    assert "serialized" not in log and "C7508" not in log, log
+    assert kernel.spec.a_type in (DataType.F16, DataType.BF16)
