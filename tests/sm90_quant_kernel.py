@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from codegen.families.sm90 import a_box_rows
 from codegen.params import PARAM_STRUCT, cpp_struct
 from codegen.vocabulary import DataType
 from gemm_runtime import cuda_driver
@@ -88,7 +89,7 @@ def launch(kernel: QuantKernel, x: torch.Tensor, pw: PackedWeight, d: torch.Tens
     dtype = DataType(kernel.dtype)
     words = pw.b.shape[1] // 4
     maps = [
-        TensorMap2D(x.data_ptr(), m, k, x.stride(0), dtype, kernel.tokens, 64),
+        TensorMap2D(x.data_ptr(), m, k, x.stride(0), dtype, a_box_rows(kernel.tokens, m), 64),
         # The packed rows as 32-bit elements (TMA copies bytes; the type only sizes them).
         TensorMap2D(pw.b.data_ptr(), pw.b.shape[0], words, words, DataType.F32, kernel.rows // 8,
                     64 * kernel.bits // 4, swizzle=0),

@@ -104,3 +104,22 @@ def test_every_kernel_compiles_for_sm90a(kernel) -> None:
     assert rep["spill_stores"] == rep["spill_loads"] == rep["stack_frame"] == 0, log
     assert "serialized" not in log and "C7508" not in log, log
     assert kernel.spec.a_type in (DataType.F16, DataType.BF16)
+
+
+def test_the_box_sizes_the_kernel_expects_are_the_hosts() -> None:
+    """A full barrier counts the bytes of every box: X's (tokens, or M's rows in groups
+    of 8 below them: a_box_rows) and V's (v_box_rows) must be what the kernel computes
+    from M and group_shift, or the barrier never completes and the kernel hangs."""
+    from codegen.render import INCLUDE_DIR
+
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    assert "(M >= kTokens ? kTokens : (M + 7) / 8 * 8) * kCtaK * 2" in header
+    assert "return group_shift < 6 ? 2 : 1;" in header
+    assert "Cfg::x_box_bytes(p.M) + Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2" in header
+    spec = next(k.spec for k in load_configs([NEXT]) if k.spec.cta[0] == 128)
+    from gemm_runtime.context import make_key
+
+    for m, rows in ((1, 8), (17, 24), (127, 128), (128, 128), (1000, 128)):
+        key = make_key(DataType.F16, spec.b_order, DataType.F16, m, 4096, 4096, arch=90)._replace(
+            b_type=spec.b_type, quant=f"{spec.b_type.value}g128")
+        assert SM90Q.tensor_maps(spec, key)[0].box_rows == rows

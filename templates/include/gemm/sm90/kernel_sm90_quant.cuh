@@ -56,6 +56,10 @@ struct Sm90QuantConfig {
   static constexpr bool kMoveRegisters = kConsumers == 2;
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
+  // Bytes of X a stage receives: the tile's tokens, or for an M below them M rounded up
+  // to 8 (the host encodes X's box so: codegen/families/sm90_quant.py, a_box_rows; the
+  // rows beyond stay stale and feed only accumulator columns no store reads).
+  __device__ static int x_box_bytes(int M) { return (M >= kTokens ? kTokens : (M + 7) / 8 * 8) * kCtaK * 2; }
 
   static_assert(sizeof(typename TA::Storage) == 2, "wgmma f16/bf16 operands are 16-bit");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
@@ -178,7 +182,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       prefetch_tensormap(tma_w);
       prefetch_tensormap(tma_v);
       // NOTE: whole boxes are expected, out-of-bounds parts included (zero-filled).
-      const u32 stage_bytes = static_cast<u32>(Cfg::kTileBytesX + Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2);
+      const u32 stage_bytes =
+          static_cast<u32>(Cfg::x_box_bytes(p.M) + Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2);
       for (int kt = 0; kt < k_tiles; ++kt) {
         const int s = kt % kStages;
         mbar_wait(empty(s), (static_cast<u32>(kt / kStages) & 1u) ^ 1u);
