@@ -37,6 +37,12 @@ class ProblemKey(NamedTuple):
     m: int
 
     @property
+    def group_size(self) -> int:
+        """Quantized B's group size as ``quant`` spells it (K for one group); 0 when dense."""
+        parsed = _QUANT_NAME.fullmatch(self.quant)
+        return int(parsed[2]) if parsed else 0
+
+    @property
     def shape(self) -> "ProblemKey":
         """The key with M erased: what the dispatch cache indexes tuned M values by."""
         return self._replace(m=0)

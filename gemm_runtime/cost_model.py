@@ -128,7 +128,8 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     resident = max(1, ctas_per_sm)
     # Waves of 1/splits-long units (the family knows which tiles split: sm90 splits only
     # those beyond whole rounds of its persistent grid), and the waves that hand over.
-    waves, handover_waves = spec.mainloop.rounds(spec, tm * tn, splits, resident_ctas(device, ctas_per_sm))
+    slots = resident_ctas(device, ctas_per_sm)
+    waves, handover_waves = spec.mainloop.rounds(spec, tm * tn, splits, slots)
     # MMA time: the resident CTAs of a wave share their SM, at the rate the family's
     # mainloop sustains on this tile (codegen.families: MainloopFamily.mma_efficiency).
     per_sm = min(resident, math.ceil(ctas / device.sms))
@@ -152,16 +153,16 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     unique = (key.m * a_bits + key.n * b_bits) * key.k // 8 + key.m * key.n * key.d_type.bits // 8
     # The fp32 partials each split tile writes and its last slice reads back (the family
     # says which tiles split: MainloopFamily.split_tiles), of D's rows only (split_k.cuh).
-    split_tiles = spec.mainloop.split_tiles(spec, (tm, tn), splits, resident_ctas(device, ctas_per_sm))
+    split_tiles = spec.mainloop.split_tiles(spec, (tm, tn), splits, slots)
     unique += (splits - 1) * split_tiles * min(cm, key.m) * cn * 4 * 2
     t_dram = unique / device.dram_bytes_per_s
     sm_bytes_per_s = device.dram_bytes_per_s / (_SMS_TO_SATURATE * device.sms)
-    t_sm = waves * per_sm * (cm * a_bits + cn * b_bits) * per_split * ck / 8 / sm_bytes_per_s
+    cta_bytes = (cm * a_bits + cn * b_bits) * per_split * ck / 8  # one CTA's A and B tiles
+    t_sm = waves * per_sm * cta_bytes / sm_bytes_per_s
     # A CTA's first K loop streams cold operands: a slice, or whole tiles where the
     # family runs some unsplit (sm90's whole rounds).
     first = per_split if split_tiles == tm * tn else k_tiles
-    loaded = ctas * (cm * a_bits + cn * b_bits) * per_split * ck / 8
-    t_mem = max(t_dram, t_sm, latency_time(spec, first, waves * per_split * min(1.0, unique / loaded)))
+    t_mem = max(t_dram, t_sm, latency_time(spec, first, waves * per_split * min(1.0, unique / (ctas * cta_bytes))))
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
     # which also ranks the leaner kernel first among memory-bound ties.
     # NOTE: a persistent kernel's CTAs hand their K slices over once per round of the

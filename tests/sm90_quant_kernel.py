@@ -1,26 +1,33 @@
-"""The SM90 quantized kernel (templates/include/gemm/sm90/kernel_sm90_quant.cuh) outside
-the registry: its instantiation text and a direct launch on torch's current stream, for
-the CPU compile test (tests/codegen/test_sm90_headers.py) and the GPU test
-(tests/gpu/test_sm90_quant_kernel.py) while the family that will generate it from YAML
-is being built (issue 16). The NVRTC compile is tests/sm90_smoke.py's."""
+"""The SM90 quantized kernels (codegen/families/sm90_quant.py) outside the registry: a
+kernel rendered from its spec as `python -m codegen` would, compiled with NVRTC, and
+launched on torch's current stream through the runtime's own launch path
+(gemm_runtime.launch.prepare: the tensor maps and GemmParams), for the GPU test
+(tests/gpu/test_sm90_quant_kernel.py) and the bench experiment while the family's YAML
+waits outside the default set (codegen/configs/next/)."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
-from codegen.families.sm90 import a_box_rows
-from codegen.params import PARAM_STRUCT, cpp_struct
-from codegen.vocabulary import DataType
-from gemm_runtime import cuda_driver
+from codegen.families import Mainloop
+from codegen.render import render_kernel
+from codegen.spec import KernelSpec
+from codegen.vocabulary import BOrder, DataType, MmaAtom
+from gemm_runtime import cuda_driver, launch as runtime_launch
+from gemm_runtime.context import Problem, ProblemKey, quant_name
 from gemm_runtime.packed_weight import PackedWeight
-from gemm_runtime.tensor_map import TensorMap2D, encode, param_bytes
+from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.types import Epilogue
+from tests.helpers import spec_for
 from tests.sm90_smoke import _aligned_copy, nvrtc_compile, report
 
-_MAPS = 3 * 128  # three CUtensorMaps ahead of GemmParams
+# The epilogue bits of kernel.cuh (bias 1, gated SiLU 2) as the runtime's epilogues.
+_EPILOGUES = {0: Epilogue.NONE, 1: Epilogue.BIAS, 2: Epilogue.GATED_SILU, 3: Epilogue.BIAS_GATED_SILU}
 
 
 @dataclass(frozen=True)
@@ -33,49 +40,26 @@ class QuantKernel:
     stages: int = 4
 
     @property
+    def spec(self) -> KernelSpec:
+        return spec_for(family=f"sm90_quant_{self.dtype}_w{self.bits}", mainloop=Mainloop.SM90_QUANT,
+                        mma=MmaAtom.M64NK16, a_type=DataType(self.dtype), b_type=DataType(f"u{self.bits}"),
+                        d_type=DataType(self.out), cta=(self.tokens, self.rows, 64), warps=(1, self.rows // 16, 1),
+                        stages=self.stages, arch_min=90, arch_max=90)  # fmt: skip
+
+    @property
     def name(self) -> str:
-        return f"sm90_quant_{self.dtype}_u{self.bits}_{self.out}_{self.tokens}x{self.rows}_s{self.stages}"
-
-    @property
-    def threads(self) -> int:
-        return 128 * (self.rows // 64 + 1)
-
-    @property
-    def smem_bytes(self) -> int:
-        """Sm90QuantConfig::kSmemBytes."""
-        words = self.bits // 4
-        stage = self.tokens * 64 * 2 + self.rows // 8 * 64 * words * 4 + 2 * 2 * self.rows * 2
-        return self.stages * -(-stage // 1024) * 1024 + 1024
-
-    def source(self) -> str:
-        cfg = (f"gemm::Sm90QuantConfig<{DataType(self.dtype).cpp}, {DataType(self.out).cpp}, {self.bits}, "
-               f"{self.tokens}, {self.rows}, {self.stages}>")  # fmt: skip
-        return (
-            '#include "gemm/sm90/kernel_sm90_quant.cuh"\n\n'
-            f"{cpp_struct()}\n\n"
-            "struct QuantParams {\n  gemm::CUtensorMap tma_x, tma_w, tma_v;\n  GemmParams p;\n};\n"
-            f"using Config = {cfg};\n"
-            f'static_assert(Config::kSmemBytes == {self.smem_bytes}, "tests/sm90_quant_kernel.py");\n'
-            f'extern "C" __global__ void __launch_bounds__({self.threads}, 1)\n'
-            f"{self.name}(const __grid_constant__ QuantParams params) {{\n"
-            "  gemm::gemm_sm90_quant<Config>(params.p, &params.tma_x, &params.tma_w, &params.tma_v);\n"
-            "}\n"
-        )
+        return self.spec.name
 
 
 @functools.lru_cache(maxsize=None)
 def _loaded(kernel: QuantKernel) -> cuda_driver.LoadedFunction:
-    ok, log, cubin = nvrtc_compile(kernel.source(), kernel.name)
-    assert ok, f"NVRTC failed for {kernel.name}:\n{log}"
-    rep = report(log, kernel.name)
+    spec = kernel.spec
+    ok, log, cubin = nvrtc_compile(render_kernel(spec, "tests/sm90_quant_kernel.py"), spec.name)
+    assert ok, f"NVRTC failed for {spec.name}:\n{log}"
+    rep = report(log, spec.name)
     assert rep["spill_stores"] == rep["spill_loads"] == 0, log
-    print(f"{kernel.name}: {rep}")
-    return cuda_driver.LoadedFunction(cubin, kernel.name, kernel.smem_bytes, kernel.threads)
-
-
-def v_box_rows(group_shift: int) -> int:
-    """Group rows of V a stage holds (quant_v_rows in the kernel): two for groups of 32."""
-    return 2 if group_shift < 6 else 1
+    print(f"{spec.name}: {rep}")
+    return cuda_driver.LoadedFunction(cubin, spec.name, spec.smem_bytes, spec.threads)
 
 
 def launch(kernel: QuantKernel, x: torch.Tensor, pw: PackedWeight, d: torch.Tensor, *, alpha: float = 1.0,
@@ -85,34 +69,20 @@ def launch(kernel: QuantKernel, x: torch.Tensor, pw: PackedWeight, d: torch.Tens
     multiple of 8) into D (row stride d.stride(0)); ``epilogue``: bit 0 bias, bit 1
     gated SiLU (D then has N / 2 columns)."""
     fn = _loaded(kernel)
-    m, k = x.shape
-    dtype = DataType(kernel.dtype)
-    words = pw.b.shape[1] // 4
-    maps = [
-        TensorMap2D(x.data_ptr(), m, k, x.stride(0), dtype, a_box_rows(kernel.tokens, m), 64),
-        # The packed rows as 32-bit elements (TMA copies bytes; the type only sizes them).
-        TensorMap2D(pw.b.data_ptr(), pw.b.shape[0], words, words, DataType.F32, kernel.rows // 8,
-                    64 * kernel.bits // 4, swizzle=0),
-        TensorMap2D(pw.v.data_ptr(), pw.v.shape[0], pw.v.shape[1], pw.v.shape[1], dtype,
-                    v_box_rows(pw.group_shift), kernel.rows, swizzle=0),
-    ]  # fmt: skip
-    fields = dict.fromkeys(("A", "B", "C", "D", "U", "V", "semaphores", "partials", "bias"), 0)
-    fields.update(A=x.data_ptr(), B=pw.b.data_ptr(), V=pw.v.data_ptr(), D=d.data_ptr())
-    fields.update(C=c.data_ptr() if c is not None else 0, bias=bias.data_ptr() if bias is not None else 0)
-    ints = dict(lda=x.stride(0), ldb=words, ldc=c.stride(0) if c is not None else 0, ldd=d.stride(0), ldu=0,
-                ldv=pw.v.shape[1], M=m, N=pw.n, K=k, tiles_m=-(-m // kernel.tokens), tiles_n=-(-pw.n // kernel.rows),
-                splits=1, k_tiles_per_split=-(-k // 64), swizzle=0, epilogue=epilogue, groups=pw.groups,
-                group_shift=pw.group_shift, pad0=0)  # fmt: skip
-    fields.update(ints)
-    from codegen.params import PARAM_NAMES
-
-    values = [float(alpha) if n == "alpha" else float(beta) if n == "beta" else fields[n] for n in PARAM_NAMES]
-    block = b"".join(param_bytes(encode(t)) for t in maps) + PARAM_STRUCT.pack(*values)
-    block += bytes(-len(block) % 64)
+    spec = kernel.spec
+    (m, k), n = x.shape, pw.n
+    key = ProblemKey(90, spec.a_type, spec.b_type, BOrder.NK, spec.d_type, 8, quant_name(spec.b_type, pw.group_size, k),
+                     _EPILOGUES[epilogue].value, n, k, m)  # fmt: skip
+    # As make_problem builds it: packed B's ldb in 16-bit units, V = scales then zeros.
+    problem = Problem(key, x.data_ptr(), pw.b.data_ptr(), c.data_ptr() if c is not None else 0, d.data_ptr(),
+                      x.stride(0), pw.b.shape[1] // 2, c.stride(0) if c is not None else 0, d.stride(0), beta != 0.0,
+                      bias.data_ptr() if bias is not None else 0, pw.v.data_ptr(), pw.v.shape[1], pw.groups,
+                      pw.group_shift)  # fmt: skip
+    grid, block, _ = runtime_launch.prepare(SimpleNamespace(spec=spec, resident=132), problem, LaunchSpec(spec.name),
+                                            alpha, beta)  # fmt: skip
     buf, addr = _aligned_copy(block)
     pointers = (ctypes.c_void_p * 1)(addr)
-    grid = (-(-pw.n // kernel.rows), -(-m // kernel.tokens), 1)
-    fn.launch(grid, kernel.threads, kernel.smem_bytes, torch.cuda.current_stream().cuda_stream, ctypes.addressof(pointers))
+    fn.launch(grid, spec.threads, spec.smem_bytes, torch.cuda.current_stream().cuda_stream, ctypes.addressof(pointers))
     if sync:
         torch.cuda.synchronize()  # surfaces a trap or fault here, with the buffers still alive
     del buf

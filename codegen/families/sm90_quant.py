@@ -103,7 +103,7 @@ class Sm90QuantFamily(MainloopFamily):
         rows x the groups of one K tile (v_box_rows, from the key's group size)."""
         tokens, rows, k = spec.cta
         x_rows = tokens if key is None else a_box_rows(tokens, key.m)
-        v_rows = 1 if key is None else v_box_rows(_group_size(key), key.k)
+        v_rows = 1 if key is None else v_box_rows(key.group_size, key.k)
         return (TensorMapBox("a", x_rows, k), TensorMapBox("b", rows // 8, k * words_per_lane(spec), swizzle=0),
                 TensorMapBox("v", v_rows, rows, swizzle=0))  # fmt: skip
 
@@ -131,9 +131,4 @@ class Sm90QuantFamily(MainloopFamily):
 
     def stages_in_flight(self, spec: KernelSpec) -> int:
         return spec.stages
-
-
-def _group_size(key: ProblemKey) -> int:
-    """The group size the key's ``quant`` names ("u4g128"; one group is spelled with K)."""
-    return int(key.quant.split("g", 1)[1])
 
