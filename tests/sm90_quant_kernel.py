@@ -62,12 +62,28 @@ def _loaded(kernel: QuantKernel) -> cuda_driver.LoadedFunction:
     return cuda_driver.LoadedFunction(cubin, spec.name, spec.smem_bytes, spec.threads)
 
 
+@functools.lru_cache(maxsize=None)
+def _workspace_tensors(device: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from gemm_runtime import Gemm
+
+    return (torch.zeros(Gemm.kBarriersSize, dtype=torch.uint8, device=f"cuda:{device}"),
+            torch.empty(Gemm.kPartialsSize, dtype=torch.uint8, device=f"cuda:{device}"))  # fmt: skip
+
+
+def _workspace() -> tuple[int, int]:
+    """(semaphores, partials) addresses: split-K's semaphores start at zero and the
+    kernels leave them so (split_k.cuh)."""
+    semaphores, partials = _workspace_tensors(torch.cuda.current_device())
+    return semaphores.data_ptr(), partials.data_ptr()
+
+
 def launch(kernel: QuantKernel, x: torch.Tensor, pw: PackedWeight, d: torch.Tensor, *, alpha: float = 1.0,
            beta: float = 0.0, c: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-           epilogue: int = 0, sync: bool = True) -> None:  # fmt: skip
+           epilogue: int = 0, splits: int = 1, sync: bool = True) -> None:  # fmt: skip
     """D = epilogue(alpha * X @ dequant(pw)^T + beta * C) for X [M x K] row-major (K a
     multiple of 8) into D (row stride d.stride(0)); ``epilogue``: bit 0 bias, bit 1
-    gated SiLU (D then has N / 2 columns)."""
+    gated SiLU (D then has N / 2 columns); ``splits`` K slices through a workspace of
+    the runtime's default sizes."""
     fn = _loaded(kernel)
     spec = kernel.spec
     (m, k), n = x.shape, pw.n
@@ -78,8 +94,9 @@ def launch(kernel: QuantKernel, x: torch.Tensor, pw: PackedWeight, d: torch.Tens
                       x.stride(0), pw.b.shape[1] // 2, c.stride(0) if c is not None else 0, d.stride(0), beta != 0.0,
                       bias.data_ptr() if bias is not None else 0, pw.v.data_ptr(), pw.v.shape[1], pw.groups,
                       pw.group_shift)  # fmt: skip
-    grid, block, _ = runtime_launch.prepare(SimpleNamespace(spec=spec, resident=132), problem, LaunchSpec(spec.name),
-                                            alpha, beta)  # fmt: skip
+    semaphores, partials = _workspace() if splits > 1 else (0, 0)
+    grid, block, _ = runtime_launch.prepare(SimpleNamespace(spec=spec, resident=132), problem,
+                                            LaunchSpec(spec.name, splits), alpha, beta, semaphores, partials)  # fmt: skip
     buf, addr = _aligned_copy(block)
     pointers = (ctypes.c_void_p * 1)(addr)
     fn.launch(grid, spec.threads, spec.smem_bytes, torch.cuda.current_stream().cuda_stream, ctypes.addressof(pointers))

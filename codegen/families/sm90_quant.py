@@ -3,7 +3,7 @@ product D^T = W . X^T with the dequantized weights as the register A operand
 (templates/include/gemm/sm90/kernel_sm90_quant.cuh).
 
 A kernel's ``cta`` is (tokens, weight rows, 64) of D: cta M, the tokens per CTA, is
-wgmma's N (64 or 128); cta N, the weight rows, is 64 per consumer warpgroup (one or two).
+wgmma's N (64, 128 or 256); cta N, the weight rows, is 64 per consumer warpgroup (one or two).
 ``warps`` are the consumer warps, [1, cta N / 16, 1]; a producer warpgroup comes on top.
 The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
 packed once runs on either family.
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gemm_runtime.context import ProblemKey
 
 CTA_K = 64
-TOKENS = (64, 128)  # cta M: the wgmma_rs widths implemented
+TOKENS = (64, 128, 256)  # cta M: the wgmma_rs widths implemented
 ROWS = (64, 128)  # cta N: 64 weight rows per consumer warpgroup
 V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
 
@@ -110,13 +110,12 @@ class Sm90QuantFamily(MainloopFamily):
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:
         return "K = 0 leaves X and W empty, which TMA cannot describe" if k == 0 else None
 
-    def max_splits(self, spec: KernelSpec) -> int | None:
-        return 1  # not yet: one CTA per (weight tile, token tile)
-
     def grid(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, swizzle: int, resident: int):
-        """Weight tiles in x (consecutive CTAs share X's tile in L2), token tiles in y."""
+        """Weight tiles in x (consecutive CTAs share X's tile in L2), token tiles in y, K
+        slices in z (split_k.cuh: the slowest dimension, so a tile's last slice waits
+        only on slices that started before it)."""
         tiles_m, tiles_n = tiles
-        return tiles_n, tiles_m, 1
+        return tiles_n, tiles_m, splits
 
     # ---- the cost model ---------------------------------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:

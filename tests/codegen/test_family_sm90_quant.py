@@ -79,9 +79,10 @@ def test_what_a_kernel_implies() -> None:
         # zeros; rounded up to 1024 bytes, and 1024 more to align the base.
         stage = tokens * 128 + rows // 8 * 64 * (s.b_type.bits // 4) * 4 + 2 * 2 * rows * 2
         assert s.smem_bytes == s.stages * -(-stage // 1024) * 1024 + 1024 <= 227 * 1024
-        # Weight tiles in x, token tiles in y; no split-K yet.
+        # Weight tiles in x, token tiles in y, K slices in z (the slowest: split_k.cuh).
         assert SM90Q.grid(s, (3, 7), 1, 0, 132) == (7, 3, 1)
-        assert SM90Q.max_splits(s) == 1
+        assert SM90Q.grid(s, (3, 7), 4, 0, 132) == (7, 3, 4)
+        assert SM90Q.max_splits(s) is None
         assert SM90Q.nvrtc_target(90) == "sm_90a"
 
 

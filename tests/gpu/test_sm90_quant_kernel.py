@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
+from tests import sm90_quant_kernel
 from tests.sm90_quant_kernel import QuantKernel, launch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper")]
@@ -21,8 +22,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hopper")]
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 TOLERANCE = {"f16": (1e-3, 2e-3), "bf16": (6e-3, 1e-2)}  # as tests/gpu/test_quant_kernels.py
 PAD = 8
-SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4096, 7392)]
-TILES = [(64, 128, 4), (128, 128, 4), (64, 64, 6)]  # (tokens, weight rows, stages)
+SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4096, 7392), (300, 200, 520)]
+TILES = [(64, 128, 8), (128, 128, 6), (256, 128, 4), (64, 64, 8)]  # (tokens, weight rows, stages)
 
 
 def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: int, dtype: str) -> str | None:
@@ -98,3 +99,35 @@ def test_quant_kernel_epilogues(dtype, case, tile) -> None:
         if error:
             failures.append(f"M={m} N={n} K={k}: {error}")
     assert not failures, f"{kernel.name} {case}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}_s{t[2]}")
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quant_kernel_split_k(bits, splits, tile) -> None:
+    """K slices handed over through the workspace (split_k.cuh): slices of 64-wide K
+    tiles that end inside a group of 128, the last slice short, and with 7 splits of
+    K = 328 (6 K tiles) a slice with no K tile at all; fp32 output and a 16-bit one
+    with beta * C aliasing D. The semaphores must be back at zero after each launch, or
+    the next one's hand-over would not wait."""
+    kernel16, kernel32 = QuantKernel("bf16", bits, "bf16", *tile), QuantKernel("bf16", bits, "f32", *tile)
+    gen = torch.Generator(device="cuda").manual_seed(bits * 31 + splits * 7 + tile[0] + tile[1])
+    failures = []
+    for m, n, k in [(65, 261, 1000), (300, 392, 328), (3, 520, 4096)]:
+        w = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16) * 0.05
+        qw = quantize(w, bits=bits, group_size=128)
+        x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+        ref = x.float() @ qw.dequantize().float().t()
+        full = torch.full((m + PAD, n + PAD), float("nan"), device="cuda", dtype=torch.float32)
+        launch(kernel32, x, pack_for_gemm(qw), full, splits=splits)
+        error = _check(full[:m, :n], ref, full, m, n, "bf16")
+        full16 = torch.full((m + PAD, n + PAD), float("nan"), device="cuda", dtype=torch.bfloat16)
+        full16[:m, :n] = torch.randn(m, n, device="cuda", generator=gen).to(torch.bfloat16)
+        ref16 = ref + 0.5 * full16[:m, :n].float()
+        launch(kernel16, x, pack_for_gemm(qw), full16, beta=0.5, c=full16, splits=splits)
+        error = error or _check(full16[:m, :n].float(), ref16, full16, m, n, "bf16")
+        if error:
+            failures.append(f"M={m} N={n} K={k}: {error}")
+    semaphores, _ = sm90_quant_kernel._workspace_tensors(torch.cuda.current_device())
+    assert not failures, f"{kernel16.name} splits {splits}: " + "; ".join(failures)
+    assert not semaphores.any(), "split-K left semaphores set"

@@ -22,12 +22,14 @@
 // transposed fragment into pairs of adjacent columns of D (TransposedWgmmaTile), so
 // bias, gated SiLU, beta * C (C may alias D) and every output type come as they are.
 //
-// NOTE: not persistent and without split-K yet: one CTA per (weight tile, token tile).
+// One CTA per (weight tile, token tile, K slice): split-K hands the slices over through
+// the workspace (split_k.cuh); the grid is not persistent.
 #pragma once
 #include "gemm/dequant.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/numeric.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
+#include "gemm/split_k.cuh"
 
 namespace gemm {
 
@@ -64,7 +66,7 @@ struct Sm90QuantConfig {
   static_assert(sizeof(typename TA::Storage) == 2, "wgmma f16/bf16 operands are 16-bit");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
   static_assert(kRows == 64 || kRows == 128, "64 weight rows per consumer warpgroup, one or two of them");
-  static_assert(kTokens == 64 || kTokens == 128, "the wgmma_rs widths implemented");
+  static_assert(kTokens == 64 || kTokens == 128 || kTokens == 256, "the wgmma_rs widths implemented");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
 };
@@ -166,7 +168,11 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   const int lane = threadIdx.x % 32;
   const int n0 = blockIdx.x * Cfg::kRows;    // first weight row (column of D)
   const int m0 = blockIdx.y * Cfg::kTokens;  // first token (row of D)
-  const int k_tiles = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
+  const int split = blockIdx.z;
+  // This split's K tiles: [k_tile0, k_tile0 + k_tiles), clipped to K (maybe none).
+  const int k_tile0 = split * p.k_tiles_per_split;
+  const int k_tiles_all = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
+  const int k_tiles = max(0, min(p.k_tiles_per_split, k_tiles_all - k_tile0));
   const int v_rows = quant_v_rows(p.group_shift);
   auto full = [&](int s) { return smem_addr(&full_bar[s]); };
   auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
@@ -174,6 +180,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   if (threadIdx.x == 0) init_ring(full_bar, empty_bar, Cfg::kConsumers * 4);
   __syncthreads();
 
+  // NOTE: the ring goes by the slice's own K tile count `it` (stage it % kStages, phase
+  // it / kStages), not by the absolute K tile, so every split starts at stage 0, phase 0.
   if (wg == Cfg::kConsumers) {
     // ---- producer warpgroup ----
     if constexpr (Cfg::kMoveRegisters) setmaxnreg_dec<Cfg::kProducerRegs>();
@@ -184,11 +192,11 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       // NOTE: whole boxes are expected, out-of-bounds parts included (zero-filled).
       const u32 stage_bytes =
           static_cast<u32>(Cfg::x_box_bytes(p.M) + Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2);
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % kStages;
-        mbar_wait(empty(s), (static_cast<u32>(kt / kStages) & 1u) ^ 1u);
+      for (int it = 0; it < k_tiles; ++it) {
+        const int s = it % kStages;
+        mbar_wait(empty(s), (static_cast<u32>(it / kStages) & 1u) ^ 1u);
         mbar_arrive_expect_tx(full(s), stage_bytes);
-        const int k0 = kt * Cfg::kCtaK;
+        const int k0 = (k_tile0 + it) * Cfg::kCtaK;
         tma_load_2d(st.x(s), tma_x, full(s), k0, m0);
         tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, n0 / 8);
         const int group = k0 >> p.group_shift;
@@ -203,15 +211,22 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   if constexpr (Cfg::kMoveRegisters) setmaxnreg_inc<Cfg::kConsumerRegs>();
   float acc[Cfg::kTokens / 2];
 #pragma unroll
-  for (int i = 0; i < Cfg::kTokens / 2; ++i) acc[i] = 0.0f;  // the answer when K == 0
+  for (int i = 0; i < Cfg::kTokens / 2; ++i) acc[i] = 0.0f;  // the answer for an empty K slice
   const int local_row0 = 64 * wg + 16 * ((threadIdx.x / 32) % 4);  // the warp's 16 weight rows
-  auto wait_full = [&](int kt) { mbar_wait(full(kt % kStages), static_cast<u32>(kt / kStages) & 1u); };
+  auto wait_full = [&](int it) { mbar_wait(full(it % kStages), static_cast<u32>(it / kStages) & 1u); };
+  auto release = [&](int it) {
+    if (lane == 0) mbar_arrive(empty(it % kStages));
+  };
 
-  // One K tile: the wgmma of `use` (dequantized already), and under it the dequantization
-  // of the next K tile into `fill`; then the wait, and the stage goes back.
-  auto step = [&](int kt, u32(&use)[2][2][4], u32(&fill)[2][2][4]) {
-    const int s = kt % kStages;
-    // NOTE: orders the A registers' and accumulators' ordinary writes before the wgmma.
+  // One K tile: the wgmma of `use` (dequantized already) joins the one of the previous
+  // K tile in flight; once that one is done, its stage goes back and its registers
+  // (`fill`) take the next K tile's dequantized weights, under this tile's wgmma.
+  // NOTE: one group in flight, not none: waiting for this tile's own wgmma before
+  // issuing the next leaves the tensor cores idle for a wgmma's latency per K tile
+  // (H200, W4 at M = 1024: 460 TFLOP/s with the wait for all of them).
+  auto step = [&](int it, u32(&use)[2][2][4], u32(&fill)[2][2][4]) {
+    const int s = it % kStages;
+    // NOTE: orders the A registers' ordinary writes before the wgmma reads them.
     wgmma_fence();
 #pragma unroll
     for (int kb = 0; kb < 2; ++kb)
@@ -219,14 +234,13 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       for (int h = 0; h < 2; ++h)
         wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_kmajor_sw128(st.x(s) + (2 * kb + h) * 32), true);
     wgmma_commit();
-    if (kt + 1 < k_tiles) {
-      wait_full(kt + 1);
-      quant_a_fragments<Cfg>(st, (kt + 1) % kStages, local_row0, v_rows, lane, fill);
+    wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
+    wgmma_fence_operand(fill);
+    if (it > 0) release(it - 1);
+    if (it + 1 < k_tiles) {
+      wait_full(it + 1);
+      quant_a_fragments<Cfg>(st, (it + 1) % kStages, local_row0, v_rows, lane, fill);
     }
-    wgmma_wait<0>();
-    wgmma_fence_operand(acc);
-    wgmma_fence_operand(use);
-    if (lane == 0) mbar_arrive(empty(s));
   };
 
   u32 a0[2][2][4], a1[2][2][4];
@@ -234,12 +248,24 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     wait_full(0);
     quant_a_fragments<Cfg>(st, 0, local_row0, v_rows, lane, a0);
   }
-  for (int kt = 0; kt < k_tiles; kt += 2) {
-    step(kt, a0, a1);
-    if (kt + 1 < k_tiles) step(kt + 1, a1, a0);
+  for (int it = 0; it < k_tiles; it += 2) {
+    step(it, a0, a1);
+    if (it + 1 < k_tiles) step(it + 1, a1, a0);
   }
+  wgmma_wait<0>();
+  wgmma_fence_operand(acc);
+  if (k_tiles > 0) release(k_tiles - 1);
 
-  Epilogue<Cfg>::store(TransposedWgmmaTile<Cfg::kTokens>{acc}, p, m0, n0 + 64 * wg);
+  const TransposedWgmmaTile<Cfg::kTokens> tile{acc};
+  if (p.splits > 1) {
+    // The workspace fragment order: the consumer threads' accumulators as they hold
+    // them, acc[i] of token 8 * (i / 4) + 2 * (lane % 4) + i % 2 of the CTA's tokens.
+    auto row_of = [&](int i) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; };
+    if (!split_k_handover<Cfg::kConsumerThreads, Cfg::kTokens / 2, Cfg::kTokens * Cfg::kRows>(
+            acc, row_of, p, blockIdx.y * p.tiles_n + blockIdx.x, split, p.M - m0, threadIdx.x))
+      return;
+  }
+  Epilogue<Cfg>::store(tile, p, m0, n0 + 64 * wg);
 }
 
 }  // namespace gemm

@@ -434,7 +434,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 desc_a, u64 desc
 // wgmma_fence() is needed after writing them, as for the accumulators.
 template <int N, class Kind>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, bool scale_d) {
-  static_assert(N == 64 || N == 128, "wgmma_rs: N is 64 or 128");
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N is 64, 128 or 256");
   if constexpr (N == 64) {
     if constexpr (kWgmmaBF16<Kind>) {
       GEMM_WGMMA_RS("m64n64k16", ".bf16.bf16", GEMM_WGMMA_D0_31, "%32, %33, %34, %35", 36, 37,
@@ -443,13 +443,23 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u
       GEMM_WGMMA_RS("m64n64k16", ".f16.f16", GEMM_WGMMA_D0_31, "%32, %33, %34, %35", 36, 37,
                     GEMM_WGMMA_ACC32(d, 0));
     }
-  } else {
+  } else if constexpr (N == 128) {
     if constexpr (kWgmmaBF16<Kind>) {
       GEMM_WGMMA_RS("m64n128k16", ".bf16.bf16", GEMM_WGMMA_D64, "%64, %65, %66, %67", 68, 69,
                     GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32));
     } else {
       GEMM_WGMMA_RS("m64n128k16", ".f16.f16", GEMM_WGMMA_D64, "%64, %65, %66, %67", 68, 69,
                     GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32));
+    }
+  } else {
+    if constexpr (kWgmmaBF16<Kind>) {
+      GEMM_WGMMA_RS("m64n256k16", ".bf16.bf16", GEMM_WGMMA_D128, "%128, %129, %130, %131", 132, 133,
+                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
+                    GEMM_WGMMA_ACC32(d, 96));
+    } else {
+      GEMM_WGMMA_RS("m64n256k16", ".f16.f16", GEMM_WGMMA_D128, "%128, %129, %130, %131", 132, 133,
+                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
+                    GEMM_WGMMA_ACC32(d, 96));
     }
   }
 }

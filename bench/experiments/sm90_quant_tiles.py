@@ -1,0 +1,85 @@
+"""Experiment: the SM90 quantized kernel (kernel_sm90_quant.cuh, launched directly through
+tests/sm90_quant_kernel.py) over tile shapes, stage counts and split counts, beside fp16
+cuBLAS on the unquantized weight and the sm80 default of the same packed weight, on
+llama3 layers, groups of 128, L2 flushed, medians. Prints, per layer and M, every
+candidate's time and the best one's ratio to cuBLAS; the best per M feeds the family's
+cost terms and the default tiles (codegen/configs/sm90_quant.yaml).
+
+    python -m bench.experiments.sm90_quant_tiles [--m 1 16 64 128 256 1024 4096] [--bits 4 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+import yaml
+
+from bench.dense import ROOT
+from bench.timing import median_ms
+from gemm_runtime import Gemm
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
+from tests.sm90_quant_kernel import QuantKernel, launch
+
+TILES = [(64, 128, 8), (64, 64, 8), (128, 128, 6), (128, 64, 8), (256, 128, 4)]  # (tokens, rows, stages)
+SMS = 132
+
+
+def candidates(m: int, n: int, k: int) -> list[tuple[tuple[int, int, int], int]]:
+    """(tile, splits) pairs worth timing: tiles no wider in tokens than M needs, split
+    counts that bring the grid up to at most two CTAs per SM."""
+    out = []
+    for tile in TILES:
+        tokens, rows, _ = tile
+        if tokens > 64 and tokens // 2 >= m:
+            continue
+        ctas = -(-m // tokens) * -(-n // rows)
+        for splits in (1, 2, 3, 4, 6, 8):
+            if splits == 1 or (ctas * splits <= 2 * SMS and k // 64 >= 4 * splits):
+                out.append((tile, splits))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 64, 128, 256, 1024, 4096])
+    ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
+    ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
+    args = ap.parse_args()
+    models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    gemm = Gemm()
+    for bits in args.bits:
+        ratios: dict[int, list[float]] = {m: [] for m in args.m}
+        sm80: dict[int, list[float]] = {m: [] for m in args.m}
+        for model in args.models:
+            for layer, (n, k) in models[model].items():
+                w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05
+                packed = pack_for_gemm(quantize(w, bits=bits, group_size=128))
+                for m in args.m:
+                    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+                    d = torch.empty(m, n, device="cuda", dtype=torch.float16)
+                    cublas = median_ms(lambda: torch.matmul(x, w.t(), out=d)) * 1e3
+                    ours = median_ms(lambda: gemm.matmul(x, packed, out=d)) * 1e3
+                    times = []
+                    for tile, splits in candidates(m, n, k):
+                        kernel = QuantKernel("f16", bits, "f16", *tile)
+                        launch(kernel, x, packed, d, splits=splits)  # compiled, loaded, checked for traps
+                        t = median_ms(lambda: launch(kernel, x, packed, d, splits=splits, sync=False)) * 1e3
+                        times.append((t, tile, splits))
+                    times.sort()
+                    best, tile, splits = times[0]
+                    ratios[m].append(cublas / best)
+                    sm80[m].append(cublas / ours)
+                    others = " ".join(f"{t[0]}x{t[1]}s{t[2]}/{s}:{u:.1f}" for u, t, s in times[1:6])
+                    print(f"W{bits} {model} {layer:8s} M={m:5d}: cuBLAS {cublas:8.1f} us, sm80 default {ours:8.1f}, "
+                          f"best {best:8.1f} ({tile[0]}x{tile[1]}s{tile[2]} /{splits}) -> {cublas / best:5.2f}x "
+                          f"(sm80 {cublas / ours:5.2f}x) | {others}", flush=True)  # fmt: skip
+        for m in args.m:
+            print(f"W{bits} M={m:5d}: median cuBLAS/best {statistics.median(ratios[m]):5.2f}x "
+                  f"(min {min(ratios[m]):.2f}), cuBLAS/sm80 default {statistics.median(sm80[m]):5.2f}x", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
