@@ -2,8 +2,8 @@
 kernel rendered from its spec as `python -m codegen` would, compiled with NVRTC, and
 launched on torch's current stream through the runtime's own launch path
 (gemm_runtime.launch.prepare: the tensor maps and GemmParams), for the GPU test
-(tests/gpu/test_sm90_quant_kernel.py) and the bench experiment while the family's YAML
-waits outside the default set (codegen/configs/next/)."""
+(tests/gpu/test_sm90_quant_kernel.py: tiles and knobs beyond the default set's) and the
+experiments in bench/experiments/."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ class QuantKernel:
     tokens: int = 64  # rows of D per CTA (wgmma N): 64 | 128
     rows: int = 128  # weight rows per CTA: 64 | 128
     stages: int = 4
+    defines: tuple[str, ...] = ()  # experiment knobs of kernel_sm90_quant.cuh, e.g. ("GEMM_SM90Q_LEAVE_OUT=1",)
 
     @property
     def spec(self) -> KernelSpec:
@@ -54,7 +55,8 @@ class QuantKernel:
 @functools.lru_cache(maxsize=None)
 def _loaded(kernel: QuantKernel) -> cuda_driver.LoadedFunction:
     spec = kernel.spec
-    ok, log, cubin = nvrtc_compile(render_kernel(spec, "tests/sm90_quant_kernel.py"), spec.name)
+    source = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in kernel.defines)
+    ok, log, cubin = nvrtc_compile(source + render_kernel(spec, "tests/sm90_quant_kernel.py"), spec.name)
     assert ok, f"NVRTC failed for {spec.name}:\n{log}"
     rep = report(log, spec.name)
     assert rep["spill_stores"] == rep["spill_loads"] == 0, log

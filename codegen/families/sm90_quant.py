@@ -8,8 +8,6 @@ wgmma's N (64, 128 or 256); cta N, the weight rows, is 64 per consumer warpgroup
 The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
 packed once runs on either family.
 
-NOTE: the family is not in the default kernel set yet (codegen/configs/next/): its
-kernels have not run on a GPU. Until they have, dispatch never sees them.
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ CTA_K = 64
 TOKENS = (64, 128, 256)  # cta M: the wgmma_rs widths implemented
 ROWS = (64, 128)  # cta N: 64 weight rows per consumer warpgroup
 V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
+STAGED_PAD = 4  # floats beyond the weight rows per staged row of D (kStagedPitch)
 
 
 def v_box_rows(group_size: int, k: int) -> int:
@@ -86,12 +85,14 @@ class Sm90QuantFamily(MainloopFamily):
     def smem_bytes(self, spec: KernelSpec) -> int:
         """The ring (mirrors Sm90QuantConfig::kSmemBytes): per stage X's tile, the packed
         weight's K tile and the scales and zeros of two groups, rounded up to 1024 bytes
-        (X's swizzle atoms), and 1024 bytes to align the base."""
+        (X's swizzle atoms), or the D tile the epilogue stages there if larger (fp32,
+        rows of weight rows + 4), and 1024 bytes to align the base."""
         tokens, rows, k = spec.cta
         x = tokens * k * 2
         w = rows // 8 * (k // 32) * 32 * words_per_lane(spec) * 4
         v = 2 * V_ROWS * rows * 2
-        return spec.stages * -(-(x + w + v) // 1024) * 1024 + 1024
+        staged = tokens * (rows + STAGED_PAD) * 4
+        return max(spec.stages * -(-(x + w + v) // 1024) * 1024, staged) + 1024
 
     def nvrtc_target(self, arch: int) -> str:
         return f"sm_{arch}a"

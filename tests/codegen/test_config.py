@@ -403,10 +403,10 @@ def test_default_configs() -> None:
     paths = default_config_paths()
     assert [p.name for p in paths] == [
         "sm70_dense.yaml", "sm70_quant.yaml", "sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml",
-        "sm80_lowalign.yaml", "sm80_quant.yaml", "sm90_dense.yaml",
+        "sm80_lowalign.yaml", "sm80_quant.yaml", "sm90_dense.yaml", "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 151
+    assert len(loaded) == 183
     hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90"]
     # Both 16-bit types, both B orders, both output kinds, one and two consumers.
     assert {(s.a_type.value, s.d_type.value, s.b_order.value) for s in hopper} == {
@@ -417,11 +417,10 @@ def test_default_configs() -> None:
     # Every (activation, weight) pair, on both mainloops, with decode and prefill tiles.
     assert {(s.a_type.value, s.b_type.value) for s in quantized} == {
         ("f16", "u4"), ("bf16", "u4"), ("f16", "u8"), ("bf16", "u8")}
-    assert {s.mainloop.value for s in quantized} == {"sm70", "sm80"}
+    assert {s.mainloop.value for s in quantized} == {"sm70", "sm80", "sm90_quant"}
     assert {s.cta[0] for s in quantized} >= {16, 128}
     assert {k.spec.mma for k in loaded} == set(MmaAtom)
-    # Every family but the one whose kernels wait for their first GPU run (configs/next).
-    assert {k.spec.mainloop for k in loaded} == set(families()) - {Mainloop.SM90_QUANT}
+    assert {k.spec.mainloop for k in loaded} == set(families())
     names = [k.spec.name for k in loaded]
     assert len(set(names)) == len(names)
     assert {2, 3, 4, 5, 6} <= {k.spec.stages for k in loaded}

@@ -232,10 +232,10 @@ def test_full_default_set_compiles(tmp_path):
                 spills.append(f"{n} on sm_{arch}: {k['spill_stores']} B stores, {k['spill_loads']} B loads")
     assert not spills, "kernels spill registers:\n" + "\n".join(spills)
 
-    # The SM90 kernels: on sm_90 only, built for sm_90a (the compile cache's entry for
+    # The SM90 kernels, dense and quantized: on sm_90 only, built for sm_90a (the compile cache's entry for
     # that target holds the manifest's cubin), without spills or a stack, and with the
     # wgmma pipelining kept (ptxas says when it serializes wgmma; test_sm90_headers.py).
-    hopper = sorted(n for n, spec in specs.items() if spec.mainloop is Mainloop.SM90)
+    hopper = sorted(n for n, spec in specs.items() if spec.mainloop in (Mainloop.SM90, Mainloop.SM90_QUANT))
     assert hopper
     m90 = {k["name"]: k for k in _manifest(out, 90)["kernels"]}
     for arch in archs:

@@ -18,9 +18,10 @@
 // Dequant: the packed layout gives a warp's two n8 tiles' B fragments, which are its A
 // fragment of a 16-row slice) while the wgmma of the previous K tile runs.
 //
-// The epilogue is the common one (epilogue.cuh): a neighbour-lane exchange turns the
-// transposed fragment into pairs of adjacent columns of D (TransposedWgmmaTile), so
-// bias, gated SiLU, beta * C (C may alias D) and every output type come as they are.
+// The epilogue is the common one (epilogue.cuh): the CTA's D^T fragments are staged in
+// shared memory as rows of D (StagedTransposedTile), and pairs of adjacent columns of D
+// go out row by row, so bias, gated SiLU, beta * C (C may alias D) and every output type
+// come as they are, with whole rows of D per warp store.
 //
 // One CTA per (weight tile, token tile, K slice): split-K hands the slices over through
 // the workspace (split_k.cuh); the grid is not persistent.
@@ -30,6 +31,18 @@
 #include "gemm/numeric.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
 #include "gemm/split_k.cuh"
+
+// Experiment knobs (bench/experiments/sm90_quant_variants.py; the generated kernels
+// leave them at their defaults): GEMM_SM90Q_LEAVE_OUT 1 drops the epilogue, 2 the
+// wgmma (commit and waits stay), 3 the dequantization (the A registers keep whatever
+// they hold); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a consumer leaves in flight
+// while it dequantizes the next K tile (0 or 1).
+#ifndef GEMM_SM90Q_LEAVE_OUT
+#define GEMM_SM90Q_LEAVE_OUT 0
+#endif
+#ifndef GEMM_SM90Q_WGMMA_DEPTH
+#define GEMM_SM90Q_WGMMA_DEPTH 1
+#endif
 
 namespace gemm {
 
@@ -54,7 +67,11 @@ struct Sm90QuantConfig {
   // NOTE: the next stage's X tile must start on a 1024-byte boundary (128B swizzle).
   static constexpr int kStageBytes = (kTileBytesX + kTileBytesW + kTileBytesV + 1023) / 1024 * 1024;
   static constexpr int kSmemLimit = 227 * 1024;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  // The epilogue stages the CTA's D tile (fp32, a row of kRows + 4 per token) where the
+  // ring was: StagedTransposedTile.
+  static constexpr int kStagedPitch = kRows + 4;
+  static constexpr int kStagedBytes = kTokens * kStagedPitch * 4;
+  static constexpr int kSmemBytes = (kStages * kStageBytes > kStagedBytes ? kStages * kStageBytes : kStagedBytes) + 1024;
   static constexpr bool kMoveRegisters = kConsumers == 2;
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
@@ -75,36 +92,42 @@ struct Sm90QuantConfig {
 // codegen/families/sm90_quant.py, v_box_rows): two for groups of 32, else one.
 __device__ __forceinline__ int quant_v_rows(int group_shift) { return group_shift < 6 ? 2 : 1; }
 
-// The accumulators of one consumer thread, D^T's m64nNk16 fragment (wgmma_ss: weight
-// row 16 * warp + lane / 4 + 8 * ((i / 2) % 2), token 8 * (i / 4) + 2 * (lane % 4) + i % 2),
-// handed to the epilogue as pairs of adjacent columns of D. A thread holds two adjacent
-// tokens of one weight row; its neighbour lane (lane ^ 4, the next weight row) holds the
-// same tokens of the next. They swap one value each: the even row's thread keeps token
-// 2t of both rows, the odd row's token 2t + 1.
-template <int Tokens>
-struct TransposedWgmmaTile {
-  float (&acc)[Tokens / 2];
+// The CTA's accumulators of D^T, staged in shared memory as rows of D, handed to the
+// epilogue as pairs of adjacent columns of D in row order: consecutive threads take
+// consecutive pairs of a row, so a warp's stores write 32 adjacent pairs of one row of D.
+// NOTE: why not the fragment as it is (a neighbour-lane exchange gives each thread pairs
+// of adjacent columns of D): a warp's store then writes
+// 16 bytes in each of 8 rows of D; on the H200 that epilogue took 40% of W4 128x128 tiles
+// at M = 4096 (llama3-8b gate_up: 2487 us, 1511 us with no epilogue) and 66% of 256x128.
+template <class Cfg>
+struct StagedTransposedTile {
+  u32 base;  // the staging: Cfg::kTokens rows of Cfg::kStagedPitch floats
+  int tokens;  // rows of D the tile still has (M - the first token), at most kTokens
 
-  // row0: the CTA's first token; col0: the warpgroup's first weight row.
+  // Each consumer thread writes its accumulators (wgmma_ss's D^T fragment, warpgroup wg).
+  // NOTE: the pitch of kRows + 4 floats puts the 8 weight rows x 4 token pairs a warp
+  // writes at once on 32 different banks.
+  // NOTE: plain C++ stores, not st.shared asm: with asm operands reading the accumulators
+  // ptxas serializes the 128- and 256-token tiles' wgmma (C7514).
+  __device__ __forceinline__ static void stage(float* staging, const float (&acc)[Cfg::kTokens / 2], int wg) {
+    const int lane = threadIdx.x % 32;
+    const int row = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + lane / 4;
+#pragma unroll
+    for (int i = 0; i < Cfg::kTokens / 2; ++i) {
+      const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+      staging[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[i];
+    }
+  }
+
   template <class F>
   __device__ __forceinline__ void for_each_pair(int row0, int col0, F&& f) const {
-    const int lane = threadIdx.x % 32;
-    const int g = lane / 4;
-    const bool odd = (g & 1) != 0;
-    const int col = col0 + 16 * ((threadIdx.x / 32) % 4) + (g & ~1);
-    const int row = row0 + 2 * (lane % 4) + (odd ? 1 : 0);
-#pragma unroll
-    for (int j = 0; j < Tokens / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float mine0 = acc[4 * j + 2 * h], mine1 = acc[4 * j + 2 * h + 1];
-        const float theirs = __shfl_xor_sync(0xffffffffu, odd ? mine0 : mine1, 4);
-        if (odd) {
-          f(row + 8 * j, col + 8 * h, theirs, mine1);
-        } else {
-          f(row + 8 * j, col + 8 * h, mine0, theirs);
-        }
-      }
+    constexpr int kPairs = Cfg::kRows / 2;  // per row of D
+    for (int idx = threadIdx.x; idx < tokens * kPairs; idx += Cfg::kConsumerThreads) {
+      const int token = idx / kPairs, pair = idx % kPairs;
+      u32 v[2];
+      ld_shared_v2(v, base + static_cast<u32>((token * Cfg::kStagedPitch + 2 * pair) * 4));
+      f(row0 + token, col0 + 2 * pair, __uint_as_float(v[0]), __uint_as_float(v[1]));
+    }
   }
 };
 
@@ -224,39 +247,44 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // NOTE: one group in flight, not none: waiting for this tile's own wgmma before
   // issuing the next leaves the tensor cores idle for a wgmma's latency per K tile
   // (H200, W4 at M = 1024: 460 TFLOP/s with the wait for all of them).
+  auto dequantize = [&](int it, u32(&a)[2][2][4]) {
+    wait_full(it);
+    if (GEMM_SM90Q_LEAVE_OUT != 3) quant_a_fragments<Cfg>(st, it % kStages, local_row0, v_rows, lane, a);
+  };
   auto step = [&](int it, u32(&use)[2][2][4], u32(&fill)[2][2][4]) {
     const int s = it % kStages;
     // NOTE: orders the A registers' ordinary writes before the wgmma reads them.
     wgmma_fence();
 #pragma unroll
-    for (int kb = 0; kb < 2; ++kb)
+    for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_kmajor_sw128(st.x(s) + (2 * kb + h) * 32), true);
     wgmma_commit();
-    wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
-    wgmma_fence_operand(fill);
-    if (it > 0) release(it - 1);
-    if (it + 1 < k_tiles) {
-      wait_full(it + 1);
-      quant_a_fragments<Cfg>(st, (it + 1) % kStages, local_row0, v_rows, lane, fill);
+    if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
+      wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
+      wgmma_fence_operand(fill);
+      if (it > 0) release(it - 1);
+      if (it + 1 < k_tiles) dequantize(it + 1, fill);
+    } else {
+      if (it + 1 < k_tiles) dequantize(it + 1, fill);
+      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
+      wgmma_fence_operand(use);
+      release(it);
     }
   };
 
   u32 a0[2][2][4], a1[2][2][4];
-  if (k_tiles > 0) {
-    wait_full(0);
-    quant_a_fragments<Cfg>(st, 0, local_row0, v_rows, lane, a0);
-  }
+  if (k_tiles > 0) dequantize(0, a0);
   for (int it = 0; it < k_tiles; it += 2) {
     step(it, a0, a1);
     if (it + 1 < k_tiles) step(it + 1, a1, a0);
   }
   wgmma_wait<0>();
   wgmma_fence_operand(acc);
-  if (k_tiles > 0) release(k_tiles - 1);
+  if (GEMM_SM90Q_WGMMA_DEPTH == 1 && k_tiles > 0) release(k_tiles - 1);
 
-  const TransposedWgmmaTile<Cfg::kTokens> tile{acc};
   if (p.splits > 1) {
     // The workspace fragment order: the consumer threads' accumulators as they hold
     // them, acc[i] of token 8 * (i / 4) + 2 * (lane % 4) + i % 2 of the CTA's tokens.
@@ -265,7 +293,14 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
             acc, row_of, p, blockIdx.y * p.tiles_n + blockIdx.x, split, p.M - m0, threadIdx.x))
       return;
   }
-  Epilogue<Cfg>::store(tile, p, m0, n0 + 64 * wg);
+  if (GEMM_SM90Q_LEAVE_OUT == 1) return;
+  // NOTE: the ring is free once both warpgroups' last wgmma have read their X stage: the
+  // producer loads no more than the K tiles the consumers waited for.
+  named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
+  StagedTransposedTile<Cfg>::stage(reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw))), acc, wg);
+  named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
+  const StagedTransposedTile<Cfg> tile{st.base, min(Cfg::kTokens, p.M - m0)};
+  Epilogue<Cfg>::store(tile, p, m0, n0);
 }
 
 }  // namespace gemm

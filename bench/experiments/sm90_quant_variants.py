@@ -1,0 +1,62 @@
+"""Experiment: where the SM90 quantized kernel's time goes. Each variant compiles
+kernel_sm90_quant.cuh with one experiment knob set (a stage left out, another wgmma
+depth) and times it, launched directly (tests/sm90_quant_kernel.py), on the same
+problems beside fp16 cuBLAS on the unquantized weight, W4 groups of 128, L2 flushed,
+medians:
+
+    python -m bench.experiments.sm90_quant_variants [--variants base depth0 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from bench.timing import median_ms
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
+from tests.sm90_quant_kernel import QuantKernel, launch
+
+VARIANTS = {
+    "base": (),
+    "depth0": ("GEMM_SM90Q_WGMMA_DEPTH=0",),
+    "no_epilogue": ("GEMM_SM90Q_LEAVE_OUT=1",),
+    "no_mma": ("GEMM_SM90Q_LEAVE_OUT=2",),
+    "no_dequant": ("GEMM_SM90Q_LEAVE_OUT=3",),
+}
+# (M, N, K) and the tiles (tokens, rows, stages) timed on it: llama3-8b gate_up at
+# M = 4096 and 64, llama3-70b o at 1024 and down at 4096.
+PROBLEMS = {
+    (4096, 28672, 4096): [(128, 128, 6), (128, 128, 4), (256, 128, 4)],
+    (1024, 8192, 8192): [(128, 128, 6), (256, 128, 4)],
+    (4096, 8192, 28672): [(128, 128, 6), (256, 128, 4)],
+    (64, 28672, 4096): [(64, 128, 8), (64, 128, 4)],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--bits", type=int, default=4)
+    args = ap.parse_args()
+    for (m, n, k), tiles in PROBLEMS.items():
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05
+        packed = pack_for_gemm(quantize(w, bits=args.bits, group_size=128))
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        d = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        flop = 2.0 * m * n * k
+        cublas = median_ms(lambda: torch.matmul(x, w.t(), out=d)) * 1e3
+        print(f"{m}x{n}x{k}: fp16 cuBLAS {cublas:8.1f} us {flop / cublas / 1e6:5.0f} TFLOP/s", flush=True)
+        for tile in tiles:
+            row = []
+            for variant in args.variants:
+                kernel = QuantKernel("f16", args.bits, "f16", *tile, defines=VARIANTS[variant])
+                launch(kernel, x, packed, d)
+                t = median_ms(lambda: launch(kernel, x, packed, d, sync=False)) * 1e3
+                row.append(f"{variant} {t:7.1f} us ({flop / t / 1e6:4.0f})")
+            print(f"  {tile[0]}x{tile[1]}s{tile[2]}: " + " | ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
