@@ -120,13 +120,17 @@ class Sm90QuantFamily(MainloopFamily):
 
     # ---- the cost model ---------------------------------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:
-        """Not measured yet: the sm90 family's rate for the same tile shape (rows x tokens),
-        which the dequantization term (dequant_rate) bounds in practice."""
+        """wgmma's rate on this tile against the SM's mma.sync peak: the tokens (wgmma's
+        N) set how much of a K tile's time goes to the MMAs rather than to dequantizing
+        and to the tile's fixed costs. Fitted to the H200 (bench/experiments/
+        sm90_quant_tiles.py, W4 and W8, llama3-8b and 70b layers, M = 1 to 4096): about
+        470, 680 and 880 TFLOP/s of MMA time for 64, 128 and 256 tokens."""
         tokens, rows, _ = spec.cta
-        return 1.71 * tokens / (tokens + 88.0)
+        return 2.36 * tokens / (tokens + 110.0)
 
     def dequant_rate(self, spec: KernelSpec) -> float:
-        """Not measured yet; assumed the sm80 decode kernels' rate."""
+        """The sm80 decode kernels' rate (the default): the same Dequant code, each
+        weight dequantized once per CTA, under the previous K tile's wgmma."""
         return 1.0
 
     def stages_in_flight(self, spec: KernelSpec) -> int:

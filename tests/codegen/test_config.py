@@ -406,7 +406,7 @@ def test_default_configs() -> None:
         "sm80_lowalign.yaml", "sm80_quant.yaml", "sm90_dense.yaml", "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 183
+    assert len(loaded) == 175
     hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90"]
     # Both 16-bit types, both B orders, both output kinds, one and two consumers.
     assert {(s.a_type.value, s.d_type.value, s.b_order.value) for s in hopper} == {

@@ -256,3 +256,22 @@ def test_the_sm90_hand_over_moves_d_rows_only() -> None:
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 16, 8192, 8192, arch=90)
     split, unsplit = predict(spec, 1, H200, key, 2), predict(spec, 1, H200, key, 1)
     assert split - unsplit < whole
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("m", [128, 256, 1024, 4096])
+@pytest.mark.parametrize("nk", [(6144, 4096), (28672, 4096), (4096, 14336), (8192, 28672)])
+def test_quantized_batches_go_to_wgmma(bits, m, nk) -> None:
+    """Quantized B from M = 128 up on sm_90: the sm90_quant family first (H200, groups of
+    128: 1.5-3x faster than the sm80 quantized kernels there, bench/experiments/
+    sm90_quant_tiles.py), with the 256-token tile for prefill."""
+    n, k = nk
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=90)._replace(
+        b_type=DataType(f"u{bits}"), quant=f"u{bits}g128")
+    feasible = [x for x in _kernels(90) if infeasible_reason(x.spec, key) is None]
+    assert {Mainloop.SM80, Mainloop.SM90_QUANT} <= {x.spec.mainloop for x in feasible}
+    ranking = rank(feasible, key, H200, **WORKSPACE)
+    best = next(x.spec for x in feasible if x.name == ranking[0][1].kernel)
+    assert best.mainloop is Mainloop.SM90_QUANT, ranking[0]
+    if m >= 1024:
+        assert best.cta[0] == 256, ranking[0]
