@@ -1,14 +1,17 @@
-"""W4A16 and W8A16 (group 128) against fp16 torch.matmul on the llama3-70b linear layers,
-the effective weight bandwidth against the GPU's measured copy bandwidth, and the error
-statistics of the quantized kernels.
+"""W4A16 and W8A16 (group 128, tuned dispatch) against fp16 torch.matmul on the unquantized
+weight, on the llama3-8b and llama3-70b linear layers: every problem, the medians over the
+layers per M, the effective weight bandwidth against the GPU's measured copy bandwidth,
+and the error statistics of the quantized kernels.
 
-    python -m bench.quant [--m 1 16 128] [--bits 4 8] [--out docs/perf/quant.md]
+    python -m bench.quant [--models llama3-8b llama3-70b] [--m 1 16 32 64 128 256 1024 4096]
+                          [--bits 4 8] [--out docs/perf/quant.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import statistics
 from pathlib import Path
 
 import torch
@@ -48,12 +51,13 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama3-70b")
-    ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128])
+    ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
+    ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 32, 64, 128, 256, 1024, 4096])
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "quant.md")
     args = ap.parse_args()
-    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"][args.model]
+    models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    shapes = {f"{model} {layer}": nk for model in args.models for layer, nk in models[model].items()}
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references
     gemm = Gemm()
     bw = copy_bandwidth()
@@ -62,10 +66,12 @@ def main() -> None:
         "# Weight-only quantized GEMM against fp16",
         "",
         f"Measured {datetime.date.today().isoformat()} on {torch.cuda.get_device_name()} by `python -m bench.quant`: "
-        f"{args.model} layers, weights in groups of 128 (tuned dispatch) against fp16 `torch.matmul` "
+        f"{', '.join(args.models)} layers, weights in groups of 128 (tuned dispatch) against fp16 `torch.matmul` "
         f"(cuBLAS) on the unquantized weight. Copy bandwidth (read + write) measured in the same run: "
         f"{bw / 1e12:.2f} TB/s. `weight BW` = packed weight bytes (with scales and zeros) / time; `of copy` = that "
         "over the copy bandwidth. Every time is the median of L2-flushed runs.",
+        "",
+        "SUMMARY",
         "",
         "| bits | layer | M | N | K | kernel (splits) | ours µs | fp16 cuBLAS µs | speedup | weight BW TB/s | of copy |",
         "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
@@ -84,6 +90,7 @@ def main() -> None:
         "| bits | layer | kernel rel vs W16 | kernel rel vs exact | kernel max vs exact | cuBLAS rel vs W16 | cuBLAS rel vs exact | quantization rel |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
+    speedups: dict[tuple[int, int], list[float]] = {}
     for bits in args.bits:
         for layer, (n, k) in shapes.items():
             w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
@@ -99,6 +106,7 @@ def main() -> None:
                 t_q = median_ms(lambda: gemm.matmul(a, packed, out=out))
                 t_h = median_ms(lambda: torch.matmul(a, w.t(), out=out))
                 wbw = weight_bytes / (t_q * 1e-3)
+                speedups.setdefault((bits, m), []).append(t_h / t_q)
                 lines.append(f"| {bits} | {layer} | {m} | {n} | {k} | {choice} | {t_q*1e3:.1f} | "
                              f"{t_h*1e3:.1f} | {t_h/t_q:.2f} | {wbw/1e12:.2f} | {wbw/bw:.0%} |")
                 print(lines[-1], flush=True)
@@ -114,6 +122,19 @@ def main() -> None:
             row = (ours16[0], *ours_exact, cublas16[0], cublas_exact[0], quant[0])
             errors.append(f"| {bits} | {layer} | " + " | ".join(f"{x:.2e}" for x in row) + " |")
             print(errors[-1], flush=True)
+    summary = [
+        f"Medians over the {len(shapes)} layers of fp16 cuBLAS time / ours (min-max):",
+        "",
+        "| bits | " + " | ".join(f"M = {m}" for m in args.m) + " |",
+        "|---:|" + "---:|" * len(args.m),
+    ]
+    for bits in args.bits:
+        cells = [speedups[bits, m] for m in args.m]
+        summary.append(f"| W{bits} | " + " | ".join(
+            f"**{statistics.median(c):.2f}** ({min(c):.2f}-{max(c):.2f})" for c in cells) + " |")  # fmt: skip
+    print("\n".join(summary), flush=True)
+    at = lines.index("SUMMARY")
+    lines[at : at + 1] = summary
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines + errors) + "\n")
 

@@ -47,7 +47,10 @@ def main() -> None:
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 64, 128, 256, 1024, 4096])
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
+    ap.add_argument("--tiles", nargs="+", help="tokens x rows s stages, e.g. 128x64s4 (default: TILES)")
     args = ap.parse_args()
+    if args.tiles:
+        TILES[:] = [tuple(int(v) for v in t.replace("s", "x").split("x")) for t in args.tiles]
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     gemm = Gemm()
     for bits in args.bits:

@@ -82,6 +82,12 @@ class Sm90QuantFamily(MainloopFamily):
     def threads(self, spec: KernelSpec) -> int:
         return super().threads(spec) + PRODUCER_THREADS
 
+    def min_ctas_per_sm(self, spec: KernelSpec) -> int:
+        """Two CTAs per SM for one consumer warpgroup (64 weight rows): its registers then
+        fit twice (__launch_bounds__), so an SM runs a second tile's loads and wgmma while
+        one tile fills its ring or stores. Two consumers take the SM's registers alone."""
+        return 2 if spec.cta[1] == 64 else 1
+
     def smem_bytes(self, spec: KernelSpec) -> int:
         """The ring (mirrors Sm90QuantConfig::kSmemBytes): per stage X's tile, the packed
         weight's K tile and the scales and zeros of two groups, rounded up to 1024 bytes

@@ -93,6 +93,44 @@ def test_quant_kernel_epilogues_and_split_k(gemm, name):
     assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
 
 
+def _wgmma_quant_kernels():
+    if not torch.cuda.is_available():
+        return ["no-gpu"]
+    return [k.name for k in shared_gemm().kernels if k.spec.mainloop.value == "sm90_quant"] or ["none on this GPU"]
+
+
+@pytest.mark.parametrize("name", _wgmma_quant_kernels())
+def test_wgmma_kernels_with_act_order_prefill_and_k7392(gemm, name):
+    """Each sm90_quant kernel (D^T = W . X^T on wgmma) beyond the shapes above: an
+    act-order GPTQ weight (groups shuffled over K; reordered, the activations permuted the
+    same way) at M = 4099 (a prefill with a residue against every token tile) and M = 1,
+    and K = 7392 in groups of 32 (qwen2-72b down at 4-way tensor parallelism: not a
+    multiple of the 64-wide K tile, two groups per K tile) at M = 300."""
+    if name == "none on this GPU":
+        pytest.skip("no sm90_quant kernel loads on this GPU")
+    spec = gemm.registry.get(name).spec
+    dt, out_dt = torch_dtype(spec.a_type), torch_dtype(spec.d_type)
+    rel_tol, max_tol = _TOLERANCE[dt]
+    gen = torch.Generator(device="cuda").manual_seed(hash(name) % 2**31)
+    base = _weight(264, 640, dt, spec.b_type.bits, 128, gen)
+    g_idx = (torch.arange(640, device="cuda") // 128)[torch.randperm(640, device="cuda", generator=gen)].int()
+    act_order = QuantizedWeight(base.q, base.scales, base.zeros, base.bits, 128, base.symmetric, g_idx)
+    reordered, perm = act_order.reordered()
+    cases = [(act_order, pack_for_gemm(reordered), perm, m) for m in (4099, 1)]
+    k7392 = _weight(392, 7392, dt, spec.b_type.bits, 32, gen)
+    cases.append((k7392, pack_for_gemm(k7392), None, 300))
+    failures = []
+    for qw, packed, perm, m in cases:
+        n, k = qw.q.shape
+        a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
+        gemm.matmul(a if perm is None else a[:, perm], packed, out=out, kernel=name)
+        rel, worst = _errors(out, a.float() @ qw.dequantize().float().t())
+        if not (rel < rel_tol and worst < max_tol):
+            failures.append(f"M={m} N={n} K={k} act_order={perm is not None}: rel {rel:.2e} max {worst:.2e}")
+    assert not failures, f"{name}: " + "; ".join(failures)
+
+
 def test_qwen2_72b_tp4_down_projection_k7392_group32(gemm):
     """K = 7392 (qwen2-72b down under 4-way tensor parallelism) is not a multiple of 128."""
     qw = _weight(1024, 7392, torch.float16, 4, 32, torch.Generator(device="cuda").manual_seed(1))

@@ -23,7 +23,7 @@ TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 TOLERANCE = {"f16": (1e-3, 2e-3), "bf16": (6e-3, 1e-2)}  # as tests/gpu/test_quant_kernels.py
 PAD = 8
 SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4096, 7392), (300, 200, 520)]
-TILES = [(64, 128, 8), (128, 128, 6), (256, 128, 4), (64, 64, 8)]  # (tokens, weight rows, stages)
+TILES = [(64, 128, 8), (128, 128, 6), (256, 128, 4), (64, 64, 8), (128, 64, 4)]  # (tokens, weight rows, stages)
 
 
 def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: int, dtype: str) -> str | None:
