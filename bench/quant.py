@@ -71,8 +71,8 @@ def main() -> None:
         f"{bw / 1e12:.2f} TB/s. `weight BW` = packed weight bytes (with scales and zeros) / time; `of copy` = that "
         "over the copy bandwidth. Every time is the median of L2-flushed runs.",
         "",
-        "SUMMARY",
-        "",
+    ]
+    table = [
         "| bits | layer | M | N | K | kernel (splits) | ours µs | fp16 cuBLAS µs | speedup | weight BW TB/s | of copy |",
         "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
@@ -107,9 +107,9 @@ def main() -> None:
                 t_h = median_ms(lambda: torch.matmul(a, w.t(), out=out))
                 wbw = weight_bytes / (t_q * 1e-3)
                 speedups.setdefault((bits, m), []).append(t_h / t_q)
-                lines.append(f"| {bits} | {layer} | {m} | {n} | {k} | {choice} | {t_q*1e3:.1f} | "
+                table.append(f"| {bits} | {layer} | {m} | {n} | {k} | {choice} | {t_q*1e3:.1f} | "
                              f"{t_h*1e3:.1f} | {t_h/t_q:.2f} | {wbw/1e12:.2f} | {wbw/bw:.0%} |")
-                print(lines[-1], flush=True)
+                print(table[-1], flush=True)
             a = torch.randn(16, k, device="cuda", dtype=torch.float16)
             w16 = qw.dequantize()
             ref16 = a.float() @ w16.float().t()
@@ -133,10 +133,8 @@ def main() -> None:
         summary.append(f"| W{bits} | " + " | ".join(
             f"**{statistics.median(c):.2f}** ({min(c):.2f}-{max(c):.2f})" for c in cells) + " |")  # fmt: skip
     print("\n".join(summary), flush=True)
-    at = lines.index("SUMMARY")
-    lines[at : at + 1] = summary
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines + errors) + "\n")
+    args.out.write_text("\n".join(lines + summary + [""] + table + errors) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ wgmma's N (64, 128 or 256); cta N, the weight rows, is 64 per consumer warpgroup
 ``warps`` are the consumer warps, [1, cta N / 16, 1]; a producer warpgroup comes on top.
 The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
 packed once runs on either family.
-
 """
 
 from __future__ import annotations

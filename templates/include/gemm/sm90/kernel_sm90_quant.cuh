@@ -96,26 +96,26 @@ __device__ __forceinline__ int quant_v_rows(int group_shift) { return group_shif
 // epilogue as pairs of adjacent columns of D in row order: consecutive threads take
 // consecutive pairs of a row, so a warp's stores write 32 adjacent pairs of one row of D.
 // NOTE: why not the fragment as it is (a neighbour-lane exchange gives each thread pairs
-// of adjacent columns of D): a warp's store then writes
-// 16 bytes in each of 8 rows of D; on the H200 that epilogue took 40% of W4 128x128 tiles
-// at M = 4096 (llama3-8b gate_up: 2487 us, 1511 us with no epilogue) and 66% of 256x128.
+// of adjacent columns of D): a warp's store then writes 16 bytes in each of 8 rows of D;
+// on the H200 that epilogue took 40% of a W4 128x128 tile's time at M = 4096 (llama3-8b
+// gate_up: 2487 us, 1511 us with no epilogue) and 66% of a 256x128 tile's.
 template <class Cfg>
 struct StagedTransposedTile {
-  u32 base;  // the staging: Cfg::kTokens rows of Cfg::kStagedPitch floats
-  int tokens;  // rows of D the tile still has (M - the first token), at most kTokens
+  float* rows;  // the staging: Cfg::kTokens rows of Cfg::kStagedPitch floats
+  int tokens;   // rows of D the tile still has (M - the first token), at most kTokens
 
   // Each consumer thread writes its accumulators (wgmma_ss's D^T fragment, warpgroup wg).
   // NOTE: the pitch of kRows + 4 floats puts the 8 weight rows x 4 token pairs a warp
   // writes at once on 32 different banks.
   // NOTE: plain C++ stores, not st.shared asm: with asm operands reading the accumulators
   // ptxas serializes the 128- and 256-token tiles' wgmma (C7514).
-  __device__ __forceinline__ static void stage(float* staging, const float (&acc)[Cfg::kTokens / 2], int wg) {
+  __device__ __forceinline__ void stage(const float (&acc)[Cfg::kTokens / 2], int wg) const {
     const int lane = threadIdx.x % 32;
     const int row = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + lane / 4;
 #pragma unroll
     for (int i = 0; i < Cfg::kTokens / 2; ++i) {
       const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-      staging[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[i];
+      rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[i];
     }
   }
 
@@ -124,9 +124,8 @@ struct StagedTransposedTile {
     constexpr int kPairs = Cfg::kRows / 2;  // per row of D
     for (int idx = threadIdx.x; idx < tokens * kPairs; idx += Cfg::kConsumerThreads) {
       const int token = idx / kPairs, pair = idx % kPairs;
-      u32 v[2];
-      ld_shared_v2(v, base + static_cast<u32>((token * Cfg::kStagedPitch + 2 * pair) * 4));
-      f(row0 + token, col0 + 2 * pair, __uint_as_float(v[0]), __uint_as_float(v[1]));
+      const float2 v = *reinterpret_cast<const float2*>(rows + token * Cfg::kStagedPitch + 2 * pair);
+      f(row0 + token, col0 + 2 * pair, v.x, v.y);
     }
   }
 };
@@ -246,7 +245,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // (`fill`) take the next K tile's dequantized weights, under this tile's wgmma.
   // NOTE: one group in flight, not none: waiting for this tile's own wgmma before
   // issuing the next leaves the tensor cores idle for a wgmma's latency per K tile
-  // (H200, W4 at M = 1024: 460 TFLOP/s with the wait for all of them).
+  // (H200, W4 128x128 at M = 4096: 3% slower, GEMM_SM90Q_WGMMA_DEPTH=0).
   auto dequantize = [&](int it, u32(&a)[2][2][4]) {
     wait_full(it);
     if (GEMM_SM90Q_LEAVE_OUT != 3) quant_a_fragments<Cfg>(st, it % kStages, local_row0, v_rows, lane, a);
@@ -296,10 +295,11 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   if (GEMM_SM90Q_LEAVE_OUT == 1) return;
   // NOTE: the ring is free once both warpgroups' last wgmma have read their X stage: the
   // producer loads no more than the K tiles the consumers waited for.
+  const StagedTransposedTile<Cfg> tile{reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw))),
+                                       min(Cfg::kTokens, p.M - m0)};
   named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-  StagedTransposedTile<Cfg>::stage(reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw))), acc, wg);
+  tile.stage(acc, wg);
   named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-  const StagedTransposedTile<Cfg> tile{st.base, min(Cfg::kTokens, p.M - m0)};
   Epilogue<Cfg>::store(tile, p, m0, n0);
 }
 
