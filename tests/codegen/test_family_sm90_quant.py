@@ -115,3 +115,33 @@ def test_the_box_sizes_the_kernel_expects_are_the_hosts() -> None:
         key = make_key(DataType.F16, spec.b_order, DataType.F16, m, 4096, 4096, arch=90)._replace(
             b_type=spec.b_type, quant=f"{spec.b_type.value}g128")
         assert SM90Q.tensor_maps(spec, key)[0].box_rows == rows
+
+
+@pytest.mark.parametrize("tokens, rows", [(64, 128), (128, 128), (256, 128), (128, 64)])
+def test_the_staged_epilogue_covers_the_tile_without_bank_conflicts(tokens: int, rows: int) -> None:
+    """StagedTransposedTile (kernel_sm90_quant.cuh), emulated from the header's index
+    rules: the consumers' D^T fragments land on every (token, weight row) of the tile
+    once, a warp's 32 stores of one accumulator fall on 32 banks (the pitch of rows + 4
+    floats), and the staging fits the family's shared memory however few the stages."""
+    from codegen.render import INCLUDE_DIR
+
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    assert "const int row = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + lane / 4;" in header
+    assert "const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;" in header
+    assert "rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[i];" in header
+    assert "static constexpr int kStagedPitch = kRows + 4;" in header
+    pitch, consumers = rows + 4, rows // 64 * 128
+    written: dict[int, int] = {}
+    for t in range(consumers):
+        wg, warp, lane = t // 128, t // 32 % 4, t % 32
+        for i in range(tokens // 2):
+            token = 8 * (i // 4) + 2 * (lane % 4) + i % 2
+            row = 64 * wg + 16 * warp + lane // 4 + 8 * (i // 2 % 2)
+            written[token * pitch + row] = written.get(token * pitch + row, 0) + 1
+    assert sorted(written) == sorted(tok * pitch + r for tok in range(tokens) for r in range(rows))
+    assert set(written.values()) == {1}
+    for i in range(tokens // 2):  # warp 0's store of acc[i]; every warp is this shifted by 16 rows
+        addresses = {(8 * (i // 4) + 2 * (lane % 4) + i % 2) * pitch + lane // 4 + 8 * (i // 2 % 2) for lane in range(32)}
+        assert len({a % 32 for a in addresses}) == 32, i
+    # The staging fits the shared memory the family asks for, with a ring of any depth.
+    assert QuantKernel("f16", 4, "f16", tokens, rows, 2).spec.smem_bytes >= tokens * pitch * 4 + 1024
