@@ -80,8 +80,10 @@ def workspace_bytes(spec: KernelSpec, key: ProblemKey, splits: int, *, resident:
     the tiles beyond whole rounds of its grid), an int32 semaphore and the fp32
     partial tiles of all its splits but the last (which sums them). ``resident``: CTAs
     of the kernel the device holds at once (resident_ctas)."""
-    tiles = spec.mainloop.split_tiles(spec, tiles_of(spec, key), splits, resident)
-    return tiles * 4, (splits - 1) * tiles * spec.cta[0] * spec.cta[1] * 4
+    tiles = tiles_of(spec, key)
+    semaphores = spec.mainloop.split_tiles(spec, tiles, splits, resident)
+    partials = spec.mainloop.partial_tiles(spec, tiles, splits, resident)
+    return semaphores * 4, partials * spec.cta[0] * spec.cta[1] * 4
 
 
 def fits_workspace(
@@ -101,13 +103,15 @@ def split_options(
     feasibility.launch_error makes of the same launch, with the same count)."""
     k_tiles = max(1, math.ceil(key.k / spec.cta[2]))
     max_splits = min(max_splits, spec.mainloop.max_splits(spec) or max_splits)
+    tiles = tiles_of(spec, key)
     options = [1]
-    # Only counts that change the K tiles per split (others duplicate a smaller count).
-    seen = {k_tiles}
+    # Only counts that change the launch (the family says what does: by default the K
+    # tiles per split); others duplicate a smaller count.
+    seen = {spec.mainloop.split_key(spec, tiles, k_tiles, 1, resident)}
     for s in range(2, min(max_splits, k_tiles) + 1):
-        per = math.ceil(k_tiles / s)
-        if per not in seen and fits_workspace(spec, key, s, barriers_bytes, partials_bytes, resident=resident):
-            seen.add(per)
+        key_s = spec.mainloop.split_key(spec, tiles, k_tiles, s, resident)
+        if key_s not in seen and fits_workspace(spec, key, s, barriers_bytes, partials_bytes, resident=resident):
+            seen.add(key_s)
             options.append(s)
     return options
 
@@ -143,6 +147,9 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     t_mma = waves * per_sm * 2.0 * cm * cn * per_split * ck / (device.mma_flops_per_sm * efficiency)
     # Every warp along M dequantizes the same weights for its own rows.
     t_deq = dequant_time(spec, ctas, resident, device, spec.warps[0] * cn * per_split * ck)
+    # Stream-K's waves may be a fraction (MainloopFamily.rounds): its CTAs share the
+    # tiles' K tiles evenly, where dequant_time counts whole CTAs per SM.
+    t_deq *= waves / math.ceil(waves)
     # NOTE: the dequantization rate was fitted to whole decode kernels (one m16 tile per
     # warp), MMAs included; the thin-tile MMA estimate above overstates them by 15-30%.
     t_compute = t_deq if spec.quantized and spec.warp_tile[0] == 16 else max(t_mma, t_deq)
@@ -154,7 +161,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     # The fp32 partials each split tile writes and its last slice reads back (the family
     # says which tiles split: MainloopFamily.split_tiles), of D's rows only (split_k.cuh).
     split_tiles = spec.mainloop.split_tiles(spec, (tm, tn), splits, slots)
-    unique += (splits - 1) * split_tiles * min(cm, key.m) * cn * 4 * 2
+    unique += spec.mainloop.partial_tiles(spec, (tm, tn), splits, slots) * min(cm, key.m) * cn * 4 * 2
     t_dram = unique / device.dram_bytes_per_s
     sm_bytes_per_s = device.dram_bytes_per_s / (_SMS_TO_SATURATE * device.sms)
     cta_bytes = (cm * a_bits + cn * b_bits) * per_split * ck / 8  # one CTA's A and B tiles

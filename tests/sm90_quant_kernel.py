@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from pathlib import Path
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -39,6 +40,7 @@ class QuantKernel:
     rows: int = 128  # weight rows per CTA: 64 | 128
     stages: int = 4
     defines: tuple[str, ...] = ()  # experiment knobs of kernel_sm90_quant.cuh, e.g. ("GEMM_SM90Q_LEAVE_OUT=1",)
+    header: str = ""  # experiments: another kernel_sm90_quant.cuh (a file) in place of the tree's
 
     @property
     def spec(self) -> KernelSpec:
@@ -56,7 +58,10 @@ class QuantKernel:
 def _loaded(kernel: QuantKernel) -> cuda_driver.LoadedFunction:
     spec = kernel.spec
     source = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in kernel.defines)
-    ok, log, cubin = nvrtc_compile(source + render_kernel(spec, "tests/sm90_quant_kernel.py"), spec.name)
+    source += render_kernel(spec, "tests/sm90_quant_kernel.py")
+    if kernel.header:
+        source = source.replace(f'#include "{spec.mainloop.header}"', Path(kernel.header).read_text())
+    ok, log, cubin = nvrtc_compile(source, spec.name)
     assert ok, f"NVRTC failed for {spec.name}:\n{log}"
     rep = report(log, spec.name)
     assert rep["spill_stores"] == rep["spill_loads"] == 0, log
@@ -81,11 +86,11 @@ def _workspace() -> tuple[int, int]:
 
 def launch(kernel: QuantKernel, x: torch.Tensor, pw: PackedWeight, d: torch.Tensor, *, alpha: float = 1.0,
            beta: float = 0.0, c: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-           epilogue: int = 0, splits: int = 1, sync: bool = True) -> None:  # fmt: skip
+           epilogue: int = 0, splits: int = 1, resident: int = 132, sync: bool = True) -> None:  # fmt: skip
     """D = epilogue(alpha * X @ dequant(pw)^T + beta * C) for X [M x K] row-major (K a
     multiple of 8) into D (row stride d.stride(0)); ``epilogue``: bit 0 bias, bit 1
-    gated SiLU (D then has N / 2 columns); ``splits`` K slices through a workspace of
-    the runtime's default sizes."""
+    gated SiLU (D then has N / 2 columns); ``splits`` > 1: stream-K over at most
+    ``resident`` CTAs, through a workspace of the runtime's default sizes."""
     fn = _loaded(kernel)
     spec = kernel.spec
     (m, k), n = x.shape, pw.n
@@ -97,7 +102,7 @@ def launch(kernel: QuantKernel, x: torch.Tensor, pw: PackedWeight, d: torch.Tens
                       bias.data_ptr() if bias is not None else 0, pw.v.data_ptr(), pw.v.shape[1], pw.groups,
                       pw.group_shift)  # fmt: skip
     semaphores, partials = _workspace() if splits > 1 else (0, 0)
-    grid, block, _ = runtime_launch.prepare(SimpleNamespace(spec=spec, resident=132), problem,
+    grid, block, _ = runtime_launch.prepare(SimpleNamespace(spec=spec, resident=resident), problem,
                                             LaunchSpec(spec.name, splits), alpha, beta, semaphores, partials)  # fmt: skip
     buf, addr = _aligned_copy(block)
     pointers = (ctypes.c_void_p * 1)(addr)

@@ -4,7 +4,8 @@ depth) and times it, launched directly (tests/sm90_quant_kernel.py), on the same
 problems beside fp16 cuBLAS on the unquantized weight, W4 groups of 128, L2 flushed,
 medians:
 
-    python -m bench.experiments.sm90_quant_variants [--variants base depth0 ...]
+    python -m bench.experiments.sm90_quant_variants [--variants base depth0 ...] [--m 64 ...]
+        [--tiles 64x128s8 ...] [--splits 1 2 ...]
 """
 
 from __future__ import annotations
@@ -24,14 +25,21 @@ VARIANTS = {
     "no_epilogue": ("GEMM_SM90Q_LEAVE_OUT=1",),
     "no_mma": ("GEMM_SM90Q_LEAVE_OUT=2",),
     "no_dequant": ("GEMM_SM90Q_LEAVE_OUT=3",),
+    "no_x_copy": ("GEMM_SM90Q_LEAVE_OUT=4",),
+    "no_w_copy": ("GEMM_SM90Q_LEAVE_OUT=5",),
 }
 # (M, N, K) and the tiles (tokens, rows, stages) timed on it: llama3-8b gate_up at
-# M = 4096 and 64, llama3-70b o at 1024 and down at 4096.
+# M = 4096, 64, 128 and 256, llama3-8b qkv at 256 and 1024, llama3-70b o at 1024 and
+# down at 4096.
 PROBLEMS = {
     (4096, 28672, 4096): [(128, 128, 6), (128, 128, 4), (256, 128, 4)],
     (1024, 8192, 8192): [(128, 128, 6), (256, 128, 4)],
     (4096, 8192, 28672): [(128, 128, 6), (256, 128, 4)],
     (64, 28672, 4096): [(64, 128, 8), (64, 128, 4)],
+    (128, 28672, 4096): [(128, 128, 6), (64, 128, 8)],
+    (256, 28672, 4096): [(256, 128, 4), (128, 128, 6)],
+    (256, 6144, 4096): [(256, 128, 4), (128, 128, 6)],
+    (1024, 6144, 4096): [(256, 128, 4)],
 }
 
 
@@ -39,8 +47,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--bits", type=int, default=4)
+    ap.add_argument("--m", type=int, nargs="+", default=None, help="only the problems of these M")
+    ap.add_argument("--splits", nargs="+", type=int, default=[1], help="stream-K splits (1: one CTA per tile)")
+    ap.add_argument("--baseline", default="", help="another kernel_sm90_quant.cuh (e.g. `git show REV:templates/"
+                    "include/gemm/sm90/kernel_sm90_quant.cuh > F`), timed unsplit beside each tile as 'baseline'")
+    ap.add_argument("--tiles", nargs="+", default=None, help="tiles as TOKENSxROWSsSTAGES (e.g. 64x128s16) "
+                    "instead of each problem's own")
     args = ap.parse_args()
     for (m, n, k), tiles in PROBLEMS.items():
+        if args.m and m not in args.m:
+            continue
         w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05
         packed = pack_for_gemm(quantize(w, bits=args.bits, group_size=128))
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
@@ -48,13 +64,22 @@ def main() -> None:
         flop = 2.0 * m * n * k
         cublas = median_ms(lambda: torch.matmul(x, w.t(), out=d)) * 1e3
         print(f"{m}x{n}x{k}: fp16 cuBLAS {cublas:8.1f} us {flop / cublas / 1e6:5.0f} TFLOP/s", flush=True)
+        if args.tiles:
+            tiles = [tuple(map(int, t.replace("s", "x").split("x"))) for t in args.tiles]
         for tile in tiles:
             row = []
-            for variant in args.variants:
-                kernel = QuantKernel("f16", args.bits, "f16", *tile, defines=VARIANTS[variant])
+            if args.baseline:
+                kernel = QuantKernel("f16", args.bits, "f16", *tile, header=args.baseline)
                 launch(kernel, x, packed, d)
                 t = median_ms(lambda: launch(kernel, x, packed, d, sync=False)) * 1e3
-                row.append(f"{variant} {t:7.1f} us ({flop / t / 1e6:4.0f})")
+                row.append(f"baseline {t:7.1f} us ({flop / t / 1e6:4.0f})")
+            for variant in args.variants:
+                kernel = QuantKernel("f16", args.bits, "f16", *tile, defines=VARIANTS[variant])
+                for splits in args.splits:
+                    launch(kernel, x, packed, d, splits=splits)
+                    t = median_ms(lambda: launch(kernel, x, packed, d, splits=splits, sync=False)) * 1e3
+                    label = variant if splits == 1 else f"{variant}/{splits}"
+                    row.append(f"{label} {t:7.1f} us ({flop / t / 1e6:4.0f})")
             print(f"  {tile[0]}x{tile[1]}s{tile[2]}: " + " | ".join(row), flush=True)
 
 

@@ -151,6 +151,16 @@ class MainloopFamily:
         default every tile splits; none without split-K."""
         return tiles[0] * tiles[1] if splits > 1 else 0
 
+    def partial_tiles(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, resident: int) -> int:
+        """fp32 partial tiles of the split-K workspace (cost_model.workspace_bytes): by
+        default ``splits - 1`` per split tile (split_k.cuh: the last slice sums them)."""
+        return (splits - 1) * self.split_tiles(spec, tiles, splits, resident)
+
+    def split_key(self, spec: KernelSpec, tiles: tuple[int, int], k_tiles: int, splits: int, resident: int) -> int:
+        """What tells two split counts' launches apart (cost_model.split_options keeps one
+        count of each): by default the K tiles per slice."""
+        return math.ceil(k_tiles / splits)
+
     # ---- the cost model (gemm_runtime.cost_model) -------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:
         """The mainloop's MMA rate against the SM's mma.sync peak (the cost model's

@@ -7,6 +7,11 @@ wgmma's N (64, 128 or 256); cta N, the weight rows, is 64 per consumer warpgroup
 ``warps`` are the consumer warps, [1, cta N / 16, 1]; a producer warpgroup comes on top.
 The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
 packed once runs on either family.
+
+Split-K here is stream-K (templates/include/gemm/sm90/stream_k.cuh): ``splits`` > 1
+launches min(resident CTAs, tiles x splits) CTAs, each taking an equal share of all the
+tiles' K tiles, so ``splits`` sets how finely the tiles are cut where they are few, and
+every count that fills the device is the same launch.
 """
 
 from __future__ import annotations
@@ -82,10 +87,11 @@ class Sm90QuantFamily(MainloopFamily):
         return super().threads(spec) + PRODUCER_THREADS
 
     def min_ctas_per_sm(self, spec: KernelSpec) -> int:
-        """Two CTAs per SM for one consumer warpgroup (64 weight rows): its registers then
-        fit twice (__launch_bounds__), so an SM runs a second tile's loads and wgmma while
-        one tile fills its ring or stores. Two consumers take the SM's registers alone."""
-        return 2 if spec.cta[1] == 64 else 1
+        """Two CTAs per SM for one consumer warpgroup (64 weight rows) of 64 tokens: its
+        registers then fit twice (__launch_bounds__), so an SM runs a second tile's loads
+        and wgmma while one tile fills its ring or stores. 128 tokens' accumulators do
+        not fit twice without spilling; two consumers take the SM's registers alone."""
+        return 2 if spec.cta[1] == 64 and spec.cta[0] == 64 else 1
 
     def smem_bytes(self, spec: KernelSpec) -> int:
         """The ring (mirrors Sm90QuantConfig::kSmemBytes): per stage X's tile, the packed
@@ -117,11 +123,46 @@ class Sm90QuantFamily(MainloopFamily):
         return "K = 0 leaves X and W empty, which TMA cannot describe" if k == 0 else None
 
     def grid(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, swizzle: int, resident: int):
-        """Weight tiles in x (consecutive CTAs share X's tile in L2), token tiles in y, K
-        slices in z (split_k.cuh: the slowest dimension, so a tile's last slice waits
-        only on slices that started before it)."""
+        """Without splits, one CTA per tile: weight tiles in x (consecutive CTAs share
+        X's tile in L2), token tiles in y. With them, stream-K over the CTAs the device
+        holds at once, or fewer where the tiles cut ``splits`` ways are fewer."""
         tiles_m, tiles_n = tiles
-        return tiles_n, tiles_m, splits
+        if splits == 1:
+            return tiles_n, tiles_m, 1
+        return self.stream_k_ctas(tiles, splits, resident), 1, 1
+
+    @staticmethod
+    def stream_k_ctas(tiles: tuple[int, int], splits: int, resident: int) -> int:
+        return max(1, min(resident, tiles[0] * tiles[1] * splits))
+
+    def split_tiles(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, resident: int) -> int:
+        """Stream-K's flags: one per CTA (a CTA hands over at most one tile: the one its
+        share starts inside)."""
+        return self.stream_k_ctas(tiles, splits, resident) if splits > 1 else 0
+
+    def partial_tiles(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, resident: int) -> int:
+        """One fp32 partial tile per CTA, in its own slot (stream_k_give)."""
+        return self.split_tiles(spec, tiles, splits, resident)
+
+    def split_key(self, spec: KernelSpec, tiles: tuple[int, int], k_tiles: int, splits: int, resident: int) -> int:
+        """Stream-K launches differ by their CTA count alone, and are offered (to the
+        tuner and the cost model) only for fewer tiles than two waves of CTAs.
+
+        NOTE: over many tiles the shares spread the CTAs in flight across the whole
+        problem, so their X and W tiles no longer meet in L2 (H200, llama3-8b down at
+        M = 4096, 256x128: 2714 us unsplit, 3750 us as stream-K), while the last wave's
+        idle SMs cost at most a third of a wave's time there."""
+        if splits == 1 or tiles[0] * tiles[1] >= 2 * resident:
+            return 0
+        return self.stream_k_ctas(tiles, splits, resident)
+
+    def rounds(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> tuple[float, int]:
+        """Stream-K's CTAs each run an equal share of the K tiles: tiles x splits
+        slices of 1/splits of a tile over the grid, a fraction of a wave where they do
+        not fill it evenly; each CTA hands over at most once."""
+        if splits == 1:
+            return super().rounds(spec, tiles, splits, slots)
+        return max(1.0, tiles * splits / min(slots, tiles * splits)), 1
 
     # ---- the cost model ---------------------------------------------------------------
     def mma_efficiency(self, spec: KernelSpec) -> float:

@@ -80,9 +80,20 @@ def test_what_a_kernel_implies() -> None:
         # ... or the D tile the epilogue stages there (fp32 rows of weight rows + 4).
         ring = max(s.stages * -(-stage // 1024) * 1024, tokens * (rows + 4) * 4)
         assert s.smem_bytes == ring + 1024 <= 227 * 1024
-        # Weight tiles in x, token tiles in y, K slices in z (the slowest: split_k.cuh).
+        # Unsplit: weight tiles in x, token tiles in y. Split: stream-K on the resident
+        # CTAs, or on tiles x splits where fewer; a flag and a partial tile per CTA.
         assert SM90Q.grid(s, (3, 7), 1, 0, 132) == (7, 3, 1)
-        assert SM90Q.grid(s, (3, 7), 4, 0, 132) == (7, 3, 4)
+        assert SM90Q.grid(s, (3, 7), 4, 0, 132) == (84, 1, 1)
+        assert SM90Q.grid(s, (3, 7), 7, 0, 132) == (132, 1, 1)
+        assert SM90Q.split_tiles(s, (3, 7), 4, 132) == SM90Q.partial_tiles(s, (3, 7), 4, 132) == 84
+        assert SM90Q.split_tiles(s, (3, 7), 1, 132) == SM90Q.partial_tiles(s, (3, 7), 1, 132) == 0
+        # Every split count that fills the device is one launch; none is offered from two
+        # waves of tiles up (split_options keeps one count per key); waves are fractional.
+        assert SM90Q.split_key(s, (3, 7), 64, 7, 132) == SM90Q.split_key(s, (3, 7), 64, 9, 132) == 132
+        assert SM90Q.split_key(s, (3, 7), 64, 2, 132) == 42 != SM90Q.split_key(s, (3, 7), 64, 1, 132)
+        assert SM90Q.split_key(s, (4, 66), 64, 2, 132) == SM90Q.split_key(s, (4, 66), 64, 1, 132)
+        assert SM90Q.rounds(s, 224, 2, 132) == (224 * 2 / 132, 1)
+        assert SM90Q.rounds(s, 21, 4, 132) == (1.0, 1)
         assert SM90Q.max_splits(s) is None
         assert SM90Q.nvrtc_target(90) == "sm_90a"
 
@@ -107,7 +118,8 @@ def test_the_box_sizes_the_kernel_expects_are_the_hosts() -> None:
     header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
     assert "(M >= kTokens ? kTokens : (M + 7) / 8 * 8) * kCtaK * 2" in header
     assert "return group_shift < 6 ? 2 : 1;" in header
-    assert "Cfg::x_box_bytes(p.M) + Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2" in header
+    assert "Cfg::x_box_bytes(p.M)) +" in header  # X's box, then W's and V's
+    assert "Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2));" in header
     spec = next(k.spec for k in load_configs([YAML]) if k.spec.cta[0] == 128)
     from gemm_runtime.context import make_key
 
@@ -145,3 +157,35 @@ def test_the_staged_epilogue_covers_the_tile_without_bank_conflicts(tokens: int,
         assert len({a % 32 for a in addresses}) == 32, i
     # The staging fits the shared memory the family asks for, with a ring of any depth.
     assert QuantKernel("f16", 4, "f16", tokens, rows, 2).spec.smem_bytes >= tokens * pitch * 4 + 1024
+
+
+def _stream_k_shares(total: int, ctas: int) -> list[tuple[int, int]]:
+    """stream_k.cuh's StreamK::begin, per rank: [begin(r), begin(r + 1))."""
+    return [(r * total // ctas, (r + 1) * total // ctas) for r in range(ctas)]
+
+
+def _rank_of(g: int, total: int, ctas: int) -> int:
+    """stream_k.cuh's StreamK::rank_of."""
+    return ((g + 1) * ctas - 1) // total
+
+
+@pytest.mark.parametrize("tiles, k_tiles, ctas", [(224, 64, 132), (21, 64, 84), (20, 6, 132), (7, 5, 3), (1, 1, 1)])
+def test_stream_k_partition(tiles: int, k_tiles: int, ctas: int) -> None:
+    """The kernel's stream-K arithmetic (stream_k.cuh, mirrored here): the shares cover
+    every K tile once; rank_of names the share holding an iteration; the rank holding a
+    tile's K tile 0 finishes it, waiting on the ranks above it (of lower block index:
+    started first), whose shares start inside the tile, so each hands over at most once."""
+    total = tiles * k_tiles
+    shares = _stream_k_shares(total, ctas)
+    assert [g for b, e in shares for g in range(b, e)] == list(range(total))
+    for g in range(total):
+        b, e = shares[_rank_of(g, total, ctas)]
+        assert b <= g < e
+    given = [0] * ctas
+    for t in range(tiles):
+        head, last = _rank_of(t * k_tiles, total, ctas), _rank_of((t + 1) * k_tiles - 1, total, ctas)
+        for r in range(head + 1, last + 1):
+            b, e = shares[r]
+            assert b == e or t * k_tiles < b < (t + 1) * k_tiles  # empty, or starts inside the tile
+            given[r] += b != e
+    assert max(given) <= 1

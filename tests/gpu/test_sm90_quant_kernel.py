@@ -102,16 +102,18 @@ def test_quant_kernel_epilogues(dtype, case, tile) -> None:
 
 
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}_s{t[2]}")
-@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("splits, resident", [(2, 132), (3, 132), (7, 132), (2, 5), (5, 3), (4, 1)])
 @pytest.mark.parametrize("bits", [4, 8])
-def test_quant_kernel_split_k(bits, splits, tile) -> None:
-    """K slices handed over through the workspace (split_k.cuh): slices of 64-wide K
-    tiles that end inside a group of 128, the last slice short, and with 7 splits of
-    K = 328 (6 K tiles) a slice with no K tile at all; fp32 output and a 16-bit one
-    with beta * C aliasing D. The semaphores must be back at zero after each launch, or
-    the next one's hand-over would not wait."""
+def test_quant_kernel_stream_k(bits, splits, resident, tile) -> None:
+    """Stream-K (stream_k.cuh): shares of all tiles' K tiles on min(resident, tiles x
+    splits) CTAs, tiles cut inside a group of 128 and handed over through the workspace.
+    With 132 CTAs a tile is cut between two to seven of them, and with 7 splits of K =
+    328 (6 K tiles) some CTAs' shares are empty; with 5, 3 and 1 CTAs each runs many
+    tiles in turn through one ring (and one CTA hands nothing over). fp32 output and a
+    16-bit one with beta * C aliasing D. The flags must be back at zero after each
+    launch, or the next one's hand-over would not wait."""
     kernel16, kernel32 = QuantKernel("bf16", bits, "bf16", *tile), QuantKernel("bf16", bits, "f32", *tile)
-    gen = torch.Generator(device="cuda").manual_seed(bits * 31 + splits * 7 + tile[0] + tile[1])
+    gen = torch.Generator(device="cuda").manual_seed(bits * 31 + splits * 7 + resident + tile[0] + tile[1])
     failures = []
     for m, n, k in [(65, 261, 1000), (300, 392, 328), (3, 520, 4096)]:
         w = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16) * 0.05
@@ -119,15 +121,15 @@ def test_quant_kernel_split_k(bits, splits, tile) -> None:
         x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
         ref = x.float() @ qw.dequantize().float().t()
         full = torch.full((m + PAD, n + PAD), float("nan"), device="cuda", dtype=torch.float32)
-        launch(kernel32, x, pack_for_gemm(qw), full, splits=splits)
+        launch(kernel32, x, pack_for_gemm(qw), full, splits=splits, resident=resident)
         error = _check(full[:m, :n], ref, full, m, n, "bf16")
         full16 = torch.full((m + PAD, n + PAD), float("nan"), device="cuda", dtype=torch.bfloat16)
         full16[:m, :n] = torch.randn(m, n, device="cuda", generator=gen).to(torch.bfloat16)
         ref16 = ref + 0.5 * full16[:m, :n].float()
-        launch(kernel16, x, pack_for_gemm(qw), full16, beta=0.5, c=full16, splits=splits)
+        launch(kernel16, x, pack_for_gemm(qw), full16, beta=0.5, c=full16, splits=splits, resident=resident)
         error = error or _check(full16[:m, :n].float(), ref16, full16, m, n, "bf16")
         if error:
             failures.append(f"M={m} N={n} K={k}: {error}")
     semaphores, _ = sm90_quant_kernel._workspace_tensors(torch.cuda.current_device())
-    assert not failures, f"{kernel16.name} splits {splits}: " + "; ".join(failures)
-    assert not semaphores.any(), "split-K left semaphores set"
+    assert not failures, f"{kernel16.name} splits {splits} on {resident} CTAs: " + "; ".join(failures)
+    assert not semaphores.any(), "stream-K left flags raised"

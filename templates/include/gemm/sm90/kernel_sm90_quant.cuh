@@ -23,19 +23,22 @@
 // go out row by row, so bias, gated SiLU, beta * C (C may alias D) and every output type
 // come as they are, with whole rows of D per warp store.
 //
-// One CTA per (weight tile, token tile, K slice): split-K hands the slices over through
-// the workspace (split_k.cuh); the grid is not persistent.
+// Without splits, one CTA per output tile (weight tiles in x, token tiles in y). With
+// them, stream-K (stream_k.cuh): a grid of at most the resident CTAs, each taking an
+// equal share of all tiles' K tiles, handing cut tiles over through the workspace.
 #pragma once
 #include "gemm/dequant.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/numeric.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
+#include "gemm/sm90/stream_k.cuh"
 #include "gemm/split_k.cuh"
 
 // Experiment knobs (bench/experiments/sm90_quant_variants.py; the generated kernels
 // leave them at their defaults): GEMM_SM90Q_LEAVE_OUT 1 drops the epilogue, 2 the
 // wgmma (commit and waits stay), 3 the dequantization (the A registers keep whatever
-// they hold); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a consumer leaves in flight
+// they hold), 4 the X copies, 5 the weight, scale and zero copies (the stages keep
+// whatever they hold); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a consumer leaves in flight
 // while it dequantizes the next K tile (0 or 1).
 #ifndef GEMM_SM90Q_LEAVE_OUT
 #define GEMM_SM90Q_LEAVE_OUT 0
@@ -72,6 +75,7 @@ struct Sm90QuantConfig {
   static constexpr int kStagedPitch = kRows + 4;
   static constexpr int kStagedBytes = kTokens * kStagedPitch * 4;
   static constexpr int kSmemBytes = (kStages * kStageBytes > kStagedBytes ? kStages * kStageBytes : kStagedBytes) + 1024;
+  static constexpr int kStagedStages = (kStagedBytes + kStageBytes - 1) / kStageBytes;  // the stages it covers
   static constexpr bool kMoveRegisters = kConsumers == 2;
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
@@ -183,27 +187,35 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full_bar[kStages];
   __shared__ u64 empty_bar[kStages];
+  __shared__ u64 ring_free_bar;  // the consumers are done with a tile's end (ring_free)
   if (dynamic_smem_size() < static_cast<u32>(Cfg::kSmemBytes)) __trap();
 
   const Sm90QuantStage<Cfg> st{(smem_addr(smem_raw) + 1023u) & ~1023u};
   const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
-  const int n0 = blockIdx.x * Cfg::kRows;    // first weight row (column of D)
-  const int m0 = blockIdx.y * Cfg::kTokens;  // first token (row of D)
-  const int split = blockIdx.z;
-  // This split's K tiles: [k_tile0, k_tile0 + k_tiles), clipped to K (maybe none).
-  const int k_tile0 = split * p.k_tiles_per_split;
-  const int k_tiles_all = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
-  const int k_tiles = max(0, min(p.k_tiles_per_split, k_tiles_all - k_tile0));
+  const int k_tiles = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;  // of every output tile
   const int v_rows = quant_v_rows(p.group_shift);
+  // The CTA's iterations [begin, end) of the sequence of all tiles' K tiles
+  // (stream_k.cuh): without splits, its own tile's (weight tiles in x, token tiles in y);
+  // with them, its stream-K share.
+  const StreamK sk{static_cast<long long>(p.tiles_m) * p.tiles_n * k_tiles, static_cast<int>(gridDim.x)};
+  const int rank = p.splits > 1 ? sk.ctas - 1 - static_cast<int>(blockIdx.x) : 0;
+  const long long begin = p.splits > 1 ? sk.begin(rank)
+                                       : (static_cast<long long>(blockIdx.y) * p.tiles_n + blockIdx.x) * k_tiles;
+  const long long end = p.splits > 1 ? sk.begin(rank + 1) : begin + k_tiles;
+  const int first_tile = static_cast<int>(begin / k_tiles);
   auto full = [&](int s) { return smem_addr(&full_bar[s]); };
   auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
+  const u32 ring_free = smem_addr(&ring_free_bar);
 
-  if (threadIdx.x == 0) init_ring(full_bar, empty_bar, Cfg::kConsumers * 4);
+  if (threadIdx.x == 0) {
+    mbar_init(ring_free, Cfg::kConsumers * 4);
+    init_ring(full_bar, empty_bar, Cfg::kConsumers * 4);
+  }
   __syncthreads();
 
-  // NOTE: the ring goes by the slice's own K tile count `it` (stage it % kStages, phase
-  // it / kStages), not by the absolute K tile, so every split starts at stage 0, phase 0.
+  // NOTE: the ring goes by the CTA's own K tile count `it` (stage it % kStages, phase
+  // it / kStages), across the tiles of its share.
   if (wg == Cfg::kConsumers) {
     // ---- producer warpgroup ----
     if constexpr (Cfg::kMoveRegisters) setmaxnreg_dec<Cfg::kProducerRegs>();
@@ -213,17 +225,40 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       prefetch_tensormap(tma_v);
       // NOTE: whole boxes are expected, out-of-bounds parts included (zero-filled).
       const u32 stage_bytes =
-          static_cast<u32>(Cfg::x_box_bytes(p.M) + Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2);
-      for (int it = 0; it < k_tiles; ++it) {
+          static_cast<u32>((GEMM_SM90Q_LEAVE_OUT == 4 ? 0 : Cfg::x_box_bytes(p.M)) +
+                           (GEMM_SM90Q_LEAVE_OUT == 5 ? 0 : Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2));
+      int tile = first_tile, kt = static_cast<int>(begin - static_cast<long long>(first_tile) * k_tiles);
+      const int count = static_cast<int>(end - begin);
+      // NOTE: a tile's end stages D in the ring's first kStagedStages stages
+      // (StagedTransposedTile): after a tile boundary the next tile's copies go on into
+      // the other stages, and wait for the consumers' ring_free before one of those,
+      // and before the run's last K tile: the consumers cannot end that run (and
+      // complete the next phase) before, so the parity wait never sees two phases.
+      bool pending = false;
+      int runs_freed = 0;
+      int m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
+      for (int it = 0; it < count; ++it) {
         const int s = it % kStages;
+        if (it > 0 && kt == 0) pending = true;
+        if (pending && (s < Cfg::kStagedStages || kt == k_tiles - 1 || it == count - 1)) {
+          mbar_wait(ring_free, static_cast<u32>(runs_freed++) & 1u);
+          pending = false;
+        }
         mbar_wait(empty(s), (static_cast<u32>(it / kStages) & 1u) ^ 1u);
         mbar_arrive_expect_tx(full(s), stage_bytes);
-        const int k0 = (k_tile0 + it) * Cfg::kCtaK;
-        tma_load_2d(st.x(s), tma_x, full(s), k0, m0);
-        tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, n0 / 8);
-        const int group = k0 >> p.group_shift;
-        tma_load_2d(st.scales(s), tma_v, full(s), n0, group);
-        tma_load_2d(st.zeros(s), tma_v, full(s), n0, p.groups + group);
+        const int k0 = kt * Cfg::kCtaK;
+        if (GEMM_SM90Q_LEAVE_OUT != 4) tma_load_2d(st.x(s), tma_x, full(s), k0, m0);
+        if (GEMM_SM90Q_LEAVE_OUT != 5) {
+          tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, n0 / 8);
+          const int group = k0 >> p.group_shift;
+          tma_load_2d(st.scales(s), tma_v, full(s), n0, group);
+          tma_load_2d(st.zeros(s), tma_v, full(s), n0, p.groups + group);
+        }
+        if (++kt == k_tiles) {
+          kt = 0;
+          ++tile;
+          m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
+        }
       }
     }
     return;
@@ -233,24 +268,27 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   if constexpr (Cfg::kMoveRegisters) setmaxnreg_inc<Cfg::kConsumerRegs>();
   float acc[Cfg::kTokens / 2];
 #pragma unroll
-  for (int i = 0; i < Cfg::kTokens / 2; ++i) acc[i] = 0.0f;  // the answer for an empty K slice
+  for (int i = 0; i < Cfg::kTokens / 2; ++i) acc[i] = 0.0f;
   const int local_row0 = 64 * wg + 16 * ((threadIdx.x / 32) % 4);  // the warp's 16 weight rows
   auto wait_full = [&](int it) { mbar_wait(full(it % kStages), static_cast<u32>(it / kStages) & 1u); };
   auto release = [&](int it) {
     if (lane == 0) mbar_arrive(empty(it % kStages));
   };
 
-  // One K tile: the wgmma of `use` (dequantized already) joins the one of the previous
-  // K tile in flight; once that one is done, its stage goes back and its registers
-  // (`fill`) take the next K tile's dequantized weights, under this tile's wgmma.
+  // K tile j of a tile's run of n, the CTA's K tile it: its wgmma (of `use`, dequantized
+  // already) join the one of the previous K tile in flight; once that one is done, its
+  // stage goes back and its registers (`fill`) take the next K tile's dequantized
+  // weights, under this tile's wgmma. scale-d false on the run's first wgmma starts the
+  // tile's sums afresh.
   // NOTE: one group in flight, not none: waiting for this tile's own wgmma before
   // issuing the next leaves the tensor cores idle for a wgmma's latency per K tile
-  // (H200, W4 128x128 at M = 4096: 3% slower, GEMM_SM90Q_WGMMA_DEPTH=0).
+  // (H200, W4 128x128 at M = 4096: 3% slower, GEMM_SM90Q_WGMMA_DEPTH=0). Two in flight
+  // (three register sets) and 12-16 stages measured no faster than one (NOTES).
   auto dequantize = [&](int it, u32(&a)[2][2][4]) {
     wait_full(it);
     if (GEMM_SM90Q_LEAVE_OUT != 3) quant_a_fragments<Cfg>(st, it % kStages, local_row0, v_rows, lane, a);
   };
-  auto step = [&](int it, u32(&use)[2][2][4], u32(&fill)[2][2][4]) {
+  auto step = [&](int it, int j, int n, u32(&use)[2][2][4], u32(&fill)[2][2][4]) {
     const int s = it % kStages;
     // NOTE: orders the A registers' ordinary writes before the wgmma reads them.
     wgmma_fence();
@@ -258,15 +296,16 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_kmajor_sw128(st.x(s) + (2 * kb + h) * 32), true);
+        wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_kmajor_sw128(st.x(s) + (2 * kb + h) * 32),
+                                    j > 0 || kb > 0 || h > 0);
     wgmma_commit();
     if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
       wgmma_fence_operand(fill);
-      if (it > 0) release(it - 1);
-      if (it + 1 < k_tiles) dequantize(it + 1, fill);
+      if (j > 0) release(it - 1);
+      if (j + 1 < n) dequantize(it + 1, fill);
     } else {
-      if (it + 1 < k_tiles) dequantize(it + 1, fill);
+      if (j + 1 < n) dequantize(it + 1, fill);
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
       wgmma_fence_operand(use);
@@ -274,33 +313,54 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     }
   };
 
+  // The fragment order of the partials: the consumer threads' accumulators as they hold
+  // them, acc[i] of token 8 * (i / 4) + 2 * (lane % 4) + i % 2 of the CTA's tokens.
+  auto row_of = [&](int i) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; };
+  constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
   u32 a0[2][2][4], a1[2][2][4];
-  if (k_tiles > 0) dequantize(0, a0);
-  for (int it = 0; it < k_tiles; it += 2) {
-    step(it, a0, a1);
-    if (it + 1 < k_tiles) step(it + 1, a1, a0);
-  }
-  wgmma_wait<0>();
-  wgmma_fence_operand(acc);
-  if (GEMM_SM90Q_WGMMA_DEPTH == 1 && k_tiles > 0) release(k_tiles - 1);
+  int it = 0;  // the CTA's K tiles so far
+  for (int tile = first_tile; it < end - begin; ++tile) {
+    // This tile's run of the share: K tiles [kt0, kt0 + n).
+    const int kt0 = it == 0 ? static_cast<int>(begin - static_cast<long long>(tile) * k_tiles) : 0;
+    const int n = static_cast<int>(min(static_cast<long long>(k_tiles - kt0), end - begin - it));
+    const int m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
+    const int rows_left = min(Cfg::kTokens, p.M - m0);  // rows of D the tile has
 
-  if (p.splits > 1) {
-    // The workspace fragment order: the consumer threads' accumulators as they hold
-    // them, acc[i] of token 8 * (i / 4) + 2 * (lane % 4) + i % 2 of the CTA's tokens.
-    auto row_of = [&](int i) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; };
-    if (!split_k_handover<Cfg::kConsumerThreads, Cfg::kTokens / 2, Cfg::kTokens * Cfg::kRows>(
-            acc, row_of, p, blockIdx.y * p.tiles_n + blockIdx.x, split, p.M - m0, threadIdx.x))
-      return;
+    dequantize(it, a0);
+    for (int j = 0; j < n; j += 2) {
+      step(it + j, j, n, a0, a1);
+      if (j + 1 < n) step(it + j + 1, j + 1, n, a1, a0);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operand(acc);
+    if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it + n - 1);
+    it += n;
+
+    if (kt0 > 0) {
+      // The tile's head is another rank's: hand the sums over.
+      stream_k_give<Cfg::kConsumerThreads, Cfg::kTokens / 2, kTileFloats>(acc, row_of, p, rank, rows_left,
+                                                                          threadIdx.x);
+    } else {
+      if (n < k_tiles) {
+        // The tile's rest is the ranks above's (stream_k.cuh).
+        const int last = sk.rank_of(static_cast<long long>(tile + 1) * k_tiles - 1);
+        stream_k_take<Cfg::kConsumerThreads, Cfg::kTokens / 2, kTileFloats>(acc, row_of, p, sk, rank + 1, last,
+                                                                            rows_left, threadIdx.x);
+      }
+      if (GEMM_SM90Q_LEAVE_OUT != 1) {
+        // NOTE: the staged stages are free once both warpgroups' last wgmma have read
+        // their X stage, and the producer copies nothing into them until ring_free.
+        const StagedTransposedTile<Cfg> staged{reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw))),
+                                               rows_left};
+        named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
+        staged.stage(acc, wg);
+        named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
+        Epilogue<Cfg>::store(staged, p, m0, n0);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(ring_free);
   }
-  if (GEMM_SM90Q_LEAVE_OUT == 1) return;
-  // NOTE: the ring is free once both warpgroups' last wgmma have read their X stage: the
-  // producer loads no more than the K tiles the consumers waited for.
-  const StagedTransposedTile<Cfg> tile{reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw))),
-                                       min(Cfg::kTokens, p.M - m0)};
-  named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-  tile.stage(acc, wg);
-  named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-  Epilogue<Cfg>::store(tile, p, m0, n0);
 }
 
 }  // namespace gemm
