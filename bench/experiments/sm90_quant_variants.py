@@ -5,7 +5,10 @@ problems beside fp16 cuBLAS on the unquantized weight, W4 groups of 128, L2 flus
 medians:
 
     python -m bench.experiments.sm90_quant_variants [--variants base depth0 ...] [--m 64 ...]
-        [--tiles 64x128s8 ...] [--splits 1 2 ...]
+        [--tiles 64x128s8 64x256s8m ...] [--splits 1 2 ...]
+
+A tile ending in "m" is the shared-B form (codegen/families/sm90_quant.py,
+Sm90QuantSmemFamily).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ VARIANTS = {
     "no_dequant": ("GEMM_SM90Q_LEAVE_OUT=3",),
     "no_x_copy": ("GEMM_SM90Q_LEAVE_OUT=4",),
     "no_w_copy": ("GEMM_SM90Q_LEAVE_OUT=5",),
+    "no_sync": ("GEMM_SM90Q_LEAVE_OUT=6",),  # shared-B form only: wrong sums
 }
 # (M, N, K) and the tiles (tokens, rows, stages) timed on it: llama3-8b gate_up at
 # M = 4096, 64, 128 and 256, llama3-8b qkv at 256 and 1024, llama3-70b o at 1024 and
@@ -51,8 +55,8 @@ def main() -> None:
     ap.add_argument("--splits", nargs="+", type=int, default=[1], help="stream-K splits (1: one CTA per tile)")
     ap.add_argument("--baseline", default="", help="another kernel_sm90_quant.cuh (e.g. `git show REV:templates/"
                     "include/gemm/sm90/kernel_sm90_quant.cuh > F`), timed unsplit beside each tile as 'baseline'")
-    ap.add_argument("--tiles", nargs="+", default=None, help="tiles as TOKENSxROWSsSTAGES (e.g. 64x128s16) "
-                    "instead of each problem's own")
+    ap.add_argument("--tiles", nargs="+", default=None, help="tiles as TOKENSxROWSsSTAGES (e.g. 64x128s16; "
+                    "a trailing m: the shared-B form) instead of each problem's own")
     args = ap.parse_args()
     for (m, n, k), tiles in PROBLEMS.items():
         if args.m and m not in args.m:
@@ -65,22 +69,24 @@ def main() -> None:
         cublas = median_ms(lambda: torch.matmul(x, w.t(), out=d)) * 1e3
         print(f"{m}x{n}x{k}: fp16 cuBLAS {cublas:8.1f} us {flop / cublas / 1e6:5.0f} TFLOP/s", flush=True)
         if args.tiles:
-            tiles = [tuple(map(int, t.replace("s", "x").split("x"))) for t in args.tiles]
+            tiles = [(*map(int, t.rstrip("m").replace("s", "x").split("x")), "m" * t.endswith("m")) for t in args.tiles]
         for tile in tiles:
+            form = tile[3] if len(tile) > 3 else ""
+            tile, smem = tuple(tile[:3]), form == "m"
             row = []
-            if args.baseline:
+            if args.baseline and not smem:
                 kernel = QuantKernel("f16", args.bits, "f16", *tile, header=args.baseline)
                 launch(kernel, x, packed, d)
                 t = median_ms(lambda: launch(kernel, x, packed, d, sync=False)) * 1e3
                 row.append(f"baseline {t:7.1f} us ({flop / t / 1e6:4.0f})")
             for variant in args.variants:
-                kernel = QuantKernel("f16", args.bits, "f16", *tile, defines=VARIANTS[variant])
+                kernel = QuantKernel("f16", args.bits, "f16", *tile, defines=VARIANTS[variant], smem=smem)
                 for splits in args.splits:
                     launch(kernel, x, packed, d, splits=splits)
                     t = median_ms(lambda: launch(kernel, x, packed, d, splits=splits, sync=False)) * 1e3
                     label = variant if splits == 1 else f"{variant}/{splits}"
                     row.append(f"{label} {t:7.1f} us ({flop / t / 1e6:4.0f})")
-            print(f"  {tile[0]}x{tile[1]}s{tile[2]}: " + " | ".join(row), flush=True)
+            print(f"  {tile[0]}x{tile[1]}s{tile[2]}{form}: " + " | ".join(row), flush=True)
 
 
 if __name__ == "__main__":

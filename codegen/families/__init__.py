@@ -11,7 +11,7 @@ from codegen.families.base import MainloopFamily, TensorMapBox
 from codegen.families.sm70 import Sm70Family
 from codegen.families.sm80 import Sm80Family
 from codegen.families.sm90 import Sm90Family
-from codegen.families.sm90_quant import Sm90QuantFamily
+from codegen.families.sm90_quant import Sm90QuantFamily, Sm90QuantSmemFamily
 
 _FAMILIES: dict[str, MainloopFamily] = {}
 
@@ -51,6 +51,7 @@ class Mainloop:
     SM70 = register(Sm70Family())
     SM90 = register(Sm90Family())
     SM90_QUANT = register(Sm90QuantFamily())
+    SM90_QUANT_SMEM = register(Sm90QuantSmemFamily())
 
 
 __all__ = ["MainloopFamily", "Mainloop", "TensorMapBox", "families", "get", "register", "unregister"]

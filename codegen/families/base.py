@@ -55,6 +55,10 @@ class MainloopFamily:
     persistent: bool = False
     # The rasterization (plan swizzle) the cost model prefers among equal predictions.
     preferred_swizzle: int = 0
+    # An experimental family has no kernels in the default YAML (it measured slower than
+    # the families there); its module says where its kernels are built and tested, and a
+    # user's YAML may still name it.
+    experimental: bool = False
 
     # ---- validation (codegen.config) --------------------------------------------------
     def tile_error(

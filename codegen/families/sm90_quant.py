@@ -49,24 +49,36 @@ def words_per_lane(spec: KernelSpec) -> int:
 
 class Sm90QuantFamily(MainloopFamily):
     value = "sm90_quant"
+    shared_b = False  # the form: Sm90QuantConfig's kSharedB (Sm90QuantSmemFamily)
     min_arch = 90
     atoms = (MmaAtom.M64NK16,)
     header = "gemm/sm90/kernel_sm90_quant.cuh"
     entry = "gemm::gemm_sm90_quant"
     summary = "quantized B on wgmma: D^T = W . X^T, TMA ring, register-A operand"
     template = "kernel_sm90_quant.cu.j2"
+    # The tile rules of the form (Sm90QuantSmemFamily has its own).
+    tokens = TOKENS
+    tokens_rule = "tokens per CTA, wgmma's N"
+    rows = ROWS
+    rows_rule = "64 per consumer warpgroup"
+    staged_pad = STAGED_PAD
+
+    def consumer_warps(self, rows: int) -> tuple[int, str]:
+        """The warps a tile of ``rows`` weight rows has, and why."""
+        return rows // 16, "the consumer warps, 4 per 64 weight rows"
 
     # ---- validation -------------------------------------------------------------------
     def tile_error(self, cta, warps, stages, cluster=1):
         m, n, k = cta
         if k != CTA_K:
             return "cta", f"a K of {CTA_K} (one 128-byte swizzled row of X per token and K tile)"
-        if m not in TOKENS:
-            return "cta", f"an M (tokens per CTA, wgmma's N) of {' or '.join(map(str, TOKENS))}"
-        if n not in ROWS:
-            return "cta", f"an N (weight rows per CTA) of {' or '.join(map(str, ROWS))}: 64 per consumer warpgroup"
-        if tuple(warps) != (1, n // 16, 1):
-            return "warps", f"[1, {n // 16}, 1] for cta N {n}: the consumer warps, 4 per 64 weight rows"
+        if m not in self.tokens:
+            return "cta", f"an M ({self.tokens_rule}) of {' or '.join(map(str, self.tokens))}"
+        if n not in self.rows:
+            return "cta", f"an N (weight rows per CTA) of {' or '.join(map(str, self.rows))}: {self.rows_rule}"
+        consumer_warps, why = self.consumer_warps(n)
+        if tuple(warps) != (1, consumer_warps, 1):
+            return "warps", f"[1, {consumer_warps}, 1] for cta N {n}: {why}"
         if not 2 <= stages <= 8:
             return "stages", "2 to 8"
         return super().tile_error(cta, warps, stages, cluster)
@@ -93,17 +105,21 @@ class Sm90QuantFamily(MainloopFamily):
         not fit twice without spilling; two consumers take the SM's registers alone."""
         return 2 if spec.cta[1] == 64 and spec.cta[0] == 64 else 1
 
-    def smem_bytes(self, spec: KernelSpec) -> int:
-        """The ring (mirrors Sm90QuantConfig::kSmemBytes): per stage X's tile, the packed
+    def ring_bytes(self, spec: KernelSpec) -> int:
+        """The ring (Sm90QuantConfig::kRingAligned): per stage X's tile, the packed
         weight's K tile and the scales and zeros of two groups, rounded up to 1024 bytes
         (X's swizzle atoms), or the D tile the epilogue stages there if larger (fp32,
-        rows of weight rows + 4), and 1024 bytes to align the base."""
+        rows of weight rows + staged_pad)."""
         tokens, rows, k = spec.cta
         x = tokens * k * 2
         w = rows // 8 * (k // 32) * 32 * words_per_lane(spec) * 4
         v = 2 * V_ROWS * rows * 2
-        staged = tokens * (rows + STAGED_PAD) * 4
-        return max(spec.stages * -(-(x + w + v) // 1024) * 1024, staged) + 1024
+        staged = tokens * (rows + self.staged_pad) * 4
+        return -(-max(spec.stages * -(-(x + w + v) // 1024) * 1024, staged) // 1024) * 1024
+
+    def smem_bytes(self, spec: KernelSpec) -> int:
+        """Mirrors Sm90QuantConfig::kSmemBytes: the ring and 1024 bytes to align the base."""
+        return self.ring_bytes(spec) + 1024
 
     def nvrtc_target(self, arch: int) -> str:
         return f"sm_{arch}a"
@@ -181,4 +197,63 @@ class Sm90QuantFamily(MainloopFamily):
 
     def stages_in_flight(self, spec: KernelSpec) -> int:
         return spec.stages
+
+SMEM_TOKENS = (64, 128)  # cta M: wgmma M slices of 64 tokens, one or two
+SMEM_ROWS = (128, 256)  # cta N: two consumer warpgroups, each wgmma's N over half of them
+SMEM_STAGED_PAD = 8  # floats beyond the weight rows per staged row of D (StagedTile)
+SMEM_LIMIT = 227 * 1024  # Sm90QuantConfig::kSmemLimit
+
+
+class Sm90QuantSmemFamily(Sm90QuantFamily):
+    """The same kernel (kernel_sm90_quant.cuh, Sm90QuantConfig's kSharedB) in the other
+    form: D = X . W^T with the weights dequantized into shared memory as wgmma_ss's B
+    operand. The tokens are wgmma's M, in slices of 64; each of two consumer warpgroups
+    dequantizes half the CTA's weight rows (one stmatrix per n8 x k32 block) into its own
+    double buffer and runs wgmma over them with N = half the rows.
+
+    NOTE: why a second form: with 64 tokens the register-A form's wgmma is m64n64k16,
+    which on the H200 ran at about 370-425 TFLOP/s with no dequantization at all
+    (NOTES); here a 64-token tile's wgmma is m64n128k16 (465 TFLOP/s so), at the price
+    of the dequantized tile's trip through shared memory and a warpgroup barrier per K
+    tile, which made the whole slower."""
+
+    value = "sm90_quant_smem"
+    summary = "quantized B on wgmma: D = X . W^T, weights dequantized into shared memory, TMA ring"
+    shared_b = True
+    # NOTE: slower than the register-A form on every problem timed (docs/NOTES.md), so
+    # none of its kernels is in the default set; tests/gpu/test_sm90_quant_kernel.py
+    # launches its tiles directly, and bench/experiments/sm90_quant_variants.py times
+    # them (tiles ending in "m").
+    experimental = True
+
+    tokens = SMEM_TOKENS
+    tokens_rule = "tokens per CTA, wgmma M slices of 64"
+    rows = SMEM_ROWS
+    rows_rule = "two consumer warpgroups, each wgmma's N over half of them"
+    staged_pad = SMEM_STAGED_PAD
+
+    def consumer_warps(self, rows: int) -> tuple[int, str]:
+        return 8, "the consumer warps, two warpgroups"
+
+    def min_ctas_per_sm(self, spec: KernelSpec) -> int:
+        return 1
+    def smem_bytes(self, spec: KernelSpec) -> int:
+        """Mirrors Sm90QuantConfig::kSmemBytes with kSharedB: the ring, the buffers of
+        dequantized weights after it, and 1024 bytes to align the base."""
+        _, rows, k = spec.cta
+        return self.ring_bytes(spec) + self.b_buffers(spec) * rows * k * 2 + 1024
+
+    def b_buffers(self, spec: KernelSpec) -> int:
+        """Sm90QuantConfig::kBBuffers: three K tiles of dequantized weights per consumer
+        warpgroup where they fit beside the ring (one warpgroup barrier per K tile), else two."""
+        _, rows, k = spec.cta
+        return 3 if self.ring_bytes(spec) + 3 * rows * k * 2 + 1024 <= SMEM_LIMIT else 2
+
+    def mma_efficiency(self, spec: KernelSpec) -> float:
+        """wgmma's rate on this tile against the SM's mma.sync peak: N is half the weight
+        rows whatever the tokens, so 64 tokens run nearer the 128-token register-A tile's
+        rate, less the dequantized tile's shared-memory traffic. A first estimate, for
+        the tuner to correct."""
+        tokens, rows, _ = spec.cta
+        return 2.36 * (rows / 2) / (rows / 2 + 110.0) * (0.85 if tokens == 64 else 0.95)
 

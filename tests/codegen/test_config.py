@@ -420,7 +420,8 @@ def test_default_configs() -> None:
     assert {s.mainloop.value for s in quantized} == {"sm70", "sm80", "sm90_quant"}
     assert {s.cta[0] for s in quantized} >= {16, 128}
     assert {k.spec.mma for k in loaded} == set(MmaAtom)
-    assert {k.spec.mainloop for k in loaded} == set(families())
+    # Every family but the experimental ones (measured slower; tested by direct launch).
+    assert {k.spec.mainloop for k in loaded} == {f for f in families() if not f.experimental}
     names = [k.spec.name for k in loaded]
     assert len(set(names)) == len(names)
     assert {2, 3, 4, 5, 6} <= {k.spec.stages for k in loaded}

@@ -141,7 +141,7 @@ def test_the_staged_epilogue_covers_the_tile_without_bank_conflicts(tokens: int,
     assert "const int row = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + lane / 4;" in header
     assert "const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;" in header
     assert "rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[i];" in header
-    assert "static constexpr int kStagedPitch = kRows + 4;" in header
+    assert "static constexpr int kStagedPitch = kRows + (kSharedB ? 8 : 4);" in header
     pitch, consumers = rows + 4, rows // 64 * 128
     written: dict[int, int] = {}
     for t in range(consumers):
@@ -189,3 +189,132 @@ def test_stream_k_partition(tiles: int, k_tiles: int, ctas: int) -> None:
             assert b == e or t * k_tiles < b < (t + 1) * k_tiles  # empty, or starts inside the tile
             given[r] += b != e
     assert max(given) <= 1
+
+
+# ---- the shared-B form (Sm90QuantSmemFamily: experimental, no default kernels) ----------
+
+SMEM = Mainloop.SM90_QUANT_SMEM
+SMEM_TILES = [(64, 256, 6), (64, 256, 8), (128, 256, 4), (64, 128, 4)]  # tests/gpu/test_sm90_quant_kernel.py's and more
+
+
+@pytest.mark.parametrize(
+    "tile, field, needle",
+    [
+        ({"cta": [256, 256, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "wgmma M slices of 64"),
+        ({"cta": [64, 64, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "two consumer warpgroups"),
+        ({"cta": [64, 256, 64], "warps": [1, 16, 1], "stages": 4}, "warps", "[1, 8, 1]"),
+        ({"cta": [64, 256, 64], "warps": [1, 8, 1], "stages": 12}, "stages", "an integer <= 8"),
+    ],
+)
+def test_smem_tile_rules(tmp_path: Path, tile: dict, field: str, needle: str) -> None:
+    cfg.fam_error(tmp_path, family(mainloop="sm90_quant_smem", tiles=[tile]), TILE, field, f"field {field!r}: got ",
+                  needle)  # fmt: skip
+
+
+def test_smem_family_is_experimental_and_loads_from_a_users_yaml(tmp_path: Path) -> None:
+    assert SMEM.experimental and not SM90Q.experimental
+    assert not {k for k in load_configs(default_config_paths()) if k.spec.mainloop is SMEM}
+    tile = {"cta": [64, 256, 64], "warps": [1, 8, 1], "stages": 6}
+    loaded = load_configs([cfg.write(tmp_path, {"families": [family(mainloop="sm90_quant_smem", tiles=[tile])]})])
+    assert {k.spec.mainloop for k in loaded} == {SMEM} and loaded[0].spec.threads == 384
+
+
+@pytest.mark.parametrize("tile", SMEM_TILES, ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("bits", [4, 8])
+def test_smem_shared_memory(bits: int, tile: tuple[int, int, int]) -> None:
+    """The ring (or the staged D tile, rows of weight rows + 8 floats), then three
+    buffers of a K tile of dequantized weights per consumer warpgroup where they fit
+    under 227 KiB, else two; the kernel's own kSmemBytes is checked against this by a
+    static_assert when it compiles (test_smem_kernels_compile)."""
+    tokens, rows, stages = tile
+    if bits == 8 and tile == (64, 256, 8):
+        pytest.skip("beyond 227 KiB with 8-bit weights")
+    spec = QuantKernel("f16", bits, "f16", tokens, rows, stages, smem=True).spec
+    stage = tokens * 128 + rows // 8 * 64 * (bits // 4) * 4 + 2 * 2 * rows * 2
+    ring = max(stages * -(-stage // 1024) * 1024, tokens * (rows + 8) * 4)
+    buffers = 3 if ring + 3 * rows * 128 + 1024 <= 227 * 1024 else 2
+    assert SMEM.b_buffers(spec) == buffers
+    assert spec.smem_bytes == ring + buffers * rows * 128 + 1024 <= 227 * 1024
+    assert spec.threads == 384 and SMEM.min_ctas_per_sm(spec) == 1
+
+
+@pytest.mark.parametrize("rows", [128, 256])
+def test_smem_dequantized_tile_layout(rows: int) -> None:
+    """SharedBWeights::store, emulated from the header's index rules: a warpgroup's
+    stmatrix.x4 of every (n8 tile, k32 block) land each (weight row, 8 K) chunk of its
+    buffer once, where TMA's 128-byte swizzle (smem_desc_kmajor_sw128) puts it, and the
+    8 row addresses of each 8 x 8 matrix fall on 8 different 16-byte bank groups."""
+    from codegen.render import INCLUDE_DIR
+
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    assert "const int n = (local_tile0 + t) * 8 + lane % 8, chunk = 4 * kb + lane / 8;" in header
+    assert "stmatrix_x4(buffer + static_cast<u32>(n * 128 + ((chunk ^ (n % 8)) << 4)), f[t][kb][0][0]" in header
+    assert "const int local_tile0 = W::kTiles * warp;" in header
+    consumer_rows = rows // 2
+    tiles_per_warp = consumer_rows // 32
+    written: dict[int, tuple[int, int]] = {}
+    for warp in range(4):
+        for t in range(tiles_per_warp):
+            for kb in range(2):
+                local_tile = tiles_per_warp * warp + t
+                rows_at = []
+                for lane in range(32):
+                    n, chunk = local_tile * 8 + lane % 8, 4 * kb + lane // 8
+                    address = n * 128 + ((chunk ^ (n % 8)) << 4)
+                    assert address not in written
+                    written[address] = (n, chunk)
+                    rows_at.append(address)
+                for matrix in range(4):
+                    assert len({a // 16 % 8 for a in rows_at[8 * matrix: 8 * matrix + 8]}) == 8
+    # Every chunk of every row once, in the swizzled place wgmma's descriptor reads.
+    assert sorted(written.values()) == [(n, c) for n in range(consumer_rows) for c in range(8)]
+    assert all(a == n * 128 + ((c ^ (n % 8)) << 4) for a, (n, c) in written.items())
+
+
+@pytest.mark.parametrize("tokens, rows", [(64, 256), (128, 256), (64, 128)])
+def test_smem_staged_epilogue_covers_the_tile(tokens: int, rows: int) -> None:
+    """StagedTile (kernel_sm90_quant.cuh), emulated from the header's index rules: the
+    consumers' D fragments (wgmma_ss's layout, token slices of 64, half the weight rows
+    per warpgroup) land on every (token, weight row) once, and a half-warp's 8-byte
+    stores fall on 32 different banks (the pitch of rows + 8 floats)."""
+    from codegen.render import INCLUDE_DIR
+
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    assert "const int token0 = 16 * ((threadIdx.x / 32) % 4) + lane / 4;" in header
+    assert "const int col0 = Cfg::kConsumerRows * wg + 2 * (lane % 4);" in header
+    assert "const int token = 64 * ts + token0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4);" in header
+    pitch, half = rows + 8, rows // 2
+    written: dict[int, int] = {}
+    for thread in range(256):
+        wg, warp, lane = thread // 128, thread // 32 % 4, thread % 32
+        for ts in range(tokens // 64):
+            for i in range(0, half // 2, 2):
+                token = 64 * ts + 16 * warp + lane // 4 + 8 * (i // 2 % 2)
+                col = half * wg + 2 * (lane % 4) + 8 * (i // 4)
+                for c in (col, col + 1):
+                    written[token * pitch + c] = written.get(token * pitch + c, 0) + 1
+    assert sorted(written) == sorted(t * pitch + r for t in range(tokens) for r in range(rows))
+    assert set(written.values()) == {1}
+    for i in range(0, half // 2, 2):  # a half-warp's float2 stores (lanes 0-15) of warp 0
+        banks = set()
+        for lane in range(16):
+            word = (lane // 4 + 8 * (i // 2 % 2)) * pitch + 2 * (lane % 4) + 8 * (i // 4)
+            banks |= {word % 32, (word + 1) % 32}
+        assert len(banks) == 32, i
+
+
+@pytest.mark.parametrize("dtype, bits", [("f16", 4), ("bf16", 8)])
+def test_smem_kernels_compile(dtype: str, bits: int) -> None:
+    """Every shared-B tile of the GPU test compiles for sm_90a without spilling, with the
+    kernel's static_asserts (threads and shared memory equal to the family's)."""
+    from codegen.render import render_kernel
+    from tests.sm90_smoke import nvrtc_compile, report
+
+    for tokens, rows, stages in SMEM_TILES:
+        if bits == 8 and (tokens, rows, stages) == (64, 256, 8):
+            continue  # beyond 227 KiB with 8-bit weights
+        spec = QuantKernel(dtype, bits, dtype, tokens, rows, stages, smem=True).spec
+        ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+        assert ok, log
+        rep = report(log, spec.name)
+        assert rep["spill_stores"] == rep["spill_loads"] == 0, log

@@ -23,7 +23,19 @@ TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 TOLERANCE = {"f16": (1e-3, 2e-3), "bf16": (6e-3, 1e-2)}  # as tests/gpu/test_quant_kernels.py
 PAD = 8
 SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4096, 7392), (300, 200, 520)]
-TILES = [(64, 128, 8), (128, 128, 6), (256, 128, 4), (64, 64, 8), (128, 64, 4)]  # (tokens, weight rows, stages)
+# (tokens, weight rows, stages, form): the register-A tiles of the YAML and more, and the
+# shared-B form's ("smem", codegen/families/sm90_quant.py: experimental), with three and
+# two buffers of dequantized weights.
+TILES = [(64, 128, 8, ""), (128, 128, 6, ""), (256, 128, 4, ""), (64, 64, 8, ""), (128, 64, 4, ""),
+         (64, 256, 6, "smem"), (128, 256, 4, "smem"), (64, 128, 4, "smem")]  # fmt: skip
+
+
+def _tile_id(tile) -> str:
+    return f"{tile[0]}x{tile[1]}_s{tile[2]}" + (f"_{tile[3]}" if tile[3] else "")
+
+
+def _kernel(dtype: str, bits: int, out: str, tile) -> QuantKernel:
+    return QuantKernel(dtype, bits, out, *tile[:3], smem=tile[3] == "smem")
 
 
 def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: int, dtype: str) -> str | None:
@@ -41,7 +53,7 @@ def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: 
     return f"rel {rel:.2e} max {worst:.2e} at ({r}, {c}): {got[r, c].item():.5g} vs {ref[r, c].item():.5g}"
 
 
-@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}_s{t[2]}")
+@pytest.mark.parametrize("tile", TILES, ids=_tile_id)
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("group_size", [32, 128, -1])
 @pytest.mark.parametrize("out", ["same", "f32"])
@@ -49,8 +61,8 @@ def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_quant_kernel_matches_dequantized_reference(dtype, bits, out, group_size, symmetric, tile) -> None:
     out = dtype if out == "same" else out
-    kernel = QuantKernel(dtype, bits, out, *tile)
-    gen = torch.Generator(device="cuda").manual_seed(bits * 1009 + group_size + 7 * symmetric + tile[0])
+    kernel = _kernel(dtype, bits, out, tile)
+    gen = torch.Generator(device="cuda").manual_seed(bits * 1009 + group_size + 7 * symmetric + tile[0] + tile[1])
     failures = []
     for m, n, k in SHAPES:
         w = torch.randn(n, k, device="cuda", generator=gen).to(TORCH[dtype]) * 0.05
@@ -64,14 +76,14 @@ def test_quant_kernel_matches_dequantized_reference(dtype, bits, out, group_size
     assert not failures, f"{kernel.name} group {group_size} symmetric={symmetric}: " + "; ".join(failures)
 
 
-@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}_s{t[2]}")
+@pytest.mark.parametrize("tile", TILES, ids=_tile_id)
 @pytest.mark.parametrize("case", ["bias", "gated", "beta_c_aliasing_d", "all"])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_quant_kernel_epilogues(dtype, case, tile) -> None:
     """The common epilogue through the transposed fragment: bias per column of D (a
     weight row), gated SiLU over adjacent (gate, up) columns, which lie in neighbouring
     lanes' fragments, and beta * C read from D itself."""
-    kernel = QuantKernel(dtype, 4, dtype, *tile)
+    kernel = _kernel(dtype, 4, dtype, tile)
     gen = torch.Generator(device="cuda").manual_seed(hash((dtype, case, tile)) % 2**31)
     failures = []
     for m, n, k in [(65, 262, 1000), (130, 392, 328), (3, 128, 4096)]:
@@ -101,7 +113,7 @@ def test_quant_kernel_epilogues(dtype, case, tile) -> None:
     assert not failures, f"{kernel.name} {case}: " + "; ".join(failures)
 
 
-@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}_s{t[2]}")
+@pytest.mark.parametrize("tile", TILES, ids=_tile_id)
 @pytest.mark.parametrize("splits, resident", [(2, 132), (3, 132), (7, 132), (2, 5), (5, 3), (4, 1)])
 @pytest.mark.parametrize("bits", [4, 8])
 def test_quant_kernel_stream_k(bits, splits, resident, tile) -> None:
@@ -112,7 +124,7 @@ def test_quant_kernel_stream_k(bits, splits, resident, tile) -> None:
     tiles in turn through one ring (and one CTA hands nothing over). fp32 output and a
     16-bit one with beta * C aliasing D. The flags must be back at zero after each
     launch, or the next one's hand-over would not wait."""
-    kernel16, kernel32 = QuantKernel("bf16", bits, "bf16", *tile), QuantKernel("bf16", bits, "f32", *tile)
+    kernel16, kernel32 = _kernel("bf16", bits, "bf16", tile), _kernel("bf16", bits, "f32", tile)
     gen = torch.Generator(device="cuda").manual_seed(bits * 31 + splits * 7 + resident + tile[0] + tile[1])
     failures = []
     for m, n, k in [(65, 261, 1000), (300, 392, 328), (3, 520, 4096)]:

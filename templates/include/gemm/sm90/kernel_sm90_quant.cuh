@@ -26,6 +26,13 @@
 // Without splits, one CTA per output tile (weight tiles in x, token tiles in y). With
 // them, stream-K (stream_k.cuh): a grid of at most the resident CTAs, each taking an
 // equal share of all tiles' K tiles, handing cut tiles over through the workspace.
+//
+// The shared-B form (Sm90QuantConfig's kSharedB; the experimental sm90_quant_smem family)
+// computes D = X . W^T instead: each of two consumer warpgroups dequantizes half the
+// CTA's weight rows into buffers in shared memory (SharedBWeights, one stmatrix per
+// block), the B operand of wgmma_ss with N = those rows and the tokens as M in slices of
+// 64; producer, stream-K and epilogue (StagedTile) are the same. Measured slower than
+// the register-A form on every problem timed (docs/NOTES.md).
 #pragma once
 #include "gemm/dequant.cuh"
 #include "gemm/epilogue.cuh"
@@ -38,7 +45,8 @@
 // leave them at their defaults): GEMM_SM90Q_LEAVE_OUT 1 drops the epilogue, 2 the
 // wgmma (commit and waits stay), 3 the dequantization (the A registers keep whatever
 // they hold), 4 the X copies, 5 the weight, scale and zero copies (the stages keep
-// whatever they hold); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a consumer leaves in flight
+// whatever they hold), 6 the shared-B form's warpgroup barriers and proxy fence around
+// the dequantized tile's writes (wrong sums: timing only); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a consumer leaves in flight
 // while it dequantizes the next K tile (0 or 1).
 #ifndef GEMM_SM90Q_LEAVE_OUT
 #define GEMM_SM90Q_LEAVE_OUT 0
@@ -49,16 +57,26 @@
 
 namespace gemm {
 
-template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_>
+template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_, bool SharedB_ = false>
 struct Sm90QuantConfig {
   using TA = TA_;
   using TD = TD_;
   static constexpr int kBits = Bits_;
-  static constexpr int kTokens = Tokens_;  // rows of D per CTA: wgmma N
+  static constexpr int kTokens = Tokens_;  // rows of D per CTA
   static constexpr int kRows = Rows_;      // columns of D (weight rows) per CTA
   static constexpr int kStages = Stages_;
+  // The form of the product (the two families: codegen/families/sm90_quant.py):
+  //   register A (false): D^T = W . X^T, the weights wgmma's register A operand, the
+  //     tokens its N; 64 weight rows per consumer warpgroup;
+  //   shared B (true): D = X . W^T, the weights dequantized into shared memory as
+  //     wgmma_ss's B operand (N = the warpgroup's weight rows), the tokens its M in
+  //     slices of 64; two consumer warpgroups, each with half the weight rows.
+  static constexpr bool kSharedB = SharedB_;
   static constexpr int kCtaK = 64;
-  static constexpr int kConsumers = kRows / 64;
+  static constexpr int kConsumers = kSharedB ? 2 : kRows / 64;
+  static constexpr int kConsumerRows = kRows / kConsumers;  // weight rows per consumer warpgroup
+  static constexpr int kTokenSlices = kTokens / 64;         // shared B: wgmma M slices
+  static constexpr int kAcc = kSharedB ? kTokenSlices * kConsumerRows / 2 : kTokens / 2;  // per thread
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kWords = kBits / 4;  // 32-bit words per lane per n8 x k32 block
@@ -70,24 +88,36 @@ struct Sm90QuantConfig {
   // NOTE: the next stage's X tile must start on a 1024-byte boundary (128B swizzle).
   static constexpr int kStageBytes = (kTileBytesX + kTileBytesW + kTileBytesV + 1023) / 1024 * 1024;
   static constexpr int kSmemLimit = 227 * 1024;
-  // The epilogue stages the CTA's D tile (fp32, a row of kRows + 4 per token) where the
-  // ring was: StagedTransposedTile.
-  static constexpr int kStagedPitch = kRows + 4;
+  // The epilogue stages the CTA's D tile (fp32, a row of kStagedPitch per token) where the
+  // ring was: StagedTransposedTile / StagedTile.
+  static constexpr int kStagedPitch = kRows + (kSharedB ? 8 : 4);
   static constexpr int kStagedBytes = kTokens * kStagedPitch * 4;
-  static constexpr int kSmemBytes = (kStages * kStageBytes > kStagedBytes ? kStages * kStageBytes : kStagedBytes) + 1024;
+  static constexpr int kRingBytes = kStages * kStageBytes > kStagedBytes ? kStages * kStageBytes : kStagedBytes;
+  // Shared B: buffers per consumer warpgroup of one K tile of its dequantized weights
+  // (K-major, 128-byte rows, swizzled as TMA would), after the ring: three where they
+  // fit (one warpgroup barrier per K tile), else two (two barriers).
+  static constexpr int kBBufferBytes = kConsumerRows * kCtaK * 2;
+  static constexpr int kRingAligned = (kRingBytes + 1023) / 1024 * 1024;
+  static constexpr int kBBuffers =
+      !kSharedB ? 0 : kRingAligned + 3 * kConsumers * kBBufferBytes + 1024 <= kSmemLimit ? 3 : 2;
+  static constexpr int kBBytes = kBBuffers * kConsumers * kBBufferBytes;
+  static constexpr int kSmemBytes = kRingAligned + kBBytes + 1024;
   static constexpr int kStagedStages = (kStagedBytes + kStageBytes - 1) / kStageBytes;  // the stages it covers
   static constexpr bool kMoveRegisters = kConsumers == 2;
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
   // Bytes of X a stage receives: the tile's tokens, or for an M below them M rounded up
   // to 8 (the host encodes X's box so: codegen/families/sm90_quant.py, a_box_rows; the
-  // rows beyond stay stale and feed only accumulator columns no store reads).
+  // rows beyond stay stale and feed only accumulators of tokens no store reads).
   __device__ static int x_box_bytes(int M) { return (M >= kTokens ? kTokens : (M + 7) / 8 * 8) * kCtaK * 2; }
 
   static_assert(sizeof(typename TA::Storage) == 2, "wgmma f16/bf16 operands are 16-bit");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
-  static_assert(kRows == 64 || kRows == 128, "64 weight rows per consumer warpgroup, one or two of them");
-  static_assert(kTokens == 64 || kTokens == 128 || kTokens == 256, "the wgmma_rs widths implemented");
+  static_assert(kSharedB ? (kRows == 128 || kRows == 256) : (kRows == 64 || kRows == 128),
+                "register A: 64 weight rows per consumer warpgroup, one or two of them; shared B: 128 or 256 "
+                "rows over two");
+  static_assert(kSharedB ? (kTokens == 64 || kTokens == 128) : (kTokens == 64 || kTokens == 128 || kTokens == 256),
+                "the wgmma widths implemented");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
 };
@@ -113,7 +143,7 @@ struct StagedTransposedTile {
   // writes at once on 32 different banks.
   // NOTE: plain C++ stores, not st.shared asm: with asm operands reading the accumulators
   // ptxas serializes the 128- and 256-token tiles' wgmma (C7514).
-  __device__ __forceinline__ void stage(const float (&acc)[Cfg::kTokens / 2], int wg) const {
+  __device__ __forceinline__ void stage(const float (&acc)[Cfg::kAcc], int wg) const {
     const int lane = threadIdx.x % 32;
     const int row = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + lane / 4;
 #pragma unroll
@@ -145,19 +175,30 @@ struct Sm90QuantStage {
 
 // A warp's A registers of one K tile (stage s): [k32 block][k16 step][register], the two
 // n8 tiles of its 16 weight rows dequantized (registers {tile 0 reg 0, tile 1 reg 0,
-// tile 0 reg 1, tile 1 reg 1} of each step, see wgmma_rs).
+// tile 0 reg 1, tile 1 reg 1} of each step, see wgmma_rs). A row's scale and zero are
+// made once per group: once per K tile, twice for groups of 32.
 template <class Cfg>
 __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, int local_row0, int v_rows,
                                                   int lane, u32 (&a)[2][2][4]) {
   using D = Dequant<typename Cfg::TA, Cfg::kBits>;
   static_assert(D::kWords == Cfg::kWords, "the packed words per lane and block");
+  typename D::Consts c[2][2];  // [k32 block][half]
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = local_row0 + 8 * half + lane / 4;  // this lane's weight row (B column g)
+    c[0][half] = D::make(ld_shared_u16(st.scales(s) + 2 * row), ld_shared_u16(st.zeros(s) + 2 * row));
+    c[1][half] = c[0][half];
+    if (v_rows == 2) {
+      const int v = Cfg::kRows + row;
+      c[1][half] = D::make(ld_shared_u16(st.scales(s) + 2 * v), ld_shared_u16(st.zeros(s) + 2 * v));
+    }
+  }
 #pragma unroll
   for (int kb = 0; kb < 2; ++kb) {
     BlockFragments f[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int tile = local_row0 / 8 + half;
-      const int row = local_row0 + 8 * half + lane / 4;  // this lane's weight row (B column g)
       const u32 words = st.w(s) + static_cast<u32>(((tile * 2 + kb) * 32 + lane) * Cfg::kWords * 4);
       u32 w[D::kWords];
       if constexpr (D::kWords == 1) {
@@ -165,8 +206,7 @@ __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st,
       } else {
         ld_shared_v2(w, words);
       }
-      const int v = (v_rows == 2 ? kb : 0) * Cfg::kRows + row;
-      D::apply(w, D::make(ld_shared_u16(st.scales(s) + 2 * v), ld_shared_u16(st.zeros(s) + 2 * v)), f[half]);
+      D::apply(w, c[kb][half], f[half]);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -177,6 +217,86 @@ __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st,
     }
   }
 }
+
+// Shared B: the CTA's accumulators of D (wgmma_ss's fragment: token slice ts of 64, the
+// warpgroup's kConsumerRows weight rows as columns), staged as rows of D like
+// StagedTransposedTile, whose for_each_pair hands them to the epilogue.
+// NOTE: the pitch of kRows + 8 floats puts the 4 tokens x 4 column pairs of a half-warp's
+// 8-byte stores on 32 different banks.
+template <class Cfg>
+struct StagedTile : StagedTransposedTile<Cfg> {
+  static constexpr int kSlice = Cfg::kConsumerRows / 2;  // accumulators per token slice
+  __device__ __forceinline__ void stage(const float (&acc)[Cfg::kAcc], int wg) const {
+    const int lane = threadIdx.x % 32;
+    const int token0 = 16 * ((threadIdx.x / 32) % 4) + lane / 4;
+    const int col0 = Cfg::kConsumerRows * wg + 2 * (lane % 4);
+#pragma unroll
+    for (int ts = 0; ts < Cfg::kTokenSlices; ++ts)
+#pragma unroll
+      for (int i = 0; i < Cfg::kConsumerRows / 2; i += 2) {
+        const int token = 64 * ts + token0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4);
+        *reinterpret_cast<float2*>(this->rows + token * Cfg::kStagedPitch + col) = make_float2(acc[kSlice * ts + i], acc[kSlice * ts + i + 1]);
+      }
+  }
+};
+
+// Shared B: a warp's part of one K tile's dequantized weights (stage s) for its consumer
+// warpgroup's buffer. The warp takes kTiles n8 tiles of weight rows, both k32 blocks of
+// each: f[tile][k32 block][k16 step][register], the B fragments the packed layout gives.
+// The scales and zeros are made once per row and group (the two blocks share them unless
+// groups are 32).
+template <class Cfg>
+struct SharedBWeights {
+  using D = Dequant<typename Cfg::TA, Cfg::kBits>;
+  static constexpr int kTiles = Cfg::kConsumerRows / 32;  // n8 tiles per warp
+  static_assert(D::kWords == Cfg::kWords, "the packed words per lane and block");
+  using Fragments = BlockFragments[kTiles][2];
+
+  // tile0: the warp's first n8 tile among the CTA's weight rows.
+  __device__ __forceinline__ static void dequantize(const Sm90QuantStage<Cfg>& st, int s, int tile0, int v_rows,
+                                                    int lane, Fragments& f) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const int row = (tile0 + t) * 8 + lane / 4;  // this lane's weight row
+      typename D::Consts c[2];
+      c[0] = D::make(ld_shared_u16(st.scales(s) + 2 * row), ld_shared_u16(st.zeros(s) + 2 * row));
+      c[1] = c[0];
+      if (v_rows == 2) {
+        const int v = Cfg::kRows + row;
+        c[1] = D::make(ld_shared_u16(st.scales(s) + 2 * v), ld_shared_u16(st.zeros(s) + 2 * v));
+      }
+#pragma unroll
+      for (int kb = 0; kb < 2; ++kb) {
+        const u32 words = st.w(s) + static_cast<u32>((((tile0 + t) * 2 + kb) * 32 + lane) * Cfg::kWords * 4);
+        u32 w[D::kWords];
+        if constexpr (D::kWords == 1) {
+          w[0] = ld_shared_u32(words);
+        } else {
+          ld_shared_v2(w, words);
+        }
+        D::apply(w, c[kb], f[t][kb]);
+      }
+    }
+  }
+
+  // The fragments into the warpgroup's buffer: K-major rows of 128 bytes (64 K), the
+  // 16-byte chunk j of row n at chunk j ^ (n % 8) (TMA's 128-byte swizzle, as
+  // smem_desc_kmajor_sw128 describes it). A block's four registers are four 8 x 8
+  // matrices (weight rows x 8 K: chunks 4 kb + 2 h + r), which is stmatrix's fragment:
+  // one stmatrix.x4 per block, lane l giving the address of row l % 8 of matrix l / 8,
+  // and a matrix's 8 rows fall on 8 different chunks (no bank conflicts).
+  // local_tile0: the warp's first n8 tile within the warpgroup's rows.
+  __device__ __forceinline__ static void store(u32 buffer, int local_tile0, int lane, const Fragments& f) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int kb = 0; kb < 2; ++kb) {
+        const int n = (local_tile0 + t) * 8 + lane % 8, chunk = 4 * kb + lane / 8;
+        stmatrix_x4(buffer + static_cast<u32>(n * 128 + ((chunk ^ (n % 8)) << 4)), f[t][kb][0][0], f[t][kb][0][1],
+                    f[t][kb][1][0], f[t][kb][1][1]);
+      }
+  }
+};
 
 template <class Cfg, class Params>
 __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorMap* tma_x, const CUtensorMap* tma_w,
@@ -266,15 +386,17 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 
   // ---- consumer warpgroups ----
   if constexpr (Cfg::kMoveRegisters) setmaxnreg_inc<Cfg::kConsumerRegs>();
-  float acc[Cfg::kTokens / 2];
+  float acc[Cfg::kAcc];
 #pragma unroll
-  for (int i = 0; i < Cfg::kTokens / 2; ++i) acc[i] = 0.0f;
-  const int local_row0 = 64 * wg + 16 * ((threadIdx.x / 32) % 4);  // the warp's 16 weight rows
+  for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
+  const int warp = (threadIdx.x / 32) % 4;  // within the warpgroup
   auto wait_full = [&](int it) { mbar_wait(full(it % kStages), static_cast<u32>(it / kStages) & 1u); };
   auto release = [&](int it) {
     if (lane == 0) mbar_arrive(empty(it % kStages));
   };
 
+  // ---- register A: D^T = W . X^T ----
+  const int local_row0 = 64 * wg + 16 * warp;  // the warp's 16 weight rows
   // K tile j of a tile's run of n, the CTA's K tile it: its wgmma (of `use`, dequantized
   // already) join the one of the previous K tile in flight; once that one is done, its
   // stage goes back and its registers (`fill`) take the next K tile's dequantized
@@ -292,12 +414,14 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     const int s = it % kStages;
     // NOTE: orders the A registers' ordinary writes before the wgmma reads them.
     wgmma_fence();
+    if constexpr (!Cfg::kSharedB) {
 #pragma unroll
-    for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
+      for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_kmajor_sw128(st.x(s) + (2 * kb + h) * 32),
-                                    j > 0 || kb > 0 || h > 0);
+        for (int h = 0; h < 2; ++h)
+          wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_kmajor_sw128(st.x(s) + (2 * kb + h) * 32),
+                                      j > 0 || kb > 0 || h > 0);
+    }
     wgmma_commit();
     if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
@@ -312,20 +436,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       release(it);
     }
   };
-
-  // The fragment order of the partials: the consumer threads' accumulators as they hold
-  // them, acc[i] of token 8 * (i / 4) + 2 * (lane % 4) + i % 2 of the CTA's tokens.
-  auto row_of = [&](int i) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; };
-  constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
-  u32 a0[2][2][4], a1[2][2][4];
-  int it = 0;  // the CTA's K tiles so far
-  for (int tile = first_tile; it < end - begin; ++tile) {
-    // This tile's run of the share: K tiles [kt0, kt0 + n).
-    const int kt0 = it == 0 ? static_cast<int>(begin - static_cast<long long>(tile) * k_tiles) : 0;
-    const int n = static_cast<int>(min(static_cast<long long>(k_tiles - kt0), end - begin - it));
-    const int m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
-    const int rows_left = min(Cfg::kTokens, p.M - m0);  // rows of D the tile has
-
+  auto run_register_a = [&](int it, int n) {
+    u32 a0[2][2][4], a1[2][2][4];
     dequantize(it, a0);
     for (int j = 0; j < n; j += 2) {
       step(it + j, j, n, a0, a1);
@@ -334,28 +446,111 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     wgmma_wait<0>();
     wgmma_fence_operand(acc);
     if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it + n - 1);
+  };
+
+  // ---- shared B: D = X . W^T ----
+  // The warpgroup's buffers of dequantized weights: K tile it goes to buffer it % kBBuffers.
+  // K tile j of a run: the warpgroup's wgmma read its buffer and X's token slices; once
+  // the previous K tile's wgmma are done (its stage goes back), the warps dequantize the
+  // next K tile under this one's wgmma into the next buffer.
+  // NOTE: a warpgroup barrier after the writes, so that the wgmma read the whole K tile
+  // (the fence makes the generic-proxy writes visible to wgmma's async-proxy reads). The
+  // buffer written was last read by the wgmma of kBBuffers K tiles before: with three,
+  // every warp waited for those before it met the previous K tile's barrier; with two,
+  // another barrier before the writes waits for them (wgmma_wait is a warp's own).
+  const u32 b_buffers = st.base + static_cast<u32>(Cfg::kRingAligned + Cfg::kBBuffers * wg * Cfg::kBBufferBytes);
+  const int wg_barrier = kSplitKBarrier + 1 + wg;
+  auto buffer = [&](int it) { return b_buffers + static_cast<u32>((it % Cfg::kBBuffers) * Cfg::kBBufferBytes); };
+  auto fill_shared = [&](int it) {
+    wait_full(it);
+    if constexpr (Cfg::kSharedB) {
+      using W = SharedBWeights<Cfg>;
+      typename W::Fragments f;
+      const int local_tile0 = W::kTiles * warp;  // the warp's first n8 tile in the warpgroup's rows
+      if (GEMM_SM90Q_LEAVE_OUT != 3)
+        W::dequantize(st, it % kStages, wg * Cfg::kConsumerRows / 8 + local_tile0, v_rows, lane, f);
+      if (Cfg::kBBuffers == 2 && GEMM_SM90Q_LEAVE_OUT != 6) named_barrier_sync<128>(wg_barrier);
+      if (GEMM_SM90Q_LEAVE_OUT != 3) W::store(buffer(it), local_tile0, lane, f);
+      if (GEMM_SM90Q_LEAVE_OUT != 6) {
+        fence_proxy_async_smem();
+        named_barrier_sync<128>(wg_barrier);
+      }
+    }
+  };
+  auto run_shared_b = [&](int it, int n) {
+    constexpr int kSlice = Cfg::kConsumerRows / 2;
+    fill_shared(it);
+    for (int j = 0; j < n; ++j) {
+      const int s = (it + j) % kStages;
+      wgmma_fence();
+#pragma unroll
+      for (int k16 = 0; k16 < 4 && GEMM_SM90Q_LEAVE_OUT != 2; ++k16)
+#pragma unroll
+        for (int ts = 0; ts < Cfg::kTokenSlices; ++ts)
+          wgmma_ss<Cfg::kConsumerRows, Mma>(*reinterpret_cast<float(*)[kSlice]>(acc + kSlice * ts),
+                                            smem_desc_kmajor_sw128(st.x(s) + ts * 64 * 128 + k16 * 32),
+                                            smem_desc_kmajor_sw128(buffer(it + j) + k16 * 32), j > 0 || k16 > 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous K tile's wgmma: its X stage goes back
+      if (j > 0) release(it + j - 1);
+      if (j + 1 < n) fill_shared(it + j + 1);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operand(acc);
+    release(it + n - 1);
+  };
+
+  // The fragment order of the partials: the consumer threads' accumulators as they hold
+  // them; row_of(i) is acc[i]'s token among the CTA's.
+  auto row_of = [&](int i) {
+    if constexpr (Cfg::kSharedB) {
+      const int ts = i / (Cfg::kConsumerRows / 2), c = i % (Cfg::kConsumerRows / 2);
+      return 64 * ts + 16 * warp + lane / 4 + 8 * ((c / 2) % 2);
+    } else {
+      return 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    }
+  };
+  constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
+  int it = 0;  // the CTA's K tiles so far
+  for (int tile = first_tile; it < end - begin; ++tile) {
+    // This tile's run of the share: K tiles [kt0, kt0 + n).
+    const int kt0 = it == 0 ? static_cast<int>(begin - static_cast<long long>(tile) * k_tiles) : 0;
+    const int n = static_cast<int>(min(static_cast<long long>(k_tiles - kt0), end - begin - it));
+    const int m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
+    const int rows_left = min(Cfg::kTokens, p.M - m0);  // rows of D the tile has
+
+    if constexpr (Cfg::kSharedB) {
+      run_shared_b(it, n);
+    } else {
+      run_register_a(it, n);
+    }
     it += n;
 
     if (kt0 > 0) {
       // The tile's head is another rank's: hand the sums over.
-      stream_k_give<Cfg::kConsumerThreads, Cfg::kTokens / 2, kTileFloats>(acc, row_of, p, rank, rows_left,
-                                                                          threadIdx.x);
+      stream_k_give<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, rank, rows_left, threadIdx.x);
     } else {
       if (n < k_tiles) {
         // The tile's rest is the ranks above's (stream_k.cuh).
         const int last = sk.rank_of(static_cast<long long>(tile + 1) * k_tiles - 1);
-        stream_k_take<Cfg::kConsumerThreads, Cfg::kTokens / 2, kTileFloats>(acc, row_of, p, sk, rank + 1, last,
-                                                                            rows_left, threadIdx.x);
+        stream_k_take<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, sk, rank + 1, last, rows_left,
+                                                                     threadIdx.x);
       }
       if (GEMM_SM90Q_LEAVE_OUT != 1) {
         // NOTE: the staged stages are free once both warpgroups' last wgmma have read
         // their X stage, and the producer copies nothing into them until ring_free.
-        const StagedTransposedTile<Cfg> staged{reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw))),
-                                               rows_left};
-        named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-        staged.stage(acc, wg);
-        named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-        Epilogue<Cfg>::store(staged, p, m0, n0);
+        float* const rows = reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw)));
+        auto stage_and_store = [&](const auto& staged) {
+          named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
+          staged.stage(acc, wg);
+          named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
+          Epilogue<Cfg>::store(staged, p, m0, n0);
+        };
+        if constexpr (Cfg::kSharedB) {
+          stage_and_store(StagedTile<Cfg>{{rows, rows_left}});
+        } else {
+          stage_and_store(StagedTransposedTile<Cfg>{rows, rows_left});
+        }
       }
     }
     __syncwarp();
