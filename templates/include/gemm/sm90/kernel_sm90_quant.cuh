@@ -176,23 +176,20 @@ struct Sm90QuantStage {
 // A warp's A registers of one K tile (stage s): [k32 block][k16 step][register], the two
 // n8 tiles of its 16 weight rows dequantized (registers {tile 0 reg 0, tile 1 reg 0,
 // tile 0 reg 1, tile 1 reg 1} of each step, see wgmma_rs). A row's scale and zero are
-// made once per group: once per K tile, twice for groups of 32.
-template <class Cfg>
-__device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, int local_row0, int v_rows,
-                                                  int lane, u32 (&a)[2][2][4]) {
+// made once per group: once per K tile, twice for groups of 32 (VRows, quant_v_rows).
+template <class Cfg, int VRows>
+__device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, int local_row0, int lane,
+                                                  u32 (&a)[2][2][4]) {
   using D = Dequant<typename Cfg::TA, Cfg::kBits>;
   static_assert(D::kWords == Cfg::kWords, "the packed words per lane and block");
-  typename D::Consts c[2][2];  // [k32 block][half]
+  typename D::Consts c[VRows][2];  // [group of the K tile][half]
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = local_row0 + 8 * half + lane / 4;  // this lane's weight row (B column g)
-    c[0][half] = D::make(ld_shared_u16(st.scales(s) + 2 * row), ld_shared_u16(st.zeros(s) + 2 * row));
-    c[1][half] = c[0][half];
-    if (v_rows == 2) {
-      const int v = Cfg::kRows + row;
-      c[1][half] = D::make(ld_shared_u16(st.scales(s) + 2 * v), ld_shared_u16(st.zeros(s) + 2 * v));
+  for (int g = 0; g < VRows; ++g)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int v = g * Cfg::kRows + local_row0 + 8 * half + lane / 4;  // this lane's weight row (B column g)
+      c[g][half] = D::make(ld_shared_u16(st.scales(s) + 2 * v), ld_shared_u16(st.zeros(s) + 2 * v));
     }
-  }
 #pragma unroll
   for (int kb = 0; kb < 2; ++kb) {
     BlockFragments f[2];
@@ -206,7 +203,7 @@ __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st,
       } else {
         ld_shared_v2(w, words);
       }
-      D::apply(w, c[kb][half], f[half]);
+      D::apply(w, c[VRows == 2 ? kb : 0][half], f[half]);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -390,10 +387,15 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 #pragma unroll
   for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
   const int warp = (threadIdx.x / 32) % 4;  // within the warpgroup
-  auto wait_full = [&](int it) { mbar_wait(full(it % kStages), static_cast<u32>(it / kStages) & 1u); };
+  // NOTE: unsigned: a power-of-two ring's stage and phase are then a mask and a shift.
+  auto stage_of = [](int it) { return static_cast<int>(static_cast<u32>(it) % kStages); };
+  auto wait_full = [&](int it) { mbar_wait(full(stage_of(it)), (static_cast<u32>(it) / kStages) & 1u); };
   auto release = [&](int it) {
-    if (lane == 0) mbar_arrive(empty(it % kStages));
+    if (lane == 0) mbar_arrive(empty(stage_of(it)));
   };
+
+  // Stage 0's X tile; the others and the k16 steps are offsets of it (smem_desc_advance).
+  const u64 x_desc0 = smem_desc_kmajor_sw128(st.x(0));
 
   // ---- register A: D^T = W . X^T ----
   const int local_row0 = 64 * wg + 16 * warp;  // the warp's 16 weight rows
@@ -408,10 +410,16 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // (three register sets) and 12-16 stages measured no faster than one (NOTES).
   auto dequantize = [&](int it, u32(&a)[2][2][4]) {
     wait_full(it);
-    if (GEMM_SM90Q_LEAVE_OUT != 3) quant_a_fragments<Cfg>(st, it % kStages, local_row0, v_rows, lane, a);
+    if (GEMM_SM90Q_LEAVE_OUT != 3) {
+      if (v_rows == 2) {
+        quant_a_fragments<Cfg, 2>(st, stage_of(it), local_row0, lane, a);
+      } else {
+        quant_a_fragments<Cfg, 1>(st, stage_of(it), local_row0, lane, a);
+      }
+    }
   };
   auto step = [&](int it, int j, int n, u32(&use)[2][2][4], u32(&fill)[2][2][4]) {
-    const int s = it % kStages;
+    const u64 x_desc = smem_desc_advance(x_desc0, static_cast<u32>(stage_of(it) * Cfg::kStageBytes));
     // NOTE: orders the A registers' ordinary writes before the wgmma reads them.
     wgmma_fence();
     if constexpr (!Cfg::kSharedB) {
@@ -419,7 +427,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_kmajor_sw128(st.x(s) + (2 * kb + h) * 32),
+          wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_advance(x_desc, (2 * kb + h) * 32),
                                       j > 0 || kb > 0 || h > 0);
     }
     wgmma_commit();
@@ -468,7 +476,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       typename W::Fragments f;
       const int local_tile0 = W::kTiles * warp;  // the warp's first n8 tile in the warpgroup's rows
       if (GEMM_SM90Q_LEAVE_OUT != 3)
-        W::dequantize(st, it % kStages, wg * Cfg::kConsumerRows / 8 + local_tile0, v_rows, lane, f);
+        W::dequantize(st, stage_of(it), wg * Cfg::kConsumerRows / 8 + local_tile0, v_rows, lane, f);
       if (Cfg::kBBuffers == 2 && GEMM_SM90Q_LEAVE_OUT != 6) named_barrier_sync<128>(wg_barrier);
       if (GEMM_SM90Q_LEAVE_OUT != 3) W::store(buffer(it), local_tile0, lane, f);
       if (GEMM_SM90Q_LEAVE_OUT != 6) {
@@ -481,15 +489,16 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     constexpr int kSlice = Cfg::kConsumerRows / 2;
     fill_shared(it);
     for (int j = 0; j < n; ++j) {
-      const int s = (it + j) % kStages;
+      const u64 x_desc = smem_desc_advance(x_desc0, static_cast<u32>(stage_of(it + j) * Cfg::kStageBytes));
+      const u64 b_desc = smem_desc_kmajor_sw128(buffer(it + j));
       wgmma_fence();
 #pragma unroll
       for (int k16 = 0; k16 < 4 && GEMM_SM90Q_LEAVE_OUT != 2; ++k16)
 #pragma unroll
         for (int ts = 0; ts < Cfg::kTokenSlices; ++ts)
           wgmma_ss<Cfg::kConsumerRows, Mma>(*reinterpret_cast<float(*)[kSlice]>(acc + kSlice * ts),
-                                            smem_desc_kmajor_sw128(st.x(s) + ts * 64 * 128 + k16 * 32),
-                                            smem_desc_kmajor_sw128(buffer(it + j) + k16 * 32), j > 0 || k16 > 0);
+                                            smem_desc_advance(x_desc, ts * 64 * 128 + k16 * 32),
+                                            smem_desc_advance(b_desc, k16 * 32), j > 0 || k16 > 0);
       wgmma_commit();
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage goes back
       if (j > 0) release(it + j - 1);

@@ -321,6 +321,17 @@ __device__ __forceinline__ u64 smem_desc_kmajor_sw128(u32 addr) {
   return make_smem_desc(addr, 16, 1024, SmemSwizzle::k128B);
 }
 
+// A descriptor's start moved on by `bytes` (a multiple of 16), in its low word alone:
+// the start field is an address in the shared window (under 256 KiB) >> 4, which never
+// carries into the offsets above it. One add where rebuilding the descriptor takes four.
+__device__ __forceinline__ u64 smem_desc_advance(u64 desc, u32 bytes) {
+  u64 moved;
+  asm("{\n .reg .b32 lo, hi;\n mov.b64 {lo, hi}, %1;\n add.u32 lo, lo, %2;\n mov.b64 %0, {lo, hi};\n}\n"
+      : "=l"(moved)
+      : "l"(desc), "r"(bytes >> 4));
+  return moved;
+}
+
 // N-major (MN-major) operand in the layout TMA writes with SWIZZLE_128B from a K x N
 // row-major matrix in boxes of 64 columns: a box is 64 rows of K, each 128 bytes of N
 // (64 16-bit elements), every 8 rows a 1024-byte swizzle atom (8 K x 64 N). `addr` is the
