@@ -3,10 +3,11 @@ back (qkv, o, gate_up with the gated SiLU, down) at M = 1 and 16, eager and repl
 from a CUDA graph, as total time and as bandwidth over all their weight bytes, beside
 the same chain in fp16 cuBLAS (`torch.matmul`, SiLU-and-mul as torch ops) and in torch's
 int4 kernel (`torch._weight_int4pack_mm`, bf16: the only activation type it takes).
-Ours: W4A16 and W8A16 in groups of 128 and dense fp16, tuned dispatch. L2 flushed
-before each repetition, medians.
+Ours: W4A16 and W8A16 in groups of 128 and dense fp16, tuned dispatch; with
+--programmatic also W4A16 and fp16 launched with programmatic dependent launch
+(Gemm(programmatic_launch=True)). L2 flushed before each repetition, medians.
 
-    python -m bench.decode_chain [--models llama3-8b llama3-70b] [--m 1 16] [--out FILE]
+    python -m bench.decode_chain [--models llama3-8b llama3-70b] [--m 1 16] [--programmatic] [--out FILE]
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def ours(gemm: Gemm, shapes: dict[str, tuple[int, int]], m: int, bits: int | Non
         for layer in LAYERS:
             gemm.matmul(x[layer], weights[layer], out=outs[layer], operation=ops[layer])
 
-    return Chain(f"ours W{bits}A16" if bits else "ours fp16", total, run)
+    name = f"ours W{bits}A16" if bits else "ours fp16"
+    return Chain(name + (", PDL" if gemm.programmatic_launch else ""), total, run)
 
 
 def cublas(shapes: dict[str, tuple[int, int]], m: int) -> Chain:
@@ -150,11 +152,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16])
+    ap.add_argument("--programmatic", action="store_true", help="also ours with programmatic dependent launch")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "decode_chain.md")
     args = ap.parse_args()
     from bench.quant import copy_bandwidth
 
     gemm = Gemm()
+    gemm_pdl = Gemm(programmatic_launch=True) if args.programmatic else None
     bw = copy_bandwidth()
     print(f"copy bandwidth: {bw / 1e12:.2f} TB/s", flush=True)
     table = [
@@ -164,9 +168,16 @@ def main() -> None:
     for model in args.models:
         shapes = layer_shapes(model)
         for m in args.m:
-            builders = [("fp16 cuBLAS", lambda: cublas(shapes, m)), ("torch int4 (bf16)", lambda: torch_int4(shapes, m)),
-                        ("ours W4A16", lambda: ours(gemm, shapes, m, 4)), ("ours W8A16", lambda: ours(gemm, shapes, m, 8)),
-                        ("ours fp16", lambda: ours(gemm, shapes, m, None))]  # fmt: skip
+            builders = [
+                ("fp16 cuBLAS", lambda: cublas(shapes, m)),
+                ("torch int4 (bf16)", lambda: torch_int4(shapes, m)),
+                ("ours W4A16", lambda: ours(gemm, shapes, m, 4)),
+                ("ours W8A16", lambda: ours(gemm, shapes, m, 8)),
+                ("ours fp16", lambda: ours(gemm, shapes, m, None)),
+            ]
+            if gemm_pdl is not None:
+                builders += [("ours W4A16, PDL", lambda: ours(gemm_pdl, shapes, m, 4)),
+                             ("ours fp16, PDL", lambda: ours(gemm_pdl, shapes, m, None))]  # fmt: skip
             reference = None
             for name, build in builders:
                 try:

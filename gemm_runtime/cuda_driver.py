@@ -54,6 +54,43 @@ def is_capturing(stream: int) -> bool:
     return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 
 
+class ProgrammaticLaunch:
+    """``cuLaunchKernelEx`` with programmatic stream serialization, called like
+    ``cuLaunchKernel`` (so a replay calls either the same way): the kernel may be
+    scheduled while the previous one on its stream still runs, and waits for it in
+    its own code (grid_dependency_wait, templates/include/gemm/ptx.cuh). One launch
+    configuration per grid, block, shared memory and stream, made once."""
+
+    def __init__(self) -> None:
+        drv = _driver()
+        self._drv = drv
+        attr = drv.CUlaunchAttribute()
+        attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        self._attrs = [attr]
+        self._configs: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+
+    def config(self, grid: tuple[int, int, int], threads: int, smem_bytes: int, stream: Any) -> Any:
+        """The launch configuration (made on first use, then shared)."""
+        key = (grid, threads, smem_bytes, int(stream))
+        config = self._configs.get(key)
+        if config is None:
+            config = self._drv.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = grid
+            config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+            config.sharedMemBytes = smem_bytes
+            config.hStream = stream
+            config.attrs = self._attrs
+            config.numAttrs = len(self._attrs)
+            with self._lock:
+                config = self._configs.setdefault(key, config)
+        return config
+
+    def __call__(self, f, gx, gy, gz, bx, by, bz, smem_bytes, stream, params, extra) -> tuple:
+        return self._drv.cuLaunchKernelEx(self.config((gx, gy, gz), bx, smem_bytes, stream), f, params, extra)
+
+
 class LoadedFunction:
     """A kernel loaded from a cubin into the current context."""
 
@@ -89,8 +126,13 @@ class LoadedFunction:
         self._launch = drv.cuLaunchKernel
         self._stream_type = drv.CUstream
 
+    def use_programmatic_launch(self, launcher: ProgrammaticLaunch) -> None:
+        """Launch from now on with programmatic stream serialization (sm_90 up)."""
+        self._launch = launcher
+
     def launcher(self, stream: int) -> tuple[Any, Any, Any]:
-        """(cuLaunchKernel, this function, the stream's CUstream): what a replay calls
+        """(cuLaunchKernel or a ProgrammaticLaunch, this function, the stream's
+        CUstream): what a replay calls
         with made objects, so that no argument is converted per call.
 
         NOTE: measured on the H200's host, cuda.bindings' cuLaunchKernel with made
@@ -105,4 +147,5 @@ class LoadedFunction:
             stream = self._stream_type(stream)
         (err,) = self._launch(self.handle, grid[0], grid[1], grid[2], threads, 1, 1, smem_bytes, stream, params_addr, 0)
         if int(err) != 0:
-            raise CudaError("cuLaunchKernel", err)
+            programmatic = isinstance(self._launch, ProgrammaticLaunch)
+            raise CudaError("cuLaunchKernelEx" if programmatic else "cuLaunchKernel", err)

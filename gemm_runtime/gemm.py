@@ -14,7 +14,7 @@ import torch
 
 from gemm_runtime.context import Problem, ProblemKey, make_problem
 from gemm_runtime.cost_model import DeviceModel
-from gemm_runtime.cuda_driver import ensure_context, is_capturing
+from gemm_runtime.cuda_driver import ProgrammaticLaunch, ensure_context, is_capturing
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
 from gemm_runtime.dispatcher import Dispatcher
 from gemm_runtime.errors import GemmArgumentError, GraphCaptureError
@@ -63,13 +63,30 @@ class Gemm:
         build_dir: str | Path | None = None,
         allow_emulated: bool = False,
         measurer: Measurer | None = None,
+        programmatic_launch: bool = False,
     ):
+        """``programmatic_launch`` (compute capability 9.0 and up): launch every kernel
+        with programmatic stream serialization, so that its launch and the start of its
+        CTAs overlap the previous kernel on the stream (each kernel waits for that one
+        to complete before it touches memory: griddepcontrol, templates/include/gemm/
+        ptx.cuh). Off by default."""
+        if type(programmatic_launch) is not bool:
+            raise GemmArgumentError("programmatic_launch", programmatic_launch, "True or False")
         self.device = _device_of(device)
         torch.cuda.init()
         self.registry = Registry.load(
             self.device.index, Path(build_dir) if build_dir else settings().build_dir, allow_emulated
         )
         info = self.registry.device
+        if programmatic_launch:
+            if info.arch < 90:
+                raise GemmArgumentError("programmatic_launch", True,
+                                        f"False on compute capability {info.arch // 10}.{info.arch % 10} "
+                                        "(programmatic dependent launch needs 9.0 or later)")  # fmt: skip
+            launcher = ProgrammaticLaunch()
+            for kernel in self.registry.kernels:
+                kernel.function.use_programmatic_launch(launcher)
+        self.programmatic_launch = programmatic_launch
         self.dispatcher = Dispatcher(
             self.registry.kernels,
             DeviceModel.of(info.arch, info.sms, info.clock_khz, info.mem_clock_khz, info.bus_bits),

@@ -306,4 +306,25 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
   return h;
 }
 
+// Programmatic dependent launch (sm_90 up; gemm_runtime.Gemm's programmatic_launch).
+// A kernel launched with programmatic stream serialization may start while the previous
+// kernel on its stream still runs: grid_dependency_wait blocks until that grid has
+// completed and its writes are visible, and every generated kernel calls it before its
+// first global access (the templates in templates/), so nothing is read or written
+// early; for a kernel launched without the attribute it returns at once.
+// grid_dependents_launch lets the next such kernel be scheduled once every CTA of this
+// one has called it (it still waits for this one to complete before its own accesses):
+// its launch and the start of its CTAs overlap this kernel's last wave.
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 }  // namespace gemm
