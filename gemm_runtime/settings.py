@@ -166,6 +166,9 @@ class Settings:
     generated_dir: Path  # GEMM_GENERATED_DIR: generated sources (`python -m codegen --out`)
     jobs: int | None  # GEMM_BUILD_JOBS: parallel NVRTC compiles; None = os.cpu_count()
     tune: TuneSettings = field(default_factory=TuneSettings)  # GEMM_TUNE: see the module doc
+    # GEMM_CHECK_ROUTING=1: grouped GEMMs check their routing's values on the host
+    # (gemm_runtime.experts.check_routing), at the price of a synchronization per call.
+    check_routing: bool = False
 
 
 def _path(var: str, default: Path) -> Path:
@@ -186,12 +189,20 @@ def _jobs(var: str) -> int | None:
     return jobs
 
 
+def _flag(var: str) -> bool:
+    value = os.environ.get(var, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{var}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
 def from_env() -> Settings:
     return Settings(
         build_dir=_path("GEMM_BUILD_DIR", REPO_ROOT / "build"),
         generated_dir=_path("GEMM_GENERATED_DIR", REPO_ROOT / "generated"),
         jobs=_jobs("GEMM_BUILD_JOBS"),
         tune=parse_tune(os.environ.get(TUNE_VAR, "")),
+        check_routing=_flag("GEMM_CHECK_ROUTING"),
     )
 
 
