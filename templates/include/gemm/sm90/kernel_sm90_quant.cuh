@@ -46,8 +46,8 @@
 // wgmma (commit and waits stay), 3 the dequantization (the A registers keep whatever
 // they hold), 4 the X copies, 5 the weight, scale and zero copies (the stages keep
 // whatever they hold), 6 the shared-B form's warpgroup barriers and proxy fence around
-// the dequantized tile's writes (wrong sums: timing only); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a consumer leaves in flight
-// while it dequantizes the next K tile (0 or 1).
+// the dequantized tile's writes (wrong sums: timing only); GEMM_SM90Q_WGMMA_DEPTH is the
+// wgmma groups a consumer leaves in flight while it dequantizes the next K tile (0 or 1).
 #ifndef GEMM_SM90Q_LEAVE_OUT
 #define GEMM_SM90Q_LEAVE_OUT 0
 #endif
