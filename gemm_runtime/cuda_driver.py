@@ -59,7 +59,10 @@ class ProgrammaticLaunch:
     ``cuLaunchKernel`` (so a replay calls either the same way): the kernel may be
     scheduled while the previous one on its stream still runs, and waits for it in
     its own code (grid_dependency_wait, templates/include/gemm/ptx.cuh). One launch
-    configuration per grid, block, shared memory and stream, made once."""
+    configuration per grid, block, shared memory and stream, made once (at most
+    MAX_CONFIGS kept: grids follow M, which a server varies without end)."""
+
+    MAX_CONFIGS = 4096
 
     def __init__(self) -> None:
         drv = _driver()
@@ -84,6 +87,8 @@ class ProgrammaticLaunch:
             config.attrs = self._attrs
             config.numAttrs = len(self._attrs)
             with self._lock:
+                if len(self._configs) >= self.MAX_CONFIGS:
+                    self._configs.clear()  # launch shapes of problems long gone; remade on use
                 config = self._configs.setdefault(key, config)
         return config
 

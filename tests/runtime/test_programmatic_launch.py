@@ -50,6 +50,12 @@ def test_the_launch_carries_the_attribute_and_the_shape() -> None:
     launch("function", 8, 3, 1, 384, 1, 1, 200_000, stream, 0xABC0, 0)
     assert recording.calls[1][0] is config and recording.calls[2][0] is not config
     assert recording.calls[2][0].gridDimX == 8
+    # Bounded: past MAX_CONFIGS the kept ones are dropped and remade on use.
+    launch.MAX_CONFIGS = 3
+    for gx in (9, 10, 11):
+        launch("function", gx, 1, 1, 128, 1, 1, 0, stream, 0, 0)
+    assert len(launch._configs) <= 3
+    assert launch.config((11, 1, 1), 128, 0, stream).gridDimX == 11
 
 
 @pytest.mark.parametrize("value", [1, "yes", None])
