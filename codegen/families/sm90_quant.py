@@ -237,6 +237,7 @@ class Sm90QuantSmemFamily(Sm90QuantFamily):
 
     def min_ctas_per_sm(self, spec: KernelSpec) -> int:
         return 1
+
     def smem_bytes(self, spec: KernelSpec) -> int:
         """Mirrors Sm90QuantConfig::kSmemBytes with kSharedB: the ring, the buffers of
         dequantized weights after it, and 1024 bytes to align the base."""
