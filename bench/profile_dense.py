@@ -22,7 +22,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--k", type=int, default=8192)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
-    ap.add_argument("--tile", help="MxN of an sm90 kernel to force (cluster 1, N x K weights)")
+    ap.add_argument("--tile", help="MxN of a kernel to force (cluster 1, N x K weights), e.g. 128x256")
+    ap.add_argument("--mainloop", default="sm90", choices=["sm90", "sm80"], help="the forced kernel's family")
+    ap.add_argument("--cta-k", type=int, default=None, help="the forced kernel's CTA K (sm80 tiles differ in it)")
     ap.add_argument("--swizzle", type=int, default=3)
     ap.add_argument("--cublas", action="store_true", help="also launch torch.matmul once")
     args = ap.parse_args()
@@ -35,13 +37,14 @@ def main() -> None:
     if args.tile:
         short = {"bfloat16": "bf16", "float16": "f16"}[args.dtype]
         kernel = next(
-            (k.name for k in gemm.kernels if k.spec.mainloop.value == "sm90" and k.spec.cluster == 1
+            (k.name for k in gemm.kernels if k.spec.mainloop.value == args.mainloop and k.spec.cluster == 1
+             and (args.cta_k is None or k.spec.cta[2] == args.cta_k)
              and "x".join(map(str, k.spec.cta[:2])) == args.tile and k.spec.b_order.value == "nk"
              and k.spec.a_type.value == short and k.spec.d_type is k.spec.a_type),
             None,
         )  # fmt: skip
         if kernel is None:
-            raise SystemExit(f"no sm90 {args.tile} kernel for {args.dtype} in this build")
+            raise SystemExit(f"no {args.mainloop} {args.tile} kernel for {args.dtype} in this build")
     for _ in range(2):  # the first call is the validating one; the second the replay
         gemm.matmul(a, b, out=out, kernel=LaunchSpec(kernel, 1, args.swizzle) if kernel else None)
     if args.cublas:

@@ -85,6 +85,9 @@ __device__ __forceinline__ void gemm_kernel(const Params& p) {
 
   if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k)) return;
   if (p.splits > 1 && !split_k_reduce<Cfg>(warp, p, tile_m * p.tiles_n + tile_n, split, p.M - m0)) return;
+#if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 1
+  return;  // the experiment without an epilogue (mainloop_sm80.cuh)
+#endif
   Epilogue<Cfg>::store(warp, p, m0 + warp_m * Cfg::kWarpTileM, n0 + warp_n * Cfg::kWarpTileN);
 }
 

@@ -24,6 +24,13 @@
 #include "gemm/warp_mma_of.cuh"
 #include "gemm/weight_stream.cuh"
 
+// Experiment knob, 0 in every build (bench/experiments/sm80_variants.py sets it to time
+// the pipeline with one part left out; the sums are then wrong): 1 the epilogue
+// (gemm/kernel.cuh), 2 the MMAs, 3 the refilling copies, 4 the barrier after each tile.
+#ifndef GEMM_SM80_LEAVE_OUT
+#define GEMM_SM80_LEAVE_OUT 0
+#endif
+
 namespace gemm {
 
 // A lane's packed weights per k32 step of a dequantizing warp (one word each when unused).
@@ -199,13 +206,13 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
-        if (refill) issue_tile(smem, write, t + S - 1, step);
-        warp.mma(step & 1);
+        if (refill && GEMM_SM80_LEAVE_OUT != 3) issue_tile(smem, write, t + S - 1, step);
+        if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
         this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_k0, warp_n0);
         if (step + 1 == kSteps) {
           cp_async_commit();
           cp_async_wait<S - 2>();
-          __syncthreads();
+          if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
           read = read + 1 == S ? 0 : read + 1;
           write = write + 1 == S ? 0 : write + 1;
           if constexpr (kDirectB) {
