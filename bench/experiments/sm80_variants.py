@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import gemm_runtime.build as build_mod
-from bench.experiments.sm90_variants import subset_manifest
+from bench.experiments.sm90_variants import problem_tensors, subset_manifest
 from bench.timing import median_ms
 from gemm_runtime import Gemm
 from gemm_runtime.plan import LaunchSpec
@@ -52,14 +52,7 @@ def main() -> None:
          "--out", str(work / "all")], check=True, cwd=ROOT,
     )  # fmt: skip
     subset_manifest(work / "all", work / "gen", is_prefill_sm80)
-    tensors = {}
-    for m, n, k in PROBLEMS:
-        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.float16)
-        tensors[m, n, k] = (a, w.t(), torch.empty(m, n, device="cuda", dtype=torch.float16))
-    for (m, n, k), (a, b, out) in tensors.items():
-        t = median_ms(lambda: torch.matmul(a, b, out=out))
-        print(f"cublas {m}x{n}x{k}: {2 * m * n * k / t / 1e9:.0f} TFLOP/s", flush=True)
+    tensors = problem_tensors(PROBLEMS, torch.float16)
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]
         build_mod.build(work / "gen", work / variant, archs=[90], progress=False)

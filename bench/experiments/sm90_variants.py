@@ -44,6 +44,19 @@ def subset_manifest(generated: Path, out: Path, keep) -> None:
     (out / "manifest.json").write_text(json.dumps(data))
 
 
+def problem_tensors(problems, dtype: torch.dtype) -> dict:
+    """(A, B as the transposed N x K weight, D) per (M, N, K), after printing cuBLAS's rate on each."""
+    tensors = {}
+    for m, n, k in problems:
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype)
+        tensors[m, n, k] = (a, w.t(), torch.empty(m, n, device="cuda", dtype=dtype))
+    for (m, n, k), (a, b, out) in tensors.items():
+        t = median_ms(lambda: torch.matmul(a, b, out=out))
+        print(f"cublas {m}x{n}x{k}: {2 * m * n * k / t / 1e9:.0f} TFLOP/s", flush=True)
+    return tensors
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -52,14 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm90_variants_"))
     subset_manifest(args.generated, work / "gen", lambda name, spec: "sm90_bf16_sm90" in name and "_nk_" in name)
-    tensors = {}
-    for m, n, k in PROBLEMS:
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        tensors[m, n, k] = (a, w.t(), torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
-    for (m, n, k), (a, b, out) in tensors.items():
-        t = median_ms(lambda: torch.matmul(a, b, out=out))
-        print(f"cublas {m}x{n}x{k}: {2 * m * n * k / t / 1e9:.0f} TFLOP/s", flush=True)
+    tensors = problem_tensors(PROBLEMS, torch.bfloat16)
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]
         build_mod.build(work / "gen", work / variant, archs=[90], progress=False)
