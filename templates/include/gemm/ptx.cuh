@@ -208,6 +208,12 @@ __device__ __forceinline__ void ld_shared_v2(u32 (&r)[2], u32 addr) {
   asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
+__device__ __forceinline__ uint4 ld_shared_v4(u32 addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+
 // ---------------------------------------------------------------------------
 // Global -> register loads of data every CTA reads once (packed weights): through
 // the non-coherent path, not kept in L1, so the activations cached there stay.
