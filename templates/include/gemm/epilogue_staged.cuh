@@ -16,6 +16,12 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/ptx.cuh"
 
+// Experiment knob, 1 in every build: 0 keeps every launch on the direct epilogue
+// (bench/experiments/sm80_variants.py, "direct_epilogue").
+#ifndef GEMM_STAGED_EPILOGUE
+#define GEMM_STAGED_EPILOGUE 1
+#endif
+
 namespace gemm {
 
 template <class Cfg>
@@ -27,7 +33,7 @@ struct StagedEpilogue {
   static constexpr int kChunksPerRow = Cfg::kCtaN * 2 / 16;
   // NOTE: one K slice of warps only: the slices other than the first leave after the
   // reduction (gemm/kernel.cuh), and the copy-out needs every thread at its barriers.
-  static constexpr bool kFits = sizeof(Storage) == 2 && Cfg::kWarpsK == 1 && Cfg::kCtaN % 64 == 0 &&
+  static constexpr bool kFits = GEMM_STAGED_EPILOGUE && sizeof(Storage) == 2 && Cfg::kWarpsK == 1 && Cfg::kCtaN % 64 == 0 &&
                                 Cfg::kCtaM * kRowBytes <= Cfg::kSmemBytes;
 
   // Uniform per launch: whether this launch's epilogue is the plain one and D's rows

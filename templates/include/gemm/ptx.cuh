@@ -38,6 +38,12 @@ __device__ __forceinline__ void opaque(const char*& p) { asm volatile("" : "+l"(
 
 // A whole-vector cp.async when `copy`, else nothing: the predicate sits on the
 // instruction, so there is no branch around it.
+// A whole 16-byte copy, no predicate and no zero fill: for tiles known to lie inside
+// the matrix.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
 template <int Bytes>
 __device__ __forceinline__ void cp_async_if(bool copy, u32 dst, const void* src) {
   static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
