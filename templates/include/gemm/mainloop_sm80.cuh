@@ -285,7 +285,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
-      const bool refill_lean = kLean && lean && (t + S) * Cfg::kCtaK <= this->k_extent;
+      const bool refill_lean = kLean && refill && lean && (t + S) * Cfg::kCtaK <= this->k_extent;
       if constexpr (kDirectB) {
         if (t + 1 < k_tiles) load_tile(next_words);
       }
