@@ -1,18 +1,36 @@
-"""A benchmark peer: CUTLASS 3 SM90 GEMMs (TMA + wgmma, warp-specialized, sm_90a) built by
-the nvidia-cutlass package's Python interface, timed beside cuBLAS in the same process.
+"""A benchmark peer: CUTLASS GEMMs built by the nvidia-cutlass package's Python interface,
+timed beside cuBLAS in the same process on an H100/H200 (sm_90). Two families:
+
+  sm90 (the default): CUTLASS 3 kernels (TMA + wgmma, warp-specialized, sm_90a);
+  sm80: CUTLASS 2.x kernels (mma.sync + cp.async multistage mainloop), the
+        kernel::DefaultGemmUniversal that the interface emits for cc=80 / kernel_cc=80,
+        compiled (like every kernel here) for the GPU at hand, sm_90a.
 
     source bench/cutlass_env.sh        # GPU machine: carried wheel -> /tmp/site, nvcc env
     python3 -m bench.cutlass_peer --probe
     python3 -m bench.cutlass_peer --shapes 8192x8192x8192,4096x4096x4096 --dtype bf16 --out cutlass.json
+    python3 -m bench.cutlass_peer --family sm80 --shapes llama3 --dtype bf16,fp16 --out sm80.json
 
 D = A @ B with A M x K row-major, fp32 accumulation, D in the input dtype. B order 'nk' is
 the nn.Linear weight (W N x K row-major, D = A @ W^T); 'kn' is B K x N row-major.
 
-The interface emits CUTLASS C++ (CollectiveBuilder mainloop and epilogue, persistent tile
-scheduler) and compiles it with nvcc, about a minute a kernel, into a sqlite cache under
---cache-dir / $CUTLASS_PEER_CACHE (default build/cutlass_peer), so a second run reuses the
-binaries. Each variant is checked against an fp32 matmul before it is timed
-(bench.timing.median_ms: CUDA events, L2 flushed before each repetition, median).
+The interface emits CUTLASS C++ (for sm90 the CollectiveBuilder mainloop and epilogue and
+the persistent tile scheduler; for sm80 the threadblock-tiled multistage GEMM with
+GemmIdentityThreadblockSwizzle<8>, the swizzle CUTLASS's own library builds them with) and
+compiles it with nvcc, about a minute a kernel, into a sqlite cache under --cache-dir /
+$CUTLASS_PEER_CACHE (default build/cutlass_peer), so a second run reuses the binaries. Each
+variant is checked against an fp32 matmul before it is timed (bench.timing.median_ms: CUDA
+events, L2 flushed before each repetition, median).
+
+Launching: CUTLASS's own run() rebuilds the kernel's Params on every call. Here the
+interface's argument object (GemmArguments: GemmArguments3x for sm90, GemmArguments2x for
+sm80) is built once per bound tensor set; it calls the compiled host library's
+get_params (for 2.x: GemmUniversal::Params(arguments) with the problem's tiled shape and
+gemm_k_size) and get_grid_shape (the swizzle's grid), and its bytes are kept. A call is
+then one cuLaunchKernelEx on torch's current stream: for sm90 with the cluster attribute,
+for sm80 with none (grid from the swizzle, one block of 32 x warps threads, the kernel's
+SharedStorage as dynamic shared memory, the function's limit raised to it above 48 KiB).
+No host work of the interface is inside the timed region.
 
 Every failure names its step, the exception and the likely cause and exits 2; with
 --allow-fail the JSON records why (status "unavailable") and the exit status is 0."""
@@ -38,7 +56,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -57,17 +75,24 @@ _DTYPE_ALIASES = {"bfloat16": "bf16", "f16": "fp16", "float16": "fp16", "half": 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """One kernel configuration: CTA tile (M, N, K), cluster (M, N) and the warp-specialized
-    schedule, whose epilogue is the matching TMA epilogue."""
+    """One CUTLASS 3 SM90 kernel configuration: CTA tile (M, N, K), cluster (M, N) and the
+    warp-specialized schedule, whose epilogue is the matching TMA epilogue."""
 
     schedule: str  # "cooperative" or "pingpong"
     tile: tuple[int, int, int]
     cluster: tuple[int, int]
 
+    family: ClassVar[str] = "sm90"
+    kernel_cc: ClassVar[int] = 90
+
     @property
     def name(self) -> str:
         m, n, k = self.tile
         return f"{self.schedule[:4]}_{m}x{n}x{k}_c{self.cluster[0]}x{self.cluster[1]}"
+
+    @property
+    def launch_cluster(self) -> tuple[int, int] | None:
+        return self.cluster
 
     def schedule_names(self) -> tuple[str, str]:
         """(KernelScheduleType, EpilogueScheduleType) member names in cutlass_library."""
@@ -76,6 +101,38 @@ class Variant:
             "pingpong": ("TmaWarpSpecializedPingpong", "TmaWarpSpecialized"),
         }[self.schedule]
 
+
+@dataclasses.dataclass(frozen=True)
+class Sm80Variant:
+    """One CUTLASS 2.x SM80 kernel configuration (mma.sync m16n8k16, cp.async multistage):
+    CTA tile (M, N, K), warps (M, N) (the warp tile is the CTA tile divided by them), the
+    mainloop's stages and the threadblock swizzle (GemmIdentityThreadblockSwizzle<N>)."""
+
+    tile: tuple[int, int, int]
+    warps: tuple[int, int]
+    stages: int
+    swizzle: int = 8  # CUTLASS's library and profiler build their SM80 GEMMs with 8
+
+    family: ClassVar[str] = "sm80"
+    kernel_cc: ClassVar[int] = 80
+    launch_cluster: ClassVar[None] = None  # a plain launch: no clusters before SM90
+
+    @property
+    def name(self) -> str:
+        m, n, k = self.tile
+        return f"sm80_{m}x{n}x{k}_w{self.warps[0]}x{self.warps[1]}_s{self.stages}_sw{self.swizzle}"
+
+    @property
+    def warp_tile(self) -> tuple[int, int, int]:
+        (m, n, k), (wm, wn) = self.tile, self.warps
+        return m // wm, n // wn, k
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1]
+
+
+AnyVariant = Variant | Sm80Variant
 
 # Few on purpose: each is about a minute of nvcc (in parallel: about a minute for all on
 # the H200's host). Large tiles for large problems, 128x128 for the smaller ones; cluster
@@ -92,16 +149,37 @@ VARIANTS: tuple[Variant, ...] = (
 )
 PROBE_VARIANT = VARIANTS[0]
 
+# The classic SM80 GEMM configurations, each one that the interface's generator lists for
+# f16/bf16 in, fp32 accumulation on cc 80 (Gemm(cc=80, kernel_cc=80).tile_descriptions();
+# there 128x256x32 has 3 stages only). 64x64 warp tiles, apart from 128x128x32's 64x64x32.
+# Earlier measurement on the H200: 128x256x64, 3 stages reached 486 TFLOP/s at 4096^3.
+SM80_VARIANTS: tuple[Sm80Variant, ...] = (
+    Sm80Variant((128, 256, 64), (2, 4), 3),
+    Sm80Variant((256, 128, 64), (4, 2), 3),
+    Sm80Variant((128, 128, 64), (2, 2), 4),
+    Sm80Variant((128, 256, 32), (2, 4), 3),
+    Sm80Variant((128, 128, 32), (2, 2), 5),
+)
 
-def variants_named(names: Iterable[str] | None) -> list[Variant]:
-    """The catalogue's variants by name (all of them for None), in catalogue order."""
+FAMILIES: dict[str, tuple[AnyVariant, ...]] = {"sm90": VARIANTS, "sm80": SM80_VARIANTS, "both": VARIANTS + SM80_VARIANTS}
+ALL_VARIANTS = FAMILIES["both"]
+DEFAULT_FAMILY = "sm90"
+
+
+def variants_named(names: Iterable[str] | None, family: str | None = None) -> list[AnyVariant]:
+    """Variants in catalogue order: the family's (``family`` None: sm90) for ``names`` None,
+    else those named, looked up in the family's catalogue (``family`` None: all of them)."""
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
     if names is None:
-        return list(VARIANTS)
+        return list(FAMILIES[family or DEFAULT_FAMILY])
+    catalogue = FAMILIES[family or "both"]
     wanted = set(names)
-    unknown = wanted - {v.name for v in VARIANTS}
+    unknown = wanted - {v.name for v in catalogue}
     if unknown:
-        raise ValueError(f"unknown variant(s) {sorted(unknown)}; known: {[v.name for v in VARIANTS]}")
-    return [v for v in VARIANTS if v.name in wanted]
+        where = f" in family {family}" if family else ""
+        raise ValueError(f"unknown variant(s) {sorted(unknown)}{where}; known: {[v.name for v in catalogue]}")
+    return [v for v in catalogue if v.name in wanted]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -111,7 +189,7 @@ def dtype_name(dtype: torch.dtype) -> str:
     raise ValueError(f"CUTLASS peer supports {sorted(DTYPES)}, not {dtype}")
 
 
-def plan_key(dtype: torch.dtype, order: str, variant: Variant) -> tuple[str, str, str]:
+def plan_key(dtype: torch.dtype, order: str, variant: AnyVariant) -> tuple[str, str, str]:
     """Key of the per-process cache of compiled kernels: one binary serves every problem
     size of that dtype, B order and variant."""
     if order not in ORDERS:
@@ -171,7 +249,7 @@ _CAUSES: tuple[tuple[str | None, str, str], ...] = (
      "no usable CUDA GPU in this process (torch.cuda.is_available() is False, or CUDA failed to initialise)"),
     ("compile", "Invalid Kernel",
      "nvcc rejected the generated CUTLASS source (its output is below): an nvcc that CUTLASS 4.2's "
-     "headers do not support, or a tile/schedule the CollectiveBuilder cannot build"),
+     "headers do not support, or a tile/schedule the CollectiveBuilder (sm90) or DefaultGemmUniversal (sm80) cannot build"),
     ("compile", "CUDA_ERROR",
      "the compiled cubin could not be loaded (CUDA_ERROR_NO_BINARY_FOR_GPU: built for another arch)"),
     ("run", "CUDA_ERROR_INVALID_VALUE",
@@ -328,28 +406,43 @@ def headers_dir(cutlass: Any) -> Path:
     return include
 
 
-class _Sm90Options:
+class _GemmOptions:
     """Stands in for CUTLASS's option registry, which describes every kernel of every
-    architecture from SM50 to SM100 when first asked (about 11 s); only SM90 GEMMs are used."""
+    architecture from SM50 to SM100 when first asked (about 11 s); only the GEMMs of the
+    kernel_cc in use (90, and 80 for the sm80 family) are described, each when first asked
+    (about 1.5 s). The device is taken to have that same cc (cc=kernel_cc in the plans):
+    for 80, that bounds the stages by the A100's shared memory, which the SM80 catalogue
+    keeps within."""
+
+    CCS = (80, 90)
 
     def __init__(self) -> None:
         import cutlass_library as lib
-        from cutlass_cppgen.library_defaults import ArchOptions
 
+        self._lib = lib
         self._kind = lib.OperationKind.Gemm
-        self._gemm = ArchOptions(90, 90, self._kind, [lib.GemmKind.Universal, lib.GemmKind.Universal3x])
+        self._gemm: dict[int, Any] = {}
 
     def options_for_cc(self, cc: int, op_kind: Any = None) -> Any:
-        return self._gemm if cc == 90 and op_kind in (None, self._kind) else None
+        """Called by Gemm plans only, which Session makes one at a time."""
+        if cc not in self.CCS or op_kind not in (None, self._kind):
+            return None
+        if cc not in self._gemm:
+            from cutlass_cppgen.library_defaults import ArchOptions
+
+            kinds = [self._lib.GemmKind.Universal, self._lib.GemmKind.Universal3x]
+            self._gemm[cc] = ArchOptions(cc, cc, self._kind, kinds)
+        return self._gemm[cc]
 
 
-def install_sm90_options(cutlass: Any, nvcc_version: str) -> None:
+def install_options(cutlass: Any, nvcc_version: str) -> None:
     """Before any Gemm plan is made. The generator filters kernels by nvcc's release, which
     CUTLASS records when it first initialises CUDA; record it here so that this also works
     without a GPU (the CPU tests emit source this way)."""
     if getattr(cutlass, "_nvcc_version", None) is None:
         cutlass._nvcc_version = nvcc_version
-    cutlass._option_registry = _Sm90Options()
+    if not isinstance(getattr(cutlass, "_option_registry", None), _GemmOptions):
+        cutlass._option_registry = _GemmOptions()
 
 
 @dataclasses.dataclass
@@ -414,15 +507,23 @@ def _library_types(dtype: torch.dtype, order: str) -> dict[str, Any]:
     )
 
 
-def make_operation(cutlass: Any, dtype: torch.dtype, order: str, variant: Variant) -> Any:
+def make_operation(cutlass: Any, dtype: torch.dtype, order: str, variant: AnyVariant) -> Any:
     """The GemmOperationUniversal for a variant, not compiled (works without a GPU once
-    install_sm90_options ran). B 'nk' is the K x N operand stored column-major. Its kernel
-    name (procedural_name) shows the cluster's tile, e.g. 256x256x64_2x1x1 for a 128x256x64
-    CTA tile in a 2x1 cluster."""
+    install_options ran). B 'nk' is the K x N operand stored column-major."""
+    plan_key(dtype, order, variant)  # validates dtype and order
+    plan = cutlass.op.Gemm(**_library_types(dtype, order), cc=variant.kernel_cc, kernel_cc=variant.kernel_cc)
+    if isinstance(variant, Sm80Variant):
+        _plan_sm80(plan, variant)
+    else:
+        _plan_sm90(plan, variant)
+    return plan.construct(plan.tile_description, alignment_A=ALIGN, alignment_B=ALIGN, alignment_C=ALIGN)
+
+
+def _plan_sm90(plan: Any, variant: Variant) -> None:
+    """Its kernel name (procedural_name) shows the cluster's tile, e.g. 256x256x64_2x1x1 for
+    a 128x256x64 CTA tile in a 2x1 cluster."""
     import cutlass_library as lib
 
-    plan_key(dtype, order, variant)  # validates dtype and order
-    plan = cutlass.op.Gemm(**_library_types(dtype, order), cc=90, kernel_cc=90)
     kernel_schedule, epilogue_schedule = variant.schedule_names()
     (m, n, k), (cm, cn) = variant.tile, variant.cluster
     plan.tile_description = {
@@ -435,7 +536,20 @@ def make_operation(cutlass: Any, dtype: torch.dtype, order: str, variant: Varian
         "tile_scheduler": lib.TileSchedulerType.Default,  # persistent
         "stages": None,  # as many as fit beside the epilogue's shared memory
     }
-    return plan.construct(plan.tile_description, alignment_A=ALIGN, alignment_B=ALIGN, alignment_C=ALIGN)
+
+
+def _plan_sm80(plan: Any, variant: Sm80Variant) -> None:
+    """A 2.x GemmUniversal; its kernel name shows the tile and stages, e.g.
+    ..._s16816gemm_bf16_128x256_64x3_tn_align8 (the swizzle is in the source only). The
+    math instruction is the default operation's, mma.sync m16n8k16."""
+    import cutlass_library as lib
+
+    plan.swizzling_functor = getattr(lib.SwizzlingFunctor, f"Identity{variant.swizzle}")
+    plan.tile_description = {
+        "threadblock_shape": list(variant.tile),
+        "warp_count": [*variant.warps, 1],
+        "stages": variant.stages,
+    }
 
 
 @dataclasses.dataclass
@@ -443,7 +557,7 @@ class Compiled:
     """A loaded kernel; ``bind`` makes the launcher for a set of tensors."""
 
     key: tuple[str, str, str]
-    variant: Variant
+    variant: AnyVariant
     operation: Any
     compile_s: float
 
@@ -463,9 +577,10 @@ class Compiled:
 class Launcher:
     """D = A @ B for fixed tensors, launched on torch's current stream.
 
-    CUTLASS's own run() rebuilds the kernel's Params (TMA descriptors included) on every
-    call; the tensors are preallocated here, so the Params are built once and a call costs
-    one cuLaunchKernelEx with the cluster attribute."""
+    CUTLASS's own run() rebuilds the kernel's Params (TMA descriptors included for sm90) on
+    every call; the tensors are preallocated here, so the Params are built once and a call
+    costs one cuLaunchKernelEx: with the cluster attribute for sm90, without attributes for
+    sm80 (a plain launch)."""
 
     def __init__(self, compiled: Compiled, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> None:
         from cuda.bindings import driver
@@ -479,7 +594,9 @@ class Launcher:
         self._argv = (ctypes.c_void_p * 1)(ctypes.addressof(self._params))
         self._driver = driver
         self._kernel = compiled.operation.rt_module.kernel
-        self._config = _launch_config(driver, cfg.grid, cfg.block, cfg.shared_memory_capacity, compiled.variant.cluster)
+        allow_dynamic_smem(driver, self._kernel, cfg.shared_memory_capacity)
+        self._config = _launch_config(driver, cfg.grid, cfg.block, cfg.shared_memory_capacity,
+                                      compiled.variant.launch_cluster)
         self._stream = None
 
     def __call__(self) -> None:
@@ -516,9 +633,12 @@ def check_operands(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, dtype: tor
 
 
 def _gemm_arguments(operation: Any, m: int, n: int, k: int, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> Any:
-    """CUTLASS's argument object: builds the kernel's Params (through the compiled host
-    .so), the grid of the persistent scheduler and any device workspace. C = D with beta 0:
-    the epilogue then never reads C."""
+    """CUTLASS's argument object (GemmArguments3x for sm90, GemmArguments2x for sm80): builds
+    the kernel's Params through the compiled host .so (host_workspace, its bytes) and the
+    launch configuration (launch_config: for sm90 the persistent scheduler's grid, for sm80
+    the swizzle's grid over the tiled shape, 32 x warps threads, the SharedStorage size).
+    One split: no device workspace, so the 2.x semaphore stays null. C = D with beta 0: the
+    epilogue then never reads C."""
     from cuda.bindings import driver
     from cutlass_cppgen.backend.gemm_operation import GemmArguments
     from cutlass_cppgen.shape import GemmCoord
@@ -535,16 +655,35 @@ def _gemm_arguments(operation: Any, m: int, n: int, k: int, a: torch.Tensor, b: 
     )
 
 
-def _launch_config(driver: Any, grid: list[int], block: list[int], smem: int, cluster: tuple[int, int]) -> Any:
-    attr = driver.CUlaunchAttribute()
-    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster[0], cluster[1], 1
+DEFAULT_SMEM_LIMIT = 48 * 1024  # bytes of dynamic shared memory a kernel may use without opting in
+
+
+def allow_dynamic_smem(driver: Any, kernel: Any, smem: int) -> None:
+    """Raise the kernel's dynamic shared memory limit to ``smem`` where that is above the
+    48 KiB every kernel may use (CUTLASS also does this when it loads a kernel; doing it
+    here keeps the launch right whatever the interface's version does)."""
+    if smem <= DEFAULT_SMEM_LIMIT:
+        return
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    (err,) = driver.cuFuncSetAttribute(kernel, attr, smem)
+    if int(err) != 0:
+        raise RuntimeError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {smem}): {err!r}")
+
+
+def _launch_config(driver: Any, grid: list[int], block: list[int], smem: int, cluster: tuple[int, int] | None) -> Any:
+    """A cuLaunchKernelEx configuration; with a cluster attribute where ``cluster`` is given."""
     config = driver.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid
     config.blockDimX, config.blockDimY, config.blockDimZ = block
     config.sharedMemBytes = smem
-    config.attrs = [attr]
-    config.numAttrs = 1
+    attrs = []
+    if cluster is not None:
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster[0], cluster[1], 1
+        attrs.append(attr)
+    config.attrs = attrs
+    config.numAttrs = len(attrs)
     return config
 
 
@@ -582,6 +721,16 @@ def ensure_libcuda_linkable(cuda_root: Path, scratch: Path) -> str:
     return f"-lcuda: {link} -> {driver} (the toolkit has no stub)"
 
 
+DEFAULT_MAX_JOBS = 8
+
+
+def compile_jobs(jobs: int | None, todo: int) -> int:
+    """nvcc runs at a time: ``jobs`` where given, else one a core up to DEFAULT_MAX_JOBS;
+    never more than there are kernels to build, never fewer than one."""
+    wanted = jobs if jobs else min(os.cpu_count() or 1, DEFAULT_MAX_JOBS)
+    return max(1, min(wanted, todo))
+
+
 class Session:
     """The toolchain, the GPU and the kernels compiled in this process (by plan_key)."""
 
@@ -589,29 +738,29 @@ class Session:
         self.tools = tools or load_toolchain(cache_base)
         self.device = _open_device(self.tools.cutlass)
         self.libcuda = ensure_libcuda_linkable(self.tools.cuda_root, self.tools.cache_dir)
-        install_sm90_options(self.tools.cutlass, self.tools.nvcc_version)
+        install_options(self.tools.cutlass, self.tools.nvcc_version)
         self.compiled: dict[tuple[str, str, str], Compiled] = {}
+        self.failed: dict[tuple[str, str, str], PeerError] = {}  # not retried: nvcc would fail again
         self._lock = threading.Lock()
 
-    def compile(self, dtype: torch.dtype, order: str, variants: Iterable[Variant], jobs: int | None = None) -> dict[str, Compiled | PeerError]:
-        """Compile the variants not compiled yet, ``jobs`` nvcc runs at a time (threads:
-        nvcc runs as a subprocess). Returns each variant's kernel or why it failed."""
-        variants = list(variants)
-        out: dict[str, Compiled | PeerError] = {}
-        todo = []
-        for v in variants:
-            key = plan_key(dtype, order, v)
-            if key in self.compiled:
-                out[v.name] = self.compiled[key]
-            else:
-                todo.append(v)
-        jobs = max(1, min(jobs or os.cpu_count() or 1, 8, len(todo) or 1))
-        with inside(self.tools.cache_dir), ThreadPoolExecutor(jobs) as pool:
-            for v, result in zip(todo, pool.map(lambda v: self._compile_one(dtype, order, v), todo)):
-                out[v.name] = result
-        return {v.name: out[v.name] for v in variants}
+    def compile(self, dtype: torch.dtype, order: str, variants: Iterable[AnyVariant],
+                jobs: int | None = None) -> dict[str, Compiled | PeerError]:
+        """Compile the variants not compiled yet; each variant's kernel or why it failed."""
+        results = self.compile_all([(dtype, order, v) for v in variants], jobs)
+        return {name: result for (_, _, name), result in results.items()}
 
-    def _compile_one(self, dtype: torch.dtype, order: str, variant: Variant) -> Compiled | PeerError:
+    def compile_all(self, tasks: Iterable[tuple[torch.dtype, str, AnyVariant]],
+                    jobs: int | None = None) -> dict[tuple[str, str, str], Compiled | PeerError]:
+        """Compile the (dtype, order, variant) kernels not tried yet, ``jobs`` nvcc runs at a
+        time (threads: nvcc runs as a subprocess). Returns each one's kernel or why it
+        failed, by plan_key, in the order given."""
+        keyed = {plan_key(*task): task for task in tasks}
+        todo = [key for key in keyed if key not in self.compiled and key not in self.failed]
+        with inside(self.tools.cache_dir), ThreadPoolExecutor(compile_jobs(jobs, len(todo))) as pool:
+            list(pool.map(lambda key: self._compile_one(*keyed[key]), todo))
+        return {key: self.compiled.get(key) or self.failed[key] for key in keyed}
+
+    def _compile_one(self, dtype: torch.dtype, order: str, variant: AnyVariant) -> Compiled | PeerError:
         from gemm_runtime import cuda_driver
 
         key = plan_key(dtype, order, variant)
@@ -625,7 +774,8 @@ class Session:
             self.tools.cutlass.backend.compiler.add_module([operation])
         except Exception as exc:
             name = operation.procedural_name() if operation is not None else None
-            return PeerError.wrap("compile", exc, _nvcc_error_tail(exc, name) or traceback.format_exc(limit=6))
+            self.failed[key] = PeerError.wrap("compile", exc, _nvcc_error_tail(exc, name) or traceback.format_exc(limit=6))
+            return self.failed[key]
         compiled = Compiled(key, variant, operation, time.perf_counter() - t0)
         self.compiled[key] = compiled
         return compiled
@@ -659,7 +809,7 @@ def session(cache_base: Path | None = None) -> Session:
     return _session
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str = "nk", variant: Variant = PROBE_VARIANT) -> Launcher:
+def gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str = "nk", variant: AnyVariant = PROBE_VARIANT) -> Launcher:
     """A launcher of D = A @ B for these tensors with one variant (compiled on first use)."""
     result = session().compile(a.dtype, order, [variant])[variant.name]
     if isinstance(result, PeerError):
@@ -732,7 +882,7 @@ def measure_variant(compiled: Compiled, a: torch.Tensor, b: torch.Tensor, d: tor
 
 
 def best_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str = "nk",
-            variants: Iterable[Variant] | None = None, jobs: int | None = None,
+            variants: Iterable[AnyVariant] | None = None, jobs: int | None = None,
             ref: torch.Tensor | None = None) -> tuple[Launcher | None, list[dict[str, Any]]]:
     """Compile (or reuse) the variants, check each against an fp32 matmul and time it on
     these tensors: the fastest correct one's launcher (None where none passed) and one row
@@ -770,12 +920,12 @@ def measure_cublas(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str
 
 
 def benchmark_shape(dtype: torch.dtype, order: str, shape: tuple[int, int, int],
-                    variants: list[Variant], jobs: int | None) -> dict[str, Any]:
+                    variants: list[AnyVariant], jobs: int | None, ours_build: Path | None = None) -> dict[str, Any]:
     m, n, k = shape
     p = make_problem(dtype, m, n, k, order)
     _, rows = best_of(p["a"], p["b"], p["d"], order, variants, jobs, ref=p["ref"])
     cublas = measure_cublas(p["a"], p["b"], p["d"], order, p["ref"])
-    ours = measure_ours(p["a"], p["b"], p["d"], order, p["ref"])
+    ours = measure_ours(p["a"], p["b"], p["d"], order, p["ref"], ours_build)
     best = fastest(rows)
     del p
     torch.cuda.empty_cache()
@@ -783,15 +933,17 @@ def benchmark_shape(dtype: torch.dtype, order: str, shape: tuple[int, int, int],
             "cublas": cublas, "ours": ours, "ratio": cublas["ms"] / best["ms"] if best else None, "variants": rows}
 
 
-def measure_ours(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str, ref: torch.Tensor) -> dict[str, Any]:
+def measure_ours(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str, ref: torch.Tensor,
+                 build_dir: Path | None = None) -> dict[str, Any]:
     """This project's kernel for the problem as default dispatch picks it (the cost
-    model), from the build in build/; {"status": reason} where there is none."""
+    model), from the build in ``build_dir`` (default build/: another build holds, e.g.,
+    the SM80 family alone); {"status": reason} where there is none."""
     from bench.timing import median_ms
 
     try:
         from gemm_runtime import Gemm
 
-        gemm = Gemm()
+        gemm = Gemm(build_dir=build_dir)
     except Exception as e:  # noqa: BLE001 - the peer table stands without this column
         return {"status": f"no build: {type(e).__name__}: {e}"}
     m, n, k = problem_dims(a.shape, b.shape, d.shape, order)
@@ -808,15 +960,30 @@ def measure_ours(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str, 
 # ----------------------------------------------------------------------------- CLI
 
 
+# Llama 3 (8B and 70B) layers as (N, K) of D = A @ W^T: QKV, O, gate+up, down of each.
+LLAMA3_NK: tuple[tuple[int, int], ...] = (
+    (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),
+    (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672),
+)
+SHAPE_SETS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "llama3": tuple((m, n, k) for m in (1024, 4096) for n, k in LLAMA3_NK),
+}
+
+
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    """'8192x8192x8192,4096x4096x4096' -> [(M, N, K), ...]."""
+    """'8192x8192x8192,4096x4096x4096' -> [(M, N, K), ...]; an item may also name a set of
+    SHAPE_SETS ('llama3'). Repeats are dropped, the first place kept."""
     shapes = []
     for item in text.split(","):
-        parts = item.strip().lower().split("x")
+        name = item.strip().lower()
+        if name in SHAPE_SETS:
+            shapes.extend(SHAPE_SETS[name])
+            continue
+        parts = name.split("x")
         if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"shape {item!r} is not MxNxK")
+            raise argparse.ArgumentTypeError(f"shape {item!r} is not MxNxK (nor one of the sets {', '.join(SHAPE_SETS)})")
         shapes.append(tuple(int(p) for p in parts))
-    return shapes
+    return list(dict.fromkeys(shapes))
 
 
 def parse_dtypes(text: str) -> list[torch.dtype]:
@@ -852,8 +1019,10 @@ def _versions() -> dict[str, str]:
             "torch_cuda": str(torch.version.cuda), "cuda_bindings": bindings}
 
 
-def probe(cache_base: Path | None, dtype: torch.dtype, size: int = 2048) -> dict[str, Any]:
-    """Each step on its own line with its time; the first failure raises its PeerError."""
+def probe(cache_base: Path | None, dtype: torch.dtype, size: int = 2048,
+          variant: AnyVariant = PROBE_VARIANT) -> dict[str, Any]:
+    """Each step on its own line with its time (``variant`` is the kernel built, run and
+    checked); the first failure raises its PeerError."""
     state: dict[str, Any] = {"versions": _versions()}
     v = state["versions"]
     _step("python", lambda: f"Python {v['python']}, torch {v['torch']} (CUDA {v['torch_cuda']}), "
@@ -881,11 +1050,11 @@ def probe(cache_base: Path | None, dtype: torch.dtype, size: int = 2048) -> dict
         return f"{name}, sm_90, {sms} SMs; {_session.libcuda}; cache {_session.tools.cache_dir}"
 
     def compile_one() -> str:
-        result = state["session"].compile(dtype, "nk", [PROBE_VARIANT], jobs=1)[PROBE_VARIANT.name]
+        result = state["session"].compile(dtype, "nk", [variant], jobs=1)[variant.name]
         if isinstance(result, PeerError):
             raise result
         state["compiled"] = result
-        return f"{PROBE_VARIANT.name} {dtype_name(dtype)} nk -> {result.kernel_name} ({result.compile_s:.1f}s)"
+        return f"{variant.name} {dtype_name(dtype)} nk -> {result.kernel_name} ({result.compile_s:.1f}s)"
 
     def run() -> str:
         p = state["problem"] = make_problem(dtype, size, size, size, "nk")
@@ -934,40 +1103,64 @@ def print_table(results: list[dict[str, Any]]) -> None:
     print("CUTLASS/cuBLAS above 1: CUTLASS faster. Medians of CUDA-event times, L2 flushed before each repetition.")
 
 
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+
+
 def benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """Every kernel compiled first (all dtypes and orders at once, ``--jobs`` at a time),
+    then each problem measured. With --out, the results so far are written after each
+    problem (status "partial"), so that a run cut short still leaves them."""
     sess = session(args.cache_dir)
-    variants = variants_named(args.variants)
+    variants = variants_named(args.variants, args.family)
+    tasks = [(dtype, order, v) for dtype in args.dtype for order in args.order for v in variants]
+    t0 = time.perf_counter()
+    built = sess.compile_all(tasks, args.jobs)
+    ok = sum(isinstance(k, Compiled) for k in built.values())
+    print(f"compiled {ok} of {len(built)} kernels in {time.perf_counter() - t0:.0f}s "
+          f"(up to {compile_jobs(args.jobs, len(built))} nvcc runs at a time)", flush=True)
+    t = sess.tools
+    header = {"peer": "cutlass", "versions": _versions(), "nvidia_cutlass": t.version, "nvcc": t.nvcc_version,
+              "device": torch.cuda.get_device_name(sess.device),
+              "families": sorted({v.family for v in variants}), "variants_tried": [v.name for v in variants],
+              "timing": "bench.timing.median_ms (CUDA events, L2 flushed, median)", "max_rel_err": MAX_REL_ERR}
     results = []
     for dtype in args.dtype:
         for order in args.order:
             for shape in args.shapes:
-                r = benchmark_shape(dtype, order, shape, variants, args.jobs)
+                r = benchmark_shape(dtype, order, shape, variants, args.jobs, args.ours_build)
                 for row in r["variants"]:
                     status = f"{row.get('tflops', 0):7.0f} TFLOP/s" if row["status"] == "ok" else \
                         f"{row['status']}: {row.get('error', '')[:160]}"
-                    print(f"  {r['dtype']} {order} {shape} {row['variant']:24s} {status}", flush=True)
+                    print(f"  {r['dtype']} {order} {shape} {row['variant']:28s} {status}", flush=True)
                 results.append(r)
+                if args.out:
+                    write_record(args.out, {**header, "status": "partial", "results": results})
     if not any(r["cutlass_best"] for r in results):
         first = next((row for r in results for row in r["variants"]), {})
         raise PeerError(first.get("step", "compile"), first.get("error", "no variant ran"), first.get("cause"),
                         first.get("detail", ""))
     print_table(results)
-    t = sess.tools
-    return {"peer": "cutlass", "status": "ok", "versions": _versions(), "nvidia_cutlass": t.version,
-            "nvcc": t.nvcc_version, "device": torch.cuda.get_device_name(sess.device),
-            "timing": "bench.timing.median_ms (CUDA events, L2 flushed, median)",
-            "max_rel_err": MAX_REL_ERR, "results": results}
+    return {**header, "status": "ok", "results": results}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--probe", action="store_true", help="check import, nvcc, headers; build, run and check one kernel")
-    ap.add_argument("--shapes", type=parse_shapes, default=parse_shapes("8192x8192x8192,4096x4096x4096"))
+    ap.add_argument("--probe", action="store_true",
+                    help="check import, nvcc, headers; build, run and check one kernel (the first variant selected)")
+    ap.add_argument("--shapes", type=parse_shapes, default=parse_shapes("8192x8192x8192,4096x4096x4096"),
+                    help=f"MxNxK list, comma-separated; an item may name a set: {', '.join(SHAPE_SETS)}")
     ap.add_argument("--dtype", type=parse_dtypes, default=parse_dtypes("bf16"), help="bf16, fp16 or both, comma-separated")
     ap.add_argument("--order", type=lambda s: s.split(","), default=["nk"], help="B order(s): nk (nn.Linear weight), kn")
+    ap.add_argument("--family", choices=sorted(FAMILIES), default=None,
+                    help="sm90: CUTLASS 3 TMA + wgmma kernels; sm80: CUTLASS 2.x mma.sync + cp.async kernels; "
+                         f"both (default {DEFAULT_FAMILY}, or the families of --variants)")
     ap.add_argument("--variants", type=lambda s: s.split(","), default=None,
-                    help=f"comma-separated subset of: {', '.join(v.name for v in VARIANTS)}")
-    ap.add_argument("--jobs", type=int, default=None, help="nvcc runs at a time (default: up to 8)")
+                    help=f"comma-separated subset of: {', '.join(v.name for v in ALL_VARIANTS)}")
+    ap.add_argument("--ours-build", type=Path, default=None,
+                    help="the build this project's column loads (default build/; e.g. one of the SM80 family alone)")
+    ap.add_argument("--jobs", type=int, default=None, help=f"nvcc runs at a time (default: up to {DEFAULT_MAX_JOBS})")
     ap.add_argument("--cache-dir", type=Path, default=None, help=f"compile cache (default ${CACHE_ENV} or {DEFAULT_CACHE})")
     ap.add_argument("--out", type=Path, default=None, help="JSON of the results, or of why the peer is unavailable")
     ap.add_argument("--allow-fail", action="store_true", help="on failure write the JSON and exit 0")
@@ -975,14 +1168,13 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in args.order if o not in ORDERS]
     if bad:
         ap.error(f"--order: {bad} not in {ORDERS}")
-    if args.variants is not None:
-        try:
-            variants_named(args.variants)
-        except ValueError as exc:
-            ap.error(str(exc))
+    try:
+        selected = variants_named(args.variants, args.family)
+    except ValueError as exc:
+        ap.error(str(exc))
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
     try:
-        record = probe(args.cache_dir, args.dtype[0]) if args.probe else benchmark(args)
+        record = probe(args.cache_dir, args.dtype[0], variant=selected[0]) if args.probe else benchmark(args)
         code = 0
     except Exception as exc:  # a PeerError names its step; anything else is the benchmark's
         err = PeerError.wrap("probe" if args.probe else "benchmark", exc, traceback.format_exc(limit=8))
@@ -991,8 +1183,7 @@ def main(argv: list[str] | None = None) -> int:
         if err.detail:
             print(f"  detail:\n{err.detail}", file=sys.stderr)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        write_record(args.out, record)
         print(f"wrote {args.out}")
     if code == 0 and record["status"] == "ok" and args.probe:
         print("probe passed")

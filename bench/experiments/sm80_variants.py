@@ -30,14 +30,32 @@ VARIANTS = {
     "no_mma": ("-DGEMM_SM80_LEAVE_OUT=2",),
     "no_refill": ("-DGEMM_SM80_LEAVE_OUT=3",),
     "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
+    "direct_epilogue": ("-DGEMM_STAGED_EPILOGUE=0",),
+    "general_copies": ("-DGEMM_SM80_LEAN_COPIES=0",),
 }
 # (M, N, K): 4096^3 (where CUTLASS 2.x reached 486 TFLOP/s), llama3-8b gate_up at M = 4096,
 # llama3-70b o at M = 1024.
 PROBLEMS = [(4096, 4096, 4096), (4096, 28672, 4096), (1024, 8192, 8192)]
 
 
+def is_dense_sm80(name: str, spec: dict) -> bool:
+    """An sm80-family fp16 or bf16 kernel with 16-bit output and "nk" B."""
+    dense_16bit = "_sm80_m16n8k16_af16_bf16_" in name or "_sm80_m16n8k16_abf16_bbf16_" in name
+    return dense_16bit and "_nk_" in name and "f32" not in spec["d_type"]
+
+
 def is_prefill_sm80(name: str, spec: dict) -> bool:
-    return "_sm80_m16n8k16_af16_bf16_" in name and "_nk_" in name and spec["cta"][0] >= 128 and "f32" not in spec["d_type"]
+    return is_dense_sm80(name, spec) and spec["cta"][0] >= 128
+
+
+def sm80_manifest(work: Path, candidates: bool = True) -> Path:
+    """The default set (and with ``candidates`` prefill_tiles.yaml) generated under
+    ``work``, then the manifest of its sm80 fp16 and bf16 "nk" kernels, the prefill tiles
+    only with ``candidates``: the folder a build reads."""
+    extra = ["--with-defaults", "--config", str(ROOT / "bench/experiments/prefill_tiles.yaml")] if candidates else []
+    subprocess.run([sys.executable, "-m", "codegen", *extra, "--out", str(work / "all")], check=True, cwd=ROOT)
+    subset_manifest(work / "all", work / "gen", is_prefill_sm80 if candidates else is_dense_sm80)
+    return work / "gen"
 
 
 def main() -> None:
@@ -45,30 +63,37 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--swizzles", nargs="+", type=int, default=[3], help="rasterization groups (log2) to time")
     ap.add_argument("--tiles", nargs="+", help="only these tiles, e.g. 128x256x32s3 (default: every prefill tile)")
+    ap.add_argument("--rounds", type=int, default=2, help="times each (kernel, problem) is timed per variant")
+    ap.add_argument("--build-only", type=Path, help="build the default set's sm80 fp16/bf16 'nk' kernels there "
+                    "(e.g. for bench.cutlass_peer --ours-build) and stop")  # fmt: skip
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm80_variants_"))
-    subprocess.run(
-        [sys.executable, "-m", "codegen", "--with-defaults", "--config", str(ROOT / "bench/experiments/prefill_tiles.yaml"),
-         "--out", str(work / "all")], check=True, cwd=ROOT,
-    )  # fmt: skip
-    subset_manifest(work / "all", work / "gen", is_prefill_sm80)
+    if args.build_only:
+        build_mod.build(sm80_manifest(work, candidates=False), args.build_only, archs=[90], progress=False)
+        return
+    gen = sm80_manifest(work)
     tensors = problem_tensors(PROBLEMS, torch.float16)
+    gemms = {}
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]
-        build_mod.build(work / "gen", work / variant, archs=[90], progress=False)
-        gemm = Gemm(build_dir=work / variant)
-        for kern in sorted(gemm.kernels, key=lambda k: k.name):
-            s = kern.spec
-            tile = f"{s.cta[0]}x{s.cta[1]}x{s.cta[2]}s{s.stages}"
-            if args.tiles and tile not in args.tiles:
-                continue
-            for swizzle in args.swizzles:
-                row = []
-                for (m, n, k), (a, b, out) in tensors.items():
-                    t = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=LaunchSpec(kern.name, 1, swizzle)))
-                    row.append(f"{2 * m * n * k / t / 1e9:5.0f}")
-                print(f"{variant:12s} {tile:14s} w{s.warps[0]}x{s.warps[1]} sw{swizzle}: " + " ".join(row) + " TFLOP/s",
-                      flush=True)  # fmt: skip
+        build_mod.build(gen, work / variant, archs=[90], progress=False)
+        gemms[variant] = Gemm(build_dir=work / variant)
+    # NOTE: the variants of one kernel are timed back to back, round after round: the SM
+    # clock drifts over a run by more than some of the differences looked for.
+    for kern in sorted(gemms[args.variants[0]].kernels, key=lambda k: k.name):
+        s = kern.spec
+        tile = f"{s.cta[0]}x{s.cta[1]}x{s.cta[2]}s{s.stages}"
+        if s.a_type.value != "f16" or (args.tiles and tile not in args.tiles):
+            continue
+        for swizzle in args.swizzles:
+            for r in range(args.rounds):
+                for variant, gemm in gemms.items():
+                    row = []
+                    for (m, n, k), (a, b, out) in tensors.items():
+                        t = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=LaunchSpec(kern.name, 1, swizzle)))
+                        row.append(f"{2 * m * n * k / t / 1e9:5.0f}")
+                    print(f"{tile:14s} w{s.warps[0]}x{s.warps[1]} sw{swizzle} r{r} {variant:16s}: " + " ".join(row)
+                          + " TFLOP/s", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""bench.cutlass_peer without a GPU: the variant catalogue, cache keys, argument parsing,
-failure records and the CLI's failure path; with nvidia-cutlass importable, also the
-CUTLASS source each variant emits (no nvcc, no GPU)."""
+"""bench.cutlass_peer without a GPU: the variant catalogues (sm90 and sm80), cache keys,
+argument parsing, launch configurations, failure records and the CLI's failure path; with
+nvidia-cutlass importable, also the CUTLASS source each variant emits (no nvcc, no GPU)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,96 @@ def test_variants_named():
         cp.variants_named(["coop_1x1x1_c1x1"])
 
 
+def test_sm80_catalogue_names_are_unique_beside_sm90():
+    names = [v.name for v in cp.ALL_VARIANTS]
+    assert len(set(names)) == len(names)
+    assert all(v.name.startswith("sm80_") for v in cp.SM80_VARIANTS)
+    assert not any(v.name.startswith("sm80_") for v in cp.VARIANTS)
+    assert 1 <= len(cp.SM80_VARIANTS) <= 6  # each costs about a minute of nvcc, per dtype
+    v = cp.Sm80Variant((128, 256, 64), (2, 4), 3)
+    assert v.name == "sm80_128x256x64_w2x4_s3_sw8"
+    assert (v.warp_tile, v.threads, v.family, v.kernel_cc, v.launch_cluster) == ((64, 64, 64), 256, "sm80", 80, None)
+    assert cp.Sm80Variant((128, 128, 32), (2, 2), 5, swizzle=1).name == "sm80_128x128x32_w2x2_s5_sw1"
+    assert {(x.family, x.kernel_cc) for x in cp.VARIANTS} == {("sm90", 90)}
+    assert cp.VARIANTS[1].launch_cluster == (2, 1)
+
+
+@pytest.mark.parametrize("variant", cp.SM80_VARIANTS, ids=lambda v: v.name)
+def test_sm80_variants_are_whole_mma_tiles_within_cc80_shared_memory(variant):
+    (m, n, k), (wm, wn) = variant.tile, variant.warps
+    assert m % wm == 0 and n % wn == 0
+    warp_m, warp_n, warp_k = variant.warp_tile
+    assert warp_m % 16 == 0 and warp_n % 8 == 0 and warp_k % 16 == 0  # mma.sync m16n8k16
+    assert variant.threads <= 256 and variant.stages >= 3
+    assert variant.stages * (m + n) * k * 2 <= 163 * 1024  # the mainloop, 16-bit, on an A100's budget
+
+
+def test_variants_named_by_family():
+    assert cp.variants_named(None) == list(cp.VARIANTS)  # today's default: sm90 only
+    assert cp.variants_named(None, "sm90") == list(cp.VARIANTS)
+    assert cp.variants_named(None, "sm80") == list(cp.SM80_VARIANTS)
+    assert cp.variants_named(None, "both") == list(cp.VARIANTS) + list(cp.SM80_VARIANTS)
+    sm80, sm90 = cp.SM80_VARIANTS[1], cp.VARIANTS[0]
+    assert cp.variants_named([sm80.name, sm90.name]) == [sm90, sm80]  # names alone: any family
+    assert cp.variants_named([sm80.name], "sm80") == [sm80]
+    with pytest.raises(ValueError, match="unknown variant.*in family sm80"):
+        cp.variants_named([sm90.name], "sm80")
+    with pytest.raises(ValueError, match="unknown family"):
+        cp.variants_named(None, "sm75")
+
+
+def test_cli_selects_variants_by_family():
+    with pytest.raises(SystemExit) as exc:
+        cp.main(["--family", "sm80", "--variants", cp.VARIANTS[0].name])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        cp.main(["--family", "sm70"])
+
+
+def test_compile_jobs(monkeypatch):
+    monkeypatch.setattr(cp.os, "cpu_count", lambda: 16)
+    assert cp.compile_jobs(None, 10) == cp.DEFAULT_MAX_JOBS == 8
+    assert cp.compile_jobs(16, 10) == 10  # an explicit --jobs may pass the default cap
+    assert cp.compile_jobs(None, 3) == 3
+    assert cp.compile_jobs(4, 0) == 1
+    monkeypatch.setattr(cp.os, "cpu_count", lambda: None)
+    assert cp.compile_jobs(None, 5) == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda.bindings") is None, reason="needs cuda-bindings")
+def test_launch_config_has_a_cluster_for_sm90_only():
+    from cuda.bindings import driver
+
+    plain = cp._launch_config(driver, [8, 16, 1], [256, 1, 1], 147456, cp.SM80_VARIANTS[0].launch_cluster)
+    assert plain.numAttrs == 0 and len(plain.attrs) == 0
+    assert (plain.gridDimX, plain.gridDimY, plain.blockDimX, plain.sharedMemBytes) == (8, 16, 256, 147456)
+    cluster = cp._launch_config(driver, [132, 1, 1], [384, 1, 1], 200000, cp.VARIANTS[1].launch_cluster)
+    assert cluster.numAttrs == 1
+    attr = cluster.attrs[0]
+    assert attr.id == driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert (attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z) == (2, 1, 1)
+
+
+def test_dynamic_shared_memory_is_allowed_above_48_kib():
+    calls = []
+
+    class Driver:
+        class CUfunction_attribute:
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = "max_dynamic_smem"
+
+        @staticmethod
+        def cuFuncSetAttribute(kernel, attr, value):
+            calls.append((kernel, attr, value))
+            return (1 if value > 227 * 1024 else 0,)
+
+    cp.allow_dynamic_smem(Driver, "k", 48 * 1024)
+    assert calls == []
+    cp.allow_dynamic_smem(Driver, "k", 147456)
+    assert calls == [("k", "max_dynamic_smem", 147456)]
+    with pytest.raises(RuntimeError, match="MAX_DYNAMIC_SHARED_SIZE_BYTES"):
+        cp.allow_dynamic_smem(Driver, "k", 300 * 1024)
+
+
 def test_plan_key_separates_dtype_order_and_variant():
     v0, v1 = cp.VARIANTS[0], cp.VARIANTS[1]
     keys = {cp.plan_key(dt, order, v) for dt in (torch.float16, torch.bfloat16) for order in cp.ORDERS for v in (v0, v1)}
@@ -73,6 +163,12 @@ def test_parse_shapes_and_dtypes():
     for bad in ("8192x8192", "0x8x8", "axbxc"):
         with pytest.raises(Exception, match="MxNxK"):
             cp.parse_shapes(bad)
+    assert cp.parse_shapes("8x16x32,8x16x32") == [(8, 16, 32)]
+    llama = cp.parse_shapes("llama3")
+    assert len(llama) == 16 and len(set(llama)) == 16
+    assert {(1024, 6144, 4096), (4096, 4096, 4096), (1024, 57344, 8192), (4096, 8192, 28672)} <= set(llama)
+    assert {m for m, _, _ in llama} == {1024, 4096}
+    assert cp.parse_shapes("LLAMA3, 4096x4096x4096,1x8x8") == llama + [(1, 8, 8)]
     assert cp.parse_dtypes("bf16,float16,half") == [torch.bfloat16, torch.float16, torch.float16]
     with pytest.raises(Exception, match="use bf16, fp16"):
         cp.parse_dtypes("fp32")
@@ -152,7 +248,7 @@ def cutlass(tmp_path_factory):
     cp.alias_legacy_cuda_modules()
     with cp.inside(tmp_path_factory.mktemp("cutlass_cache")):  # its sqlite cache opens in the cwd
         module = importlib.import_module("cutlass_cppgen")
-    cp.install_sm90_options(module, "13.0")
+    cp.install_options(module, "13.0")
     return module
 
 
@@ -176,6 +272,40 @@ def test_emitted_source_is_the_sm90_kernel_asked_for(cutlass, variant):
 def test_kn_order_and_fp16(cutlass):
     src = cp.make_operation(cutlass, torch.float16, "kn", cp.VARIANTS[0]).rt_module.emit()
     assert "cutlass::half_t, cutlass::layout::RowMajor, 8,\n    cutlass::half_t, cutlass::layout::RowMajor, 8," in src
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("variant", cp.SM80_VARIANTS, ids=lambda v: v.name)
+def test_emitted_source_is_the_sm80_kernel_asked_for(cutlass, variant, dtype):
+    from cutlass_cppgen.backend.library import ApiVersion
+
+    op = cp.make_operation(cutlass, dtype, "nk", variant)
+    src = op.rt_module.emit()
+    (m, n, k), (wm, wn, wk) = variant.tile, variant.warp_tile
+    element = {torch.bfloat16: "cutlass::bfloat16_t", torch.float16: "cutlass::half_t"}[dtype]
+    assert (op.api, op.arch, op.switched) == (ApiVersion.v2x, 80, False)
+    assert "cutlass::gemm::kernel::DefaultGemmUniversal<" in src and "cutlass::arch::Sm80," in src
+    assert f"cutlass::gemm::GemmShape<{m}, {n}, {k}>,\n    cutlass::gemm::GemmShape<{wm}, {wn}, {wk}>,\n" \
+           "    cutlass::gemm::GemmShape<16, 8, 16>," in src
+    assert f"GemmIdentityThreadblockSwizzle<{variant.swizzle}>,\n    {variant.stages},\n    cutlass::arch::OpMultiplyAdd" in src
+    # A row-major, B the nn.Linear weight (K x N column-major), fp32 accumulation, D in the input type.
+    assert f"{element}, cutlass::layout::RowMajor, cutlass::ComplexTransform::kNone, 8,\n" \
+           f"    {element}, cutlass::layout::ColumnMajor, cutlass::ComplexTransform::kNone, 8,\n" \
+           f"    {element}, cutlass::layout::RowMajor,\n    float,\n    cutlass::arch::OpClassTensorOp," in src
+    assert f"LinearCombination<{element}, 8, float, float>" in src
+    name = op.procedural_name()
+    assert f"_{m}x{n}_{k}x{variant.stages}_tn_align8" in name and "s16816gemm" in name
+    assert op.rt_module.threads == variant.threads
+
+
+def test_sm80_and_sm90_plans_in_one_process(cutlass):
+    """The option stand-in serves both kernel ccs; an SM90 plan after an SM80 one is still SM90."""
+    sm80 = cp.make_operation(cutlass, torch.bfloat16, "kn", cp.SM80_VARIANTS[0]).rt_module.emit()
+    sm90 = cp.make_operation(cutlass, torch.bfloat16, "nk", cp.VARIANTS[0]).rt_module.emit()
+    assert "cutlass::arch::Sm80" in sm80 and "Sm90" not in sm80
+    assert "cutlass::arch::Sm90" in sm90 and "Sm80," not in sm90
+    assert "cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::ComplexTransform::kNone, 8,\n" \
+           "    cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::ComplexTransform::kNone, 8," in sm80
 
 
 def test_the_table_puts_this_projects_kernel_beside_cutlass_and_cublas(capsys):

@@ -60,14 +60,17 @@ def test_kernel_matches_fp32_reference(gemm_all, name, m):
         a, b = _operands(spec, m, n, k, gen)
         ref = a.float() @ b.float()
         # Plain product into a NaN-poisoned output whose padding columns must survive.
-        ldd = n + 3
-        out = torch.full((m, ldd), float("nan"), dtype=d_dtype, device="cuda")
-        gemm.matmul(a, b, out=out[:, :n], kernel=name)
-        err = rel_err(out[:, :n], ref)
-        if not err < TOL:
-            failures.append(f"N={n} K={k}: rel err {err}")
-        if not torch.isnan(out[:, n:].float()).all():
-            failures.append(f"N={n} K={k}: wrote outside the output's columns")
+        # NOTE: two row pitches: one of whole 16-byte chunks, where the mma.sync families
+        # stage the plain epilogue through shared memory (epilogue_staged.cuh) when N is
+        # also a multiple of 8, and an odd one, where they store directly.
+        for ldd in (n + 3, round_up(n, 8) + 8):
+            out = torch.full((m, ldd), float("nan"), dtype=d_dtype, device="cuda")
+            gemm.matmul(a, b, out=out[:, :n], kernel=name)
+            err = rel_err(out[:, :n], ref)
+            if not err < TOL:
+                failures.append(f"N={n} K={k} ldd={ldd}: rel err {err}")
+            if not torch.isnan(out[:, n:].float()).all():
+                failures.append(f"N={n} K={k} ldd={ldd}: wrote outside the output's columns")
     torch.cuda.synchronize()
     assert not failures, f"{name} M={m}: " + "; ".join(failures)
 

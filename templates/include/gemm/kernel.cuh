@@ -3,6 +3,7 @@
 // instantiates gemm_sm80 or gemm_sm70 once.
 #pragma once
 #include "gemm/epilogue.cuh"
+#include "gemm/epilogue_staged.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/warp_mma_of.cuh"
 
@@ -88,6 +89,12 @@ __device__ __forceinline__ void gemm_kernel(const Params& p) {
 #if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 1
   return;  // the experiment without an epilogue (mainloop_sm80.cuh)
 #endif
+  if constexpr (StagedEpilogue<Cfg>::kFits) {
+    if (StagedEpilogue<Cfg>::usable(p)) {
+      StagedEpilogue<Cfg>::store(warp, p, smem_addr(smem), m0, n0, warp_m * Cfg::kWarpTileM, warp_n * Cfg::kWarpTileN);
+      return;
+    }
+  }
   Epilogue<Cfg>::store(warp, p, m0 + warp_m * Cfg::kWarpTileM, n0 + warp_n * Cfg::kWarpTileN);
 }
 

@@ -30,6 +30,10 @@
 #ifndef GEMM_SM80_LEAVE_OUT
 #define GEMM_SM80_LEAVE_OUT 0
 #endif
+// 1 in every build: 0 keeps the dense tiles on the general copies (LeanCopies below).
+#ifndef GEMM_SM80_LEAN_COPIES
+#define GEMM_SM80_LEAN_COPIES 1
+#endif
 
 namespace gemm {
 
@@ -43,6 +47,43 @@ struct DirectShape<Warp, true> {
   static constexpr int kNI = Warp::kNI, kWords = Warp::Dq::kWords;
 };
 
+// The copies of a dense K tile that lies inside the matrix on every side, the common
+// case of a prefill GEMM: whole 16-byte vectors with no predicate, no zero fill and no
+// edge arithmetic. Each copy's source is a CTA-wide address (the tile's origin plus a
+// multiple of the row step, all warp-uniform: the uniform datapath computes them) plus
+// the thread's 32-bit offset inside the tile.
+// NOTE: measured on the H200 (bench/experiments/sm80_variants.py, ncu), the general
+// copies (TileCopy::issue) cost about 90 instructions per step of a 128x256x64 tile:
+// at 254 registers the compiler rebuilds their state from threadIdx and the kernel
+// parameters every time, and all 8 warps do so at once, between barriers, while the
+// tensor cores wait. These take about 11, and the tiles ran 7-10% faster.
+template <class Copy, int Lds>
+struct LeanCopies {
+  // This thread's first element of the tile at `tile`, and its place in a stage.
+  // NOTE: 32-bit offsets: callers check that the tile spans less than 4 GiB (fits()).
+  __device__ __forceinline__ static const char* source(const char* tile, i64 ld_bytes) {
+    const u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
+    return tile + (r * static_cast<u32>(ld_bytes) + c * 16);
+  }
+  __device__ __forceinline__ static u32 offset() {
+    const u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
+    return (r * Lds + c * 8) * 2;
+  }
+
+  // Copies [begin, end) of the tile whose thread element `src` is, into the stage at `dst`.
+  __device__ __forceinline__ static void issue(u32 dst, const char* src, i64 ld_bytes, int begin, int end) {
+    const u32 to = dst + offset();
+#pragma unroll
+    for (int i = 0; i < Copy::kIters; ++i) {
+      if (i < begin || i >= end) continue;
+      if (Copy::kVecs % Copy::kThreads != 0 && threadIdx.x + i * Copy::kThreads >= Copy::kVecs) continue;
+      cp_async16(to + i * Copy::kRowStep * Lds * 2, src + i * Copy::kRowStep * ld_bytes);
+    }
+  }
+
+  __device__ __forceinline__ static bool fits(i64 ld_bytes) { return ld_bytes * Copy::kRows < (i64{1} << 32); }
+};
+
 template <class Cfg>
 struct MainloopSm80 : OperandCopies<Cfg> {
   using Base = OperandCopies<Cfg>;
@@ -54,7 +95,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // (TileCopy::issue_inside_cols), for quantized B and decode tiles (up to 32 rows),
   // whose mainloops issue few MMAs per copy.
   // NOTE: measured on the H200, the prefill tiles ran 8-12% slower at M = 1024 with
-  // them (and no faster at M = 128), so they keep the general TileCopy::issue.
+  // them (and no faster at M = 128): those copy with LeanCopies (below).
   static constexpr bool kWholeVectorCopies = Cfg::kAlign > 1 && (Cfg::kQuantB || Cfg::kCtaM <= 32);
   // Quantized B straight from global memory into registers, one K tile ahead, for
   // tiles whose weights each feed one warp only (Cfg::kDirectB): no shared-memory
@@ -68,6 +109,16 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   using StepWords = typename Cursor::StepWords;
   using TileWords = StepWords[kSteps];
 
+  // Dense 16-byte-aligned tiles copy the K tiles inside the matrix by LeanCopies.
+  static constexpr bool kLean =
+      GEMM_SM80_LEAN_COPIES && !Cfg::kQuantB && !kDirectB && !kWholeVectorCopies && Cfg::kAlign == 8;
+  using LeanA = LeanCopies<CopyA, Cfg::kLdsA>;
+  using LeanB = LeanCopies<CopyB, Cfg::kLdsB>;
+  const char* lean_a;  // kLean: A at (m0, the split's first K), B at (n0, that K)
+  const char* lean_b;
+  i64 lda_bytes, ldb_bytes;
+  bool lean;  // kLean and the CTA's tile lies inside M and N (uniform per CTA)
+
   WeightOrigin<kDirectWords, kBlockBytes> weights;  // kDirectB: the CTA's packed weights
   GroupRowsCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads> copy_group_rows;  // quantized B's V rows
   template <class Params>
@@ -79,7 +130,19 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
     if constexpr (Cfg::kQuantB) copy_group_rows.init(p.V, p.ldv, p.groups, p.N, n0);
     if constexpr (kDirectB) weights.init(p, n0, k0);
+    if constexpr (kLean) {
+      lda_bytes = p.lda * 2;
+      ldb_bytes = p.ldb * 2;
+      lean_a = static_cast<const char*>(p.A) + m0 * lda_bytes + static_cast<i64>(k0) * 2;
+      lean_b = static_cast<const char*>(p.B) +
+               (Base::kBAlongRows ? k0 * ldb_bytes + static_cast<i64>(n0) * 2 : n0 * ldb_bytes + static_cast<i64>(k0) * 2);
+      lean = m0 + Cfg::kCtaM <= p.M && n0 + Cfg::kCtaN <= p.N && LeanA::fits(lda_bytes) && LeanB::fits(ldb_bytes);
+    }
   }
+
+  // Bytes between the origins of successive K tiles in A and in B.
+  __device__ __forceinline__ i64 a_step() const { return Cfg::kCtaK * 2; }
+  __device__ __forceinline__ i64 b_step() const { return Base::kBAlongRows ? Cfg::kCtaK * ldb_bytes : Cfg::kCtaK * 2; }
 
   // Slice `step` of the copies of K tile `tile` into ring buffer `stage`.
   __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step) const {
@@ -94,6 +157,13 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     const int b_begin = step * CopyB::kIters / kSteps, b_end = (step + 1) * CopyB::kIters / kSteps;
     // Every tile but the last lies inside K: whole vectors, no per-copy edge arithmetic.
     const bool inside_k = k0 + Cfg::kCtaK <= this->k_extent;
+    if constexpr (kLean) {
+      if (lean && inside_k) {
+        LeanA::issue(sa, LeanA::source(lean_a + a_step() * tile, lda_bytes), lda_bytes, a_begin, a_end);
+        LeanB::issue(sb, LeanB::source(lean_b + b_step() * tile, ldb_bytes), ldb_bytes, b_begin, b_end);
+        return;
+      }
+    }
     if constexpr (kWholeVectorCopies) {
       if (inside_k)
         this->copy_a.issue_inside_cols(sa, k0, a_begin, a_end);
@@ -198,21 +268,42 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     int read = 0;
     int write = S - 1;
     fragments(0, 0, 0, 0);
+    // kLean: this thread's sources in the K tile the loop refills next, carried from
+    // tile to tile (a loop-carried pointer stays in a register; state rebuilt from the
+    // parameters at every copy cost the copies most of their instructions).
+    const char* lean_src_a = nullptr;
+    const char* lean_src_b = nullptr;
+    if constexpr (kLean) {
+      lean_src_a = LeanA::source(lean_a + a_step() * (S - 1), lda_bytes);
+      lean_src_b = LeanB::source(lean_b + b_step() * (S - 1), ldb_bytes);
+    }
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
+      const bool refill_lean = kLean && refill && lean && (t + S) * Cfg::kCtaK <= this->k_extent;
       if constexpr (kDirectB) {
         if (t + 1 < k_tiles) load_tile(next_words);
       }
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
-        if (refill && GEMM_SM80_LEAVE_OUT != 3) issue_tile(smem, write, t + S - 1, step);
+        if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
+          const u32 sa = smem + write * Cfg::kStageBytes;
+          LeanA::issue(sa, lean_src_a, lda_bytes, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
+          LeanB::issue(sa + Cfg::kStageBytesA, lean_src_b, ldb_bytes, step * CopyB::kIters / kSteps,
+                       (step + 1) * CopyB::kIters / kSteps);
+        } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
+          issue_tile(smem, write, t + S - 1, step);
+        }
         if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
         this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_k0, warp_n0);
         if (step + 1 == kSteps) {
           cp_async_commit();
           cp_async_wait<S - 2>();
           if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+          if constexpr (kLean) {
+            lean_src_a += a_step();
+            lean_src_b += b_step();
+          }
           read = read + 1 == S ? 0 : read + 1;
           write = write + 1 == S ? 0 : write + 1;
           if constexpr (kDirectB) {

@@ -38,6 +38,12 @@ __device__ __forceinline__ void opaque(const char*& p) { asm volatile("" : "+l"(
 
 // A whole-vector cp.async when `copy`, else nothing: the predicate sits on the
 // instruction, so there is no branch around it.
+// A whole 16-byte copy, no predicate and no zero fill: for tiles known to lie inside
+// the matrix.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
 template <int Bytes>
 __device__ __forceinline__ void cp_async_if(bool copy, u32 dst, const void* src) {
   static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
@@ -206,6 +212,12 @@ __device__ __forceinline__ u16 ld_shared_u16(u32 addr) {
 
 __device__ __forceinline__ void ld_shared_v2(u32 (&r)[2], u32 addr) {
   asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+__device__ __forceinline__ uint4 ld_shared_v4(u32 addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
 }
 
 // ---------------------------------------------------------------------------

@@ -33,6 +33,7 @@ struct VectorOf<2> {
 
 template <int Rows, int Cols, int Lds, int Vec, int Threads>
 struct TileCopy {
+  static constexpr int kRows = Rows, kThreads = Threads;
   static constexpr int kVecsPerRow = Cols / Vec;
   static constexpr int kVecs = Rows * kVecsPerRow;
   static constexpr int kIters = (kVecs + Threads - 1) / Threads;
