@@ -1,5 +1,7 @@
 """Mixture-of-experts operands (issue 18), the host side: the routing a grouped GEMM
-reads, checked, and the experts' quantized weights stacked in the kernels' layout.
+reads, checked, the experts' quantized weights stacked in the kernels' layout, and the
+grouped GEMM's result computed an expert at a time in fp32 (``grouped_reference``, what
+the kernels are tested against).
 
 A grouped GEMM over E experts multiplies, for each expert e, rows ``offsets[e] ..
 offsets[e + 1]`` of the grouped problem by expert e's weight. Those rows are A's own
@@ -109,6 +111,50 @@ def _check_values(offsets: torch.Tensor, rows: int, index: torch.Tensor | None, 
         if low < 0 or high >= tokens:
             bad = low if low < 0 else high
             raise GemmArgumentError("index", f"a row {bad}", f"rows of A, 0 .. {tokens - 1}")
+
+
+def grouped_reference(
+    a: torch.Tensor,
+    weights: torch.Tensor,
+    routing: Routing,
+    *,
+    bias: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    c: torch.Tensor | None = None,
+    gated: bool = False,
+) -> torch.Tensor:
+    """The grouped GEMM's result in fp32, an expert at a time (docs/MOE.md): for each
+    row r of expert e's rows,
+
+        D[r] = row_scale[r] * act(alpha * A[src(r)] @ weights[e]^T + bias[e]) + beta * C[r]
+
+    with src(r) = index[r] (or r), act the gated SiLU over (gate, up) column pairs when
+    ``gated`` (D then has N / 2 columns), ``weights`` [E, N, K] (dequantize packed
+    experts first) and ``bias`` [E, N]. Rows past offsets[E] are zero. What the grouped
+    kernels are tested against; it synchronizes (it reads the offsets)."""
+    experts, n = weights.shape[0], weights.shape[1]
+    if routing.experts != experts:
+        raise GemmArgumentError("routing.offsets", f"{routing.experts + 1} offsets",
+                                f"{experts + 1}: one per expert of weights [E, N, K], then the end")  # fmt: skip
+    rows = routing.index.shape[0] if routing.index is not None else a.shape[0]
+    out = torch.zeros(rows, n // 2 if gated else n, dtype=torch.float32, device=a.device)
+    starts = routing.offsets.tolist()
+    for e, (lo, hi) in enumerate(zip(starts, starts[1:])):
+        if hi == lo:
+            continue
+        src = a[routing.index[lo:hi].long()] if routing.index is not None else a[lo:hi]
+        v = alpha * (src.float() @ weights[e].float().t())
+        if bias is not None:
+            v = v + bias[e].float()
+        if gated:
+            v = torch.nn.functional.silu(v[:, 0::2]) * v[:, 1::2]
+        if routing.row_scale is not None:
+            v = v * routing.row_scale[lo:hi].float()[:, None]
+        if c is not None and beta != 0.0:
+            v = v + beta * c[lo:hi].float()
+        out[lo:hi] = v
+    return out
 
 
 @dataclass(frozen=True, eq=False)

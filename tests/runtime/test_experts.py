@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gemm_runtime.errors import GemmArgumentError
-from gemm_runtime.experts import check_routing, pack_experts
+from gemm_runtime.experts import check_routing, grouped_reference, pack_experts
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import QuantizedWeight, quantize
 from gemm_runtime.settings import override
@@ -135,3 +135,68 @@ def test_stacking_refuses_mismatched_experts() -> None:
         pack_experts([base[0], act_order])
     with pytest.raises(GemmArgumentError, match="an expert, 0 .. 1"):
         pack_experts(base).expert(2)
+
+
+# ---- grouped_reference: the grouped GEMM's semantics, row by row -----------------------
+
+
+def _row_by_row(a, w, starts, index, scale, bias, alpha, beta, c, gated):
+    """Each row on its own: its expert found by scanning the offsets, its product a
+    vector-matrix product in float64."""
+    rows = len(index) if index is not None else a.shape[0]
+    n = w.shape[1]
+    out = torch.zeros(rows, n // 2 if gated else n, dtype=torch.float64)
+    for r in range(rows):
+        experts = [e for e in range(len(starts) - 1) if starts[e] <= r < starts[e + 1]]
+        if not experts:
+            continue
+        (e,) = experts
+        x = a[index[r] if index is not None else r].double()
+        v = alpha * (w[e].double() @ x)
+        if bias is not None:
+            v = v + bias[e].double()
+        if gated:
+            g, u = v[0::2], v[1::2]
+            v = g / (1 + torch.exp(-g)) * u
+        if scale is not None:
+            v = v * float(scale[r])
+        if c is not None:
+            v = v + beta * c[r].double()
+        out[r] = v
+    return out
+
+
+@pytest.mark.parametrize(
+    "starts",
+    [(0, 3, 3, 7), (0, 0, 1, 1), (0, 9, 9, 9), (0, 2, 5, 6)],
+    ids=["uneven-with-an-empty-expert", "one-row", "one-expert-holds-all", "rows-past-the-end"],
+)
+@pytest.mark.parametrize("gathered", [False, True], ids=["sorted", "gathered"])
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+def test_grouped_reference_is_each_rows_own_product(starts, gathered, gated) -> None:
+    gen = torch.Generator().manual_seed(hash((starts, gathered, gated)) % 2**31)
+    experts, n, k, tokens = len(starts) - 1, 6, 5, 4
+    rows = 9
+    a = torch.randn(tokens if gathered else rows, k, generator=gen).half()
+    w = torch.randn(experts, n, k, generator=gen).half()
+    index = torch.randint(0, tokens, (rows,), generator=gen) if gathered else None
+    scale = torch.rand(rows, generator=gen) + 0.5
+    bias = torch.randn(experts, n, generator=gen).half()
+    c = torch.randn(rows, n // 2 if gated else n, generator=gen).half()
+    routing = check_routing(torch.tensor(starts, dtype=torch.int32), experts=experts, rows=rows, device=CPU,
+                            tokens=tokens if gathered else None, index=index, row_scale=scale,
+                            check_values=True)  # fmt: skip
+    got = grouped_reference(a, w, routing, bias=bias, alpha=0.5, beta=0.25, c=c, gated=gated)
+    want = _row_by_row(a, w, starts, index, scale, bias, 0.5, 0.25, c, gated)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert torch.allclose(got.double(), want, rtol=1e-4, atol=1e-4), (got - want).abs().max()
+    # Rows past offsets[E] belong to no expert: zero, whatever C holds.
+    assert not got[starts[-1]:].any()
+
+
+def test_grouped_reference_refuses_a_routing_for_other_experts() -> None:
+    routing = check_routing(_offsets(0, 1, 2), experts=2, rows=2, device=CPU)
+    with pytest.raises(GemmArgumentError) as info:
+        grouped_reference(torch.randn(2, 4), torch.randn(3, 5, 4), routing)
+    assert info.value.argument == "routing.offsets" and "4:" in str(info.value)
+
