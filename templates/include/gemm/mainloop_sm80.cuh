@@ -110,8 +110,10 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   using TileWords = StepWords[kSteps];
 
   // Dense 16-byte-aligned tiles copy the K tiles inside the matrix by LeanCopies.
-  static constexpr bool kLean =
-      GEMM_SM80_LEAN_COPIES && !Cfg::kQuantB && !kDirectB && !kWholeVectorCopies && Cfg::kAlign == 8;
+  // NOTE: "nk" B only. With "kn" B (K x N, the tile advancing by whole rows of B) the
+  // 128x128x64 tile spilled 4-8 bytes on sm_90 (NVRTC 13.5), so it keeps the general copies.
+  static constexpr bool kLean = GEMM_SM80_LEAN_COPIES && !Cfg::kQuantB && !kDirectB && !kWholeVectorCopies &&
+                                Cfg::kAlign == 8 && Cfg::kOrderB == OrderB::kNK;
   using LeanA = LeanCopies<CopyA, Cfg::kLdsA>;
   using LeanB = LeanCopies<CopyB, Cfg::kLdsB>;
   const char* lean_a;  // kLean: A at (m0, the split's first K), B at (n0, that K)
@@ -271,15 +273,21 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     // kLean: this thread's sources in the K tile the loop refills next, carried from
     // tile to tile (a loop-carried pointer stays in a register; state rebuilt from the
     // parameters at every copy cost the copies most of their instructions).
+    // Tiles [0, lean_end) of the split go lean: this split's tiles that lie inside K,
+    // where the CTA's tile lies inside M and N. One integer, where the three conditions
+    // kept live cost the 64-deep prefill tiles a register (a 4-byte spill on sm_90).
     const char* lean_src_a = nullptr;
     const char* lean_src_b = nullptr;
+    int lean_end = 0;
     if constexpr (kLean) {
       lean_src_a = LeanA::source(lean_a + a_step() * (S - 1), lda_bytes);
       lean_src_b = LeanB::source(lean_b + b_step() * (S - 1), ldb_bytes);
+      const int inside_k = this->k_extent / Cfg::kCtaK;
+      lean_end = lean ? (inside_k < k_tiles ? inside_k : k_tiles) : 0;
     }
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
-      const bool refill_lean = kLean && refill && lean && (t + S) * Cfg::kCtaK <= this->k_extent;
+      const bool refill_lean = t + S - 1 < lean_end;
       if constexpr (kDirectB) {
         if (t + 1 < k_tiles) load_tile(next_words);
       }
