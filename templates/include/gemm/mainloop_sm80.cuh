@@ -272,10 +272,13 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     fragments(0, 0, 0, 0);
     // kLean: this thread's sources in the K tile the loop refills next, carried from
     // tile to tile (a loop-carried pointer stays in a register; state rebuilt from the
-    // parameters at every copy cost the copies most of their instructions).
-    // Tiles [0, lean_end) of the split go lean: this split's tiles that lie inside K,
-    // where the CTA's tile lies inside M and N. One integer, where the three conditions
-    // kept live cost the 64-deep prefill tiles a register (a 4-byte spill on sm_90).
+    // parameters at every copy cost the copies most of their instructions), and
+    // lean_end: tiles [0, lean_end) of the split go lean (inside K, the CTA's tile
+    // inside M and N). One integer, where three live conditions cost the 64-deep
+    // prefill tiles a register (a 4-byte spill on sm_90).
+    // NOTE: kLean is "nk" only, so the kBAlongRows branches of lean_b and b_step() are
+    // never taken; dropping them changed ptxas's allocation of the bf16 128x128x32
+    // kernel, so that waits for a GPU run to time it.
     const char* lean_src_a = nullptr;
     const char* lean_src_b = nullptr;
     int lean_end = 0;
