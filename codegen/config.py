@@ -88,7 +88,9 @@ _FAMILY_ACCEPTS: dict[str, str] = {
     "b_orders": f"a non-empty list of {_choices(list(BOrder))}",
     "align": f"a non-empty list of {', '.join(map(str, _ALIGNS))}",
     "tiles": "a non-empty list of {cta: [m, n, k], warps: [m, n, k], stages: s}",
+    "grouped": "optional: true for grouped (mixture-of-experts) kernels, docs/MOE.md (default false)",
 }
+_FAMILY_OPTIONAL = {"grouped": False}
 _TILE_ACCEPTS: dict[str, str] = {
     "cta": "a list of 3 integers > 0 [m, n, k]",
     "warps": "a list of 3 integers > 0 [m, n, k]",
@@ -316,6 +318,7 @@ class _Family:
     b_orders: list[BOrder]
     aligns: list[int]
     tiles: list[Any]
+    grouped: bool = False
 
 
 def _parse_family(where: _Where, data: Any) -> _Family:
@@ -326,7 +329,7 @@ def _parse_family(where: _Where, data: Any) -> _Family:
     name = data.get("name")
     if isinstance(name, str) and _NAME_RE.fullmatch(name):
         where = _Where(where.path, f"{where.entry} ({name})")
-    _check_keys(where, data, _FAMILY_ACCEPTS, "a family")
+    _check_keys(where, data, _FAMILY_ACCEPTS, "a family", _FAMILY_OPTIONAL)
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         where.reject("name", name, _FAMILY_ACCEPTS["name"])
 
@@ -390,7 +393,11 @@ def _parse_family(where: _Where, data: Any) -> _Family:
             where.reject(f"align[{i}]", v, ", ".join(map(str, _ALIGNS)))
     # Repeated tiles surface as duplicate kernels, with both tile entries named.
     tiles = _list(where, "tiles", data["tiles"], _FAMILY_ACCEPTS["tiles"], repeats=True)
-    return _Family(name, arch, mainloop, mma, a_type, b_type, acc_type, d_types, b_orders, list(aligns), tiles)
+    grouped = data.get("grouped", _FAMILY_OPTIONAL["grouped"])
+    if not isinstance(grouped, bool):
+        where.reject("grouped", grouped, "true or false")
+    return _Family(name, arch, mainloop, mma, a_type, b_type, acc_type, d_types, b_orders, list(aligns), tiles,
+                   grouped)  # fmt: skip
 
 
 def _parse_tile(
@@ -441,6 +448,10 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
     if broken is not None:
         field, got, accepted = broken
         where.reject(field, got, accepted)
+    if spec.grouped:
+        why_not = spec.mainloop.grouped_error(spec)
+        if why_not is not None:
+            where.reject("grouped", True, why_not)
     _, n, k = spec.cta
     if spec.quantized:
         if spec.b_order is not BOrder.NK:
@@ -537,8 +548,8 @@ def load_configs(paths: Sequence[str | Path]) -> list[LoadedKernel]:
                             spec = KernelSpec(
                                 family=fam.name, mainloop=fam.mainloop, mma=fam.mma, a_type=fam.a_type,
                                 b_type=fam.b_type, acc_type=fam.acc_type, d_type=d_type, cta=cta, warps=warps,
-                                stages=stages, b_order=b_order, align=align, cluster=cluster, arch_min=fam.arch[0],
-                                arch_max=fam.arch[1],
+                                stages=stages, b_order=b_order, align=align, cluster=cluster, grouped=fam.grouped,
+                                arch_min=fam.arch[0], arch_max=fam.arch[1],
                             )  # fmt: skip
                             _check_kernel(tile_where, spec)
                             _check_name_length(where, spec)

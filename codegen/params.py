@@ -37,17 +37,19 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
         ("B", _PTR_IN),
         ("C", _PTR_IN),
         ("D", _PTR_OUT),
-        ("U", _PTR_IN),  # reserved: per-row scales of A
+        ("U", _PTR_IN),  # grouped kernels: fp32 scales of D's rows (routing weights), or null
         ("V", _PTR_IN),  # reserved: group-wise scales / zeros of B
         ("semaphores", ("int*", "Q")),  # split-K: one per output tile, zero between calls
         ("partials", ("float*", "Q")),  # split-K: fp32 tile accumulators
-        ("bias", _PTR_IN),  # per-column bias of the accumulator (N values, D's type)
+        ("bias", _PTR_IN),  # per-column bias of the accumulator (N values, D's type; grouped: [E, N])
+        ("offsets", ("const int*", "Q")),  # grouped: E + 1 row starts of the experts' row groups
         ("lda", _I64),
         ("ldb", _I64),
         ("ldc", _I64),
         ("ldd", _I64),
         ("ldu", _I64),
         ("ldv", _I64),
+        ("stride_b", _I64),  # grouped: 16-bit elements between two experts' weights
         ("M", _I32),
         ("N", _I32),
         ("K", _I32),
@@ -56,12 +58,12 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
         ("splits", _I32),  # serial split-K slices (gridDim.z)
         ("k_tiles_per_split", _I32),
         ("swizzle", _I32),  # log2 of the CTA rasterization group along N
-        ("epilogue", _I32),
+        ("epilogue", _I32),  # bit 0: add bias; bit 1: gated SiLU over (gate, up) column pairs; bit 2: TMA store
         ("groups", _I32),  # quantized B: rows of scales (and of zeros) in V
-        ("group_shift", _I32),  # quantized B: the group of K index k is k >> group_shift  # bit 0: add bias; bit 1: gated SiLU over (gate, up) column pairs
+        ("group_shift", _I32),  # quantized B: the group of K index k is k >> group_shift
         ("alpha", _F32),
         ("beta", _F32),
-        ("pad0", _I32),  # sizeof stays a multiple of 8, the struct's alignment
+        ("experts", _I32),  # grouped: E (0 for the other kernels)
     ]
 )
 

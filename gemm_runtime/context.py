@@ -384,6 +384,8 @@ def _bias_pointer(bias: object, n: int, dtype: DataType, device: torch.device, e
 
 def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
     """Why ``spec`` cannot compute ``key``, or None if it can."""
+    if spec.grouped:
+        return "a grouped kernel: it serves grouped problems only (docs/MOE.md)"
     if spec.a_type is not key.a_type or spec.b_type is not key.b_type:
         return f"operand type is not {key.a_type.value}"
     if spec.b_order is not key.b_order:

@@ -74,6 +74,10 @@ class MainloopFamily:
         breaks a rule of this family, else None."""
         return None
 
+    def grouped_error(self, spec: KernelSpec) -> str | None:
+        """Why the family has no grouped form of ``spec`` (docs/MOE.md), else None."""
+        return f"false (the {self.value} family has no grouped kernels)"
+
     # ---- what a kernel of the family implies (codegen.spec) ---------------------------
     def threads(self, spec: KernelSpec) -> int:
         """Threads per CTA: one warp per entry of ``warps``."""

@@ -495,3 +495,34 @@ def test_codegen_out_is_a_file(tmp_path: Path, capsys) -> None:
     assert main(["--config", str(tmp_path / "x.yaml"), "--out", str(out / "sub")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: cannot write ") and "Traceback" not in err
+
+
+# ---- grouped kernels (docs/MOE.md) ---------------------------------------------------
+
+
+def test_a_grouped_family_makes_grouped_kernels_named_so(tmp_path: Path) -> None:
+    plain = load_configs([write(tmp_path, {"families": [family()]}, "plain.yaml")])
+    grouped = load_configs([write(tmp_path, {"families": [family(grouped=True)]}, "grouped.yaml")])
+    assert [k.spec.grouped for k in plain] == [False] and [k.spec.grouped for k in grouped] == [True]
+    assert grouped[0].spec.name == plain[0].spec.name + "_grouped"
+    assert grouped[0].spec.smem_bytes == plain[0].spec.smem_bytes
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (dict(b_type="u4", tiles=[{"cta": [32, 128, 64], "warps": [1, 4, 1], "stages": 4}]), "quantized B"),
+        (dict(mainloop="sm70", mma="m16n8k16", tiles=[{"cta": [128, 128, 32], "warps": [2, 2, 1], "stages": 2}]),
+         "the sm70 family has no grouped kernels"),
+        (dict(mainloop="sm90", mma="m64nNk16", arch=[90, 90],
+              tiles=[{"cta": [128, 128, 64], "warps": [8, 1, 1], "stages": 4}]), "the sm90 family has no grouped kernels"),
+    ],
+    ids=["quantized-sm80", "sm70", "sm90"],
+)
+def test_grouped_kernels_only_where_the_family_has_them(tmp_path: Path, overrides, needle) -> None:
+    error(tmp_path, {"families": [family(grouped=True, **overrides)]}, f"{FAM}.tiles[0]", "grouped", "got true",
+          needle)  # fmt: skip
+
+
+def test_grouped_must_be_a_boolean(tmp_path: Path) -> None:
+    error(tmp_path, {"families": [family(grouped=1)]}, FAM, "grouped", "got 1", "true or false")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -52,11 +53,13 @@ def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
     assert direct, "the default set ships direct-B decode kernels"
     for k in direct:
         text = render_kernel(k.spec, k.source)
-        assert f", {k.spec.align}, true>;" in text
+        assert f", {k.spec.align}, true, false>;" in text  # direct B, not grouped
         bounds = f"{k.spec.threads}, {k.spec.min_ctas_per_sm}" if k.spec.min_ctas_per_sm > 1 else f"{k.spec.threads}"
         assert f"__launch_bounds__({bounds}) {k.spec.name}(" in text
     dense = render_kernel(default_set[0].spec, default_set[0].source)
-    assert f", {default_set[0].spec.align}, false>;" in dense
+    assert f", {default_set[0].spec.align}, false, false>;" in dense
+    grouped = dataclasses.replace(default_set[0].spec, grouped=True)
+    assert f", {grouped.align}, false, true>;" in render_kernel(grouped, default_set[0].source)
 
 
 def test_write_generated(tmp_path: Path, default_set: list[LoadedKernel]) -> None:

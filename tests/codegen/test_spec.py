@@ -29,6 +29,7 @@ OTHER: dict[str, Any] = {
     "b_order": BOrder.KN,
     "align": 4,
     "cluster": 2,
+    "grouped": True,
     "arch_min": 86,
     "arch_max": 89,
 }

@@ -23,7 +23,7 @@ struct AtomWgmma {};     // sm_90a: wgmma.mma_async m64nNk16 (gemm/sm90/kernel_s
 enum class OrderB { kNK, kKN };
 
 template <class Atom_, class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
-          int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_>
+          int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_, bool Grouped_ = false>
 struct GemmConfig {
   using Atom = Atom_;
   using TA = TA_;
@@ -61,6 +61,8 @@ struct GemmConfig {
   // Quantized B straight from global memory into registers (MainloopSm80), so no B
   // tile in the stages: for tiles whose weights each feed one warp (codegen/spec.py).
   static constexpr bool kDirectB = DirectB_;
+  // One launch over the row groups of E experts with stacked weights (gemm/grouped.cuh).
+  static constexpr bool kGrouped = Grouped_;
   static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
   static constexpr int kTileBRows = kQuantB ? kCtaN / 8 : (kOrderB == OrderB::kNK ? kCtaN : kCtaK);
   static constexpr int kTileBCols = kQuantB ? kCtaK / 32 * kQuantBlockUnits : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);

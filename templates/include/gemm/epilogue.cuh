@@ -2,12 +2,15 @@
 // hands out pairs of adjacent columns, whatever its atom's register layout.
 // C may alias D: every element is read and written by the same thread.
 //
+// Grouped kernels (gemm/grouped.cuh) scale each row by its routing weight, U[r], before C.
+//
 // Fused LLM epilogues (runtime flags, uniform per launch):
 //   bias       : v = alpha * acc + bias[col]
 //   gated SiLU : the accumulator's columns are interleaved (gate, up) pairs; output
 //                column c/2 = silu(v[c]) * v[c + 1], so D has N/2 columns. A pair is
 //                always held by one thread (even column first), so no exchange is needed.
 #pragma once
+#include "gemm/grouped.cuh"
 #include "gemm/numeric.cuh"
 
 namespace gemm {
@@ -53,9 +56,15 @@ struct Epilogue {
       if (gated) {
         // N is even (checked by the runtime): the pair is whole.
         float out = v0 / (1.f + __expf(-v0)) * v1;
+        if constexpr (Cfg::kGrouped) out *= row_scale<Cfg>(p, r);
         if (read_c) out += beta * TD::to_f32(c_row[c >> 1]);
         d_row[c >> 1] = TD::from_f32(out);
         return;
+      }
+      if constexpr (Cfg::kGrouped) {
+        const float s = row_scale<Cfg>(p, r);
+        v0 *= s;
+        v1 *= s;
       }
       if (paired && pair) {
         if (read_c) {

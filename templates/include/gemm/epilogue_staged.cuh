@@ -1,6 +1,7 @@
 // The mma.sync families' plain 16-bit epilogue through shared memory:
 //
 //   D = alpha * acc (+ bias)   for launches without C, without the gated epilogue,
+//       (* row scale)          (grouped kernels: gemm/grouped.cuh)
 //                              whose D rows are whole 16-byte chunks (N % 8 == 0,
 //                              ldd % 8 == 0, D 16-byte aligned).
 //
@@ -60,6 +61,12 @@ struct StagedEpilogue {
       if (add_bias && n0 + c < N) {
         v0 += TD::to_f32(bias[n0 + c]);
         v1 += TD::to_f32(bias[n0 + c + 1]);
+      }
+      if constexpr (Cfg::kGrouped) {
+        // NOTE: rows past the expert's read no scale: their stores are dropped below.
+        const float s = m0 + r < p.M ? row_scale<Cfg>(p, m0 + r) : 0.f;
+        v0 *= s;
+        v1 *= s;
       }
       st_shared(smem + static_cast<u32>(r * kRowBytes + c * 2), static_cast<u32>(PairT::pack(v0, v1)));
     });

@@ -4,6 +4,7 @@
 #pragma once
 #include "gemm/epilogue.cuh"
 #include "gemm/epilogue_staged.cuh"
+#include "gemm/grouped.cuh"
 #include "gemm/split_k.cuh"
 #include "gemm/warp_mma_of.cuh"
 
@@ -48,16 +49,11 @@ __device__ __forceinline__ bool split_k_reduce(Warp& warp, const Params& p, int 
                                                                         rows_left, threadIdx.x % kThreads);
 }
 
+// One output tile (tile_m, tile_n) of split `split`; `tile_id` numbers it among all the
+// launch's tiles (split-K's workspace slot).
 template <class Cfg, class Mainloop, class Params>
-__device__ __forceinline__ void gemm_kernel(const Params& p) {
+__device__ __forceinline__ void gemm_tile(const Params& p, int tile_m, int tile_n, int split, int tile_id) {
   extern __shared__ __align__(16) char smem[];
-  // Rasterization: groups of 2^swizzle consecutive CTAs share a tile row of M and
-  // walk 2^swizzle tiles of N, so CTAs in flight together reuse each other's tiles in L2.
-  const int swizzle = p.swizzle;
-  const int tile_m = blockIdx.x >> swizzle;
-  const int tile_n = (blockIdx.y << swizzle) | (blockIdx.x & ((1 << swizzle) - 1));
-  if (tile_n >= p.tiles_n) return;  // the grid's last column group may overhang N
-  const int split = blockIdx.z;
   const int m0 = tile_m * Cfg::kCtaM;
   const int n0 = tile_n * Cfg::kCtaN;
   const int warp_id = threadIdx.x >> 5;
@@ -85,7 +81,7 @@ __device__ __forceinline__ void gemm_kernel(const Params& p) {
            warp_k * Cfg::kWarpTileK);
 
   if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k)) return;
-  if (p.splits > 1 && !split_k_reduce<Cfg>(warp, p, tile_m * p.tiles_n + tile_n, split, p.M - m0)) return;
+  if (p.splits > 1 && !split_k_reduce<Cfg>(warp, p, tile_id, split, p.M - m0)) return;
 #if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 1
   return;  // the experiment without an epilogue (mainloop_sm80.cuh)
 #endif
@@ -96,6 +92,26 @@ __device__ __forceinline__ void gemm_kernel(const Params& p) {
     }
   }
   Epilogue<Cfg>::store(warp, p, m0 + warp_m * Cfg::kWarpTileM, n0 + warp_n * Cfg::kWarpTileN);
+}
+
+template <class Cfg, class Mainloop, class Params>
+__device__ __forceinline__ void gemm_kernel(const Params& p) {
+  // Rasterization: groups of 2^swizzle consecutive CTAs share a tile row of M and
+  // walk 2^swizzle tiles of N, so CTAs in flight together reuse each other's tiles in L2.
+  const int swizzle = p.swizzle;
+  const int tile_m = blockIdx.x >> swizzle;
+  const int tile_n = (blockIdx.y << swizzle) | (blockIdx.x & ((1 << swizzle) - 1));
+  if (tile_n >= p.tiles_n) return;  // the grid's last column group may overhang N
+  const int split = blockIdx.z;
+  const int tile_id = tile_m * p.tiles_n + tile_n;
+  if constexpr (Cfg::kGrouped) {
+    // tile_m counts the tile rows of all experts in turn (gemm/grouped.cuh).
+    const GroupTile g = find_group_tile<Cfg::kCtaM>(p.offsets, p.experts, tile_m);
+    if (g.expert < 0) return;  // past the last tile row: the grid is a bound
+    gemm_tile<Cfg, Mainloop>(expert_problem<Cfg>(p, g), g.tile, tile_n, split, tile_id);
+  } else {
+    gemm_tile<Cfg, Mainloop>(p, tile_m, tile_n, split, tile_id);
+  }
 }
 
 }  // namespace gemm

@@ -76,6 +76,7 @@ struct Sm90Config {
   using TB = TA_;
   using TD = TD_;
   static constexpr int kCtaM = CtaM_, kCtaN = CtaN_;
+  static constexpr bool kGrouped = false;  // no grouped form yet (docs/MOE.md)
   static constexpr int kCtaK = 64;  // 64 16-bit elements = one 128-byte swizzled row
   static constexpr int kStages = Stages_;
   static constexpr OrderB kOrderB = OrderB_;

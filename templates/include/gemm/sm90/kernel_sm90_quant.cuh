@@ -62,6 +62,7 @@ struct Sm90QuantConfig {
   using TA = TA_;
   using TD = TD_;
   static constexpr int kBits = Bits_;
+  static constexpr bool kGrouped = false;  // no grouped form yet (docs/MOE.md)
   static constexpr int kTokens = Tokens_;  // rows of D per CTA
   static constexpr int kRows = Rows_;      // columns of D (weight rows) per CTA
   static constexpr int kStages = Stages_;

@@ -1,0 +1,80 @@
+// Grouped launches (mixture-of-experts, docs/MOE.md): one launch multiplies the row
+// groups of E experts, rows offsets[e] .. offsets[e + 1] of A, D and the row scales U,
+// by each expert's weight, B + e * stride_b. The host does not know how the rows split
+// over the experts (the offsets live on the device), so the grid covers a bound on the
+// tile rows, ceil(rows / CtaM) + E, and each CTA finds its expert here; the CTAs past
+// the last tile row have nothing to do.
+#pragma once
+#include "gemm/config.cuh"
+
+namespace gemm {
+
+// A grouped CTA's work: tile row `tile` of expert `expert`, whose `rows` rows start at
+// row `row0` of the grouped problem. expert < 0: past the last tile row.
+struct GroupTile {
+  int expert, tile, row0, rows;
+};
+
+// Tile row `tile_m` of the enumeration (expert 0's ceil(rows / CtaM) tile rows, then
+// expert 1's, ...). Every warp finds it on its own, without a barrier or shared memory:
+// the lanes take 32 experts at a time, and a prefix sum of their tile rows across the
+// lanes says which one holds it. Call from every lane of every warp (full-mask shuffles).
+template <int CtaM>
+__device__ __forceinline__ GroupTile find_group_tile(const int* offsets, int experts, int tile_m) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  int before = 0;  // tile rows of the experts already passed
+  for (int e0 = 0; e0 < experts; e0 += 32) {
+    const int e = e0 + lane;
+    const int lo = e < experts ? offsets[e] : 0;
+    const int hi = e < experts ? offsets[e + 1] : 0;
+    const int tiles = hi > lo ? (hi - lo + CtaM - 1) / CtaM : 0;
+    int upto = tiles;  // tile rows of experts e0 .. e
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int v = __shfl_up_sync(kAll, upto, d);
+      if (lane >= d) upto += v;
+    }
+    const int total = __shfl_sync(kAll, upto, 31);
+    if (tile_m < before + total) {
+      // The first lane whose experts reach past tile_m: an empty expert never is.
+      const int owner = __ffs(__ballot_sync(kAll, before + upto > tile_m)) - 1;
+      const int first = __shfl_sync(kAll, upto - tiles, owner);
+      const int row0 = __shfl_sync(kAll, lo, owner);
+      const int rows = __shfl_sync(kAll, hi - lo, owner);
+      return {e0 + owner, tile_m - before - first, row0, rows};
+    }
+    before += total;
+  }
+  return {-1, 0, 0, 0};
+}
+
+// The expert's problem: `p` with A, B, C, D, U and the bias moved to the expert's rows
+// and weight, and M its rows.
+template <class Cfg, class Params>
+__device__ __forceinline__ Params expert_problem(const Params& p, const GroupTile& g) {
+  using Storage = typename Cfg::TD::Storage;
+  static_assert(!Cfg::kQuantB, "grouped kernels take dense B so far (docs/MOE.md)");
+  Params q = p;
+  const i64 row0 = g.row0;
+  q.A = static_cast<const char*>(p.A) + row0 * p.lda * 2;
+  q.B = static_cast<const char*>(p.B) + static_cast<i64>(g.expert) * p.stride_b * 2;
+  q.D = static_cast<char*>(p.D) + row0 * p.ldd * static_cast<i64>(sizeof(Storage));
+  if (p.C != nullptr) q.C = static_cast<const char*>(p.C) + row0 * p.ldc * static_cast<i64>(sizeof(Storage));
+  if (p.U != nullptr) q.U = static_cast<const float*>(p.U) + row0;
+  if (p.bias != nullptr) q.bias = static_cast<const Storage*>(p.bias) + static_cast<i64>(g.expert) * p.N;
+  q.M = g.rows;
+  return q;
+}
+
+// The scale of row `r` of the expert's D (1 without row scales or outside grouped kernels).
+template <class Cfg, class Params>
+__device__ __forceinline__ float row_scale(const Params& p, int r) {
+  if constexpr (Cfg::kGrouped) {
+    return p.U != nullptr ? static_cast<const float*>(p.U)[r] : 1.0f;
+  } else {
+    return 1.0f;
+  }
+}
+
+}  // namespace gemm

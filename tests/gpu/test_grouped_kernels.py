@@ -1,0 +1,123 @@
+"""Grouped sm80 kernels (docs/MOE.md) by direct launch (tests/grouped_kernel.py) against
+experts.grouped_reference: uneven row groups (empty experts, one row, one expert with
+every row, rows past the last expert that must stay untouched), residues against the
+tile on N and K, both B orders, fp16 and bf16, row scales, per-expert bias, gated SiLU
+and beta * C, outputs poisoned with NaN before each launch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from codegen.vocabulary import BOrder
+from gemm_runtime.experts import check_routing, grouped_reference
+from tests.grouped_kernel import GroupedKernel, launch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sm80_context() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the grouped kernels are sm80-family kernels: compute capability 8.0 or later")
+    from gemm_runtime import cuda_driver
+
+    torch.cuda.init()
+    cuda_driver.ensure_context(torch.cuda.current_device())
+
+TOL = 1e-2
+KERNELS = [
+    GroupedKernel(cta, warps, stages, order, dtype)
+    for cta, warps, stages in [
+        ((128, 256, 64), (2, 4, 1), 3),
+        ((128, 128, 32), (2, 2, 1), 4),
+        ((64, 64, 32), (2, 2, 1), 6),
+        ((32, 128, 64), (1, 4, 1), 5),
+        ((16, 64, 128), (1, 2, 2), 4),
+    ]
+    for order in (BOrder.NK, BOrder.KN)
+    for dtype in ("f16", "bf16")
+]
+# Row starts of each expert, then the end; the last of the grouped rows (`ROWS`) may lie
+# past it.
+ROWS = 300
+ROUTINGS = {
+    "uneven-with-empty-experts": (0, 37, 37, 200, 201, 260, 300),
+    "one-row": (0, 0, 1, 1),
+    "one-expert-holds-all": (0, 300, 300),
+    "rows-past-the-last-expert": (0, 129, 250),
+}
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+
+
+def _problem(kernel: GroupedKernel, starts: tuple[int, ...], gen: torch.Generator):
+    cm, cn, ck = kernel.spec.cta
+    experts, n, k = len(starts) - 1, 2 * cn + 8, 3 * ck - 8
+    dt = kernel.torch_dtype
+    a = torch.randn(ROWS, k, device="cuda", dtype=dt, generator=gen)
+    shape = (experts, n, k) if kernel.b_order is BOrder.NK else (experts, k, n)
+    w = torch.randn(*shape, device="cuda", dtype=dt, generator=gen) / k**0.5
+    offsets = torch.tensor(starts, dtype=torch.int32, device="cuda")
+    return a, w, offsets, n
+
+
+def _nk(kernel: GroupedKernel, w: torch.Tensor) -> torch.Tensor:
+    return w if kernel.b_order is BOrder.NK else w.transpose(1, 2)
+
+
+@pytest.mark.parametrize("routing_name", list(ROUTINGS))
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.spec.name)
+def test_grouped_kernel_matches_the_reference(kernel: GroupedKernel, routing_name: str) -> None:
+    starts = ROUTINGS[routing_name]
+    gen = torch.Generator(device="cuda").manual_seed(hash((kernel.spec.name, routing_name)) % 2**31)
+    a, w, offsets, n = _problem(kernel, starts, gen)
+    failures = []
+    for scaled in (False, True):
+        scale = torch.rand(ROWS, device="cuda", generator=gen) + 0.5 if scaled else None
+        routing = check_routing(offsets, experts=len(starts) - 1, rows=ROWS, device=a.device, row_scale=scale,
+                                check_values=True)  # fmt: skip
+        ref = grouped_reference(a, _nk(kernel, w), routing)
+        # Padding columns, and the rows past the last expert, must stay NaN.
+        out = torch.full((ROWS, n + 8), float("nan"), device="cuda", dtype=a.dtype)
+        launch(kernel, a, w, routing, out[:, :n])
+        done = starts[-1]
+        err = _rel_err(out[:done, :n], ref[:done])
+        if not err < TOL:
+            failures.append(f"scaled={scaled}: rel err {err}")
+        if not torch.isnan(out[:, n:].float()).all() or not torch.isnan(out[done:].float()).all():
+            failures.append(f"scaled={scaled}: wrote outside the experts' rows or the output's columns")
+    assert not failures, "; ".join(failures)
+
+
+@pytest.mark.parametrize("kernel", [k for k in KERNELS if k.b_order is BOrder.NK], ids=lambda k: k.spec.name)
+def test_grouped_epilogues(kernel: GroupedKernel) -> None:
+    """Per-expert bias, the gated SiLU over (gate, up) pairs and beta * C, with row scales."""
+    starts = ROUTINGS["uneven-with-empty-experts"]
+    gen = torch.Generator(device="cuda").manual_seed(hash(kernel.spec.name) % 2**31)
+    a, w, offsets, n = _problem(kernel, starts, gen)
+    experts = len(starts) - 1
+    scale = torch.rand(ROWS, device="cuda", generator=gen) + 0.5
+    routing = check_routing(offsets, experts=experts, rows=ROWS, device=a.device, row_scale=scale, check_values=True)
+    bias = torch.randn(experts, n, device="cuda", dtype=a.dtype, generator=gen)
+    failures = []
+    for gated in (False, True):
+        cols = n // 2 if gated else n
+        c = torch.randn(ROWS, cols, device="cuda", dtype=a.dtype, generator=gen)
+        ref = grouped_reference(a, w, routing, bias=bias, alpha=0.75, beta=0.5, c=c, gated=gated)
+        out = torch.full((ROWS, cols), float("nan"), device="cuda", dtype=a.dtype)
+        launch(kernel, a, w, routing, out, alpha=0.75, beta=0.5, c=c, bias=bias, gated=gated)
+        err = _rel_err(out, ref)
+        if not err < TOL:
+            failures.append(f"gated={gated}: rel err {err}")
+        # C aliasing D: every element read and written by the same thread.
+        d = c.clone()
+        launch(kernel, a, w, routing, d, alpha=0.75, beta=0.5, c=d, bias=bias, gated=gated)
+        err = _rel_err(d, ref)
+        if not err < TOL:
+            failures.append(f"gated={gated}, C aliasing D: rel err {err}")
+    assert not failures, "; ".join(failures)
