@@ -1,0 +1,160 @@
+"""Mixture-of-experts grouped GEMMs (issue 18, docs/MOE.md): the two projections of an
+expert layer (gate_up, E x 2I x H, and down, E x H x I) over the rows a top-k routing
+sends to each expert, at a given number of tokens, bf16, beside
+
+  - `torch._grouped_mm` (the grouped-GEMM peer; cumulative row ends as offsets),
+  - a loop of `torch.matmul`, one per expert with rows (the offsets read on the host
+    before timing),
+  - ours: the grouped sm80 kernels launched directly (tests/grouped_kernel.py), the
+    fastest of their tiles per problem, until the runtime dispatches grouped problems.
+
+Each is checked against experts.grouped_reference first. L2 flushed, medians. Weight
+bandwidth counts the weights of the experts the routing touches.
+
+    python -m bench.moe [--configs mixtral qwen] [--tokens 1 16 128 1024 8192] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gemm_runtime.experts import Routing, check_routing, grouped_reference
+
+ROOT = Path(__file__).resolve().parent.parent
+TOL = 1e-2
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    experts: int
+    top_k: int
+    hidden: int
+    intermediate: int
+
+
+# Mixtral-8x7B-like and DeepSeek/Qwen-MoE-like (issue 18).
+CONFIGS = {
+    "mixtral": MoeConfig(experts=8, top_k=2, hidden=4096, intermediate=14336),
+    "qwen": MoeConfig(experts=64, top_k=6, hidden=2048, intermediate=1408),
+}
+
+
+def route(tokens: int, cfg: MoeConfig, gen: torch.Generator, device: str = "cpu") -> Routing:
+    """A top-k routing of ``tokens`` tokens from random router logits: the tokens * k rows
+    sorted by expert (``offsets``, E + 1 row starts), each row's token (``index``) and its
+    softmax-normalized routing weight (``row_scale``, fp32)."""
+    logits = torch.randn(tokens, cfg.experts, generator=gen)
+    weights, experts = torch.topk(torch.softmax(logits, dim=-1), cfg.top_k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    flat_expert = experts.reshape(-1)
+    order = torch.argsort(flat_expert, stable=True)
+    counts = torch.bincount(flat_expert, minlength=cfg.experts)
+    offsets = torch.zeros(cfg.experts + 1, dtype=torch.int32)
+    offsets[1:] = torch.cumsum(counts, 0).to(torch.int32)
+    index = (order // cfg.top_k).to(torch.int32)
+    scale = weights.reshape(-1)[order].float()
+    rows = tokens * cfg.top_k
+    return check_routing(offsets.to(device), experts=cfg.experts, rows=rows, device=torch.device(device),
+                         tokens=tokens, index=index.to(device), row_scale=scale.to(device), check_values=True)  # fmt: skip
+
+
+def experts_touched(routing: Routing) -> int:
+    """The experts with at least one row."""
+    return int(((routing.offsets[1:] - routing.offsets[:-1]) > 0).sum())
+
+
+def touched_weight_bytes(routing: Routing, n: int, k: int, element_bytes: int = 2) -> int:
+    """Bytes of the N x K weights of the experts with at least one row."""
+    return experts_touched(routing) * n * k * element_bytes
+
+
+def _projections(cfg: MoeConfig) -> dict[str, tuple[int, int]]:
+    """(N, K) of the two grouped GEMMs: gate_up's N holds gate and up interleaved."""
+    return {"gate_up": (2 * cfg.intermediate, cfg.hidden), "down": (cfg.hidden, cfg.intermediate)}
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--tokens", nargs="+", type=int, default=[1, 16, 128, 1024, 8192])
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "moe.md")
+    args = ap.parse_args()
+
+    from gemm_runtime.timing import median_ms
+    from tests.grouped_kernel import GroupedKernel, launch
+
+    tiles = [GroupedKernel(cta, warps, stages, dtype="bf16") for cta, warps, stages in [
+        ((128, 256, 64), (2, 4, 1), 3), ((128, 128, 32), (2, 2, 1), 4), ((64, 64, 32), (2, 2, 1), 6),
+        ((32, 128, 64), (1, 4, 1), 5), ((16, 64, 128), (1, 2, 2), 4)]]  # fmt: skip
+    copy_bw = _copy_bandwidth()
+    lines = [f"# Grouped GEMMs for mixture-of-experts ({datetime.date.today()}, {torch.cuda.get_device_name()})", "",
+             f"bf16, `python -m bench.moe`; copy bandwidth {copy_bw / 1e12:.2f} TB/s. Times in µs; ratios above 1: "
+             "ours is faster.", "",
+             "| config | tokens | GEMM | rows | experts touched | _grouped_mm | matmul loop | ours (tile) | "
+             "_grouped_mm / ours | loop / ours | ours, of copy BW |", "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    for name in args.configs:
+        cfg = CONFIGS[name]
+        for tokens in args.tokens:
+            routing = route(tokens, cfg, gen, "cuda")
+            starts = routing.offsets.tolist()
+            rows = starts[-1]
+            for proj, (n, k) in _projections(cfg).items():
+                x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
+                w = torch.randn(cfg.experts, n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+                a = x[routing.index.long()].contiguous()  # the sorted rows (ours and the peers take them so)
+                sorted_routing = Routing(routing.offsets, None, None)
+                ref = grouped_reference(a, w, sorted_routing)
+                results = {}
+                if hasattr(torch, "_grouped_mm"):
+                    ends = routing.offsets[1:].contiguous()
+                    peer = lambda: torch._grouped_mm(a, w.transpose(1, 2), offs=ends)  # noqa: E731
+                    err = _rel_err(peer(), ref)
+                    results["grouped_mm"] = median_ms(peer) if err < TOL else float("nan")
+                out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+
+                def loop() -> None:
+                    for e, (lo, hi) in enumerate(zip(starts, starts[1:])):
+                        if hi > lo:
+                            torch.matmul(a[lo:hi], w[e].t(), out=out[lo:hi])
+
+                loop()
+                results["loop"] = median_ms(loop) if _rel_err(out, ref) < TOL else float("nan")
+                best = (float("inf"), "-")
+                for kernel in tiles:
+                    d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                    launch(kernel, a, w, sorted_routing, d)
+                    if not _rel_err(d, ref) < TOL:
+                        continue
+                    t = median_ms(lambda: launch(kernel, a, w, sorted_routing, d, sync=False))  # noqa: B023
+                    best = min(best, (t, "x".join(map(str, kernel.cta))))
+                ours, tile = best
+                bw = touched_weight_bytes(routing, n, k) / (ours * 1e-3) / copy_bw
+                gm = results.get("grouped_mm", float("nan"))
+                lines.append(f"| {name} | {tokens} | {proj} | {rows} | {experts_touched(routing)} | {gm * 1e3:.1f} | "
+                             f"{results['loop'] * 1e3:.1f} | {ours * 1e3:.1f} ({tile}) | {gm / ours:.2f} | "
+                             f"{results['loop'] / ours:.2f} | {bw:.0%} |")  # fmt: skip
+                print(lines[-1], flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+
+
+def _copy_bandwidth() -> float:
+    from gemm_runtime.timing import median_ms
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / (median_ms(lambda: dst.copy_(src)) * 1e-3)
+
+
+if __name__ == "__main__":
+    main()
