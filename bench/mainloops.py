@@ -29,7 +29,7 @@ def main() -> None:
     by_tile: dict[tuple, list] = {}
     for kern in gemm.kernels:
         s = kern.spec
-        if s.a_type.value == "f16" and s.d_type.value == "f16" and s.b_order.value == "nk" and s.align == 8:
+        if s.a_type.value == "f16" and s.d_type.value == "f16" and s.b_order.value == "nk" and s.align == 8 and not s.grouped:
             by_tile.setdefault((s.cta, s.warps, s.mma.value), []).append(kern)
     rows = []
     for (cta, warps, mma), kernels in sorted(by_tile.items()):

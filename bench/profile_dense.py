@@ -37,7 +37,7 @@ def main() -> None:
     if args.tile:
         short = {"bfloat16": "bf16", "float16": "f16"}[args.dtype]
         kernel = next(
-            (k.name for k in gemm.kernels if k.spec.mainloop.value == args.mainloop and k.spec.cluster == 1
+            (k.name for k in gemm.kernels if k.spec.mainloop.value == args.mainloop and k.spec.cluster == 1 and not k.spec.grouped
              and (args.cta_k is None or k.spec.cta[2] == args.cta_k)
              and "x".join(map(str, k.spec.cta[:2])) == args.tile and k.spec.b_order.value == "nk"
              and k.spec.a_type.value == short and k.spec.d_type is k.spec.a_type),

@@ -3,6 +3,7 @@ dispatch policy, and launch it on the caller's stream."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import math
 import numbers
@@ -18,7 +19,7 @@ from gemm_runtime.cuda_driver import ProgrammaticLaunch, ensure_context, is_capt
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
 from gemm_runtime.dispatcher import Dispatcher
 from gemm_runtime.errors import GemmArgumentError, GraphCaptureError
-from gemm_runtime import fast_path
+from gemm_runtime import fast_path, grouped
 from gemm_runtime.launch import launch, prepare
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel, Registry
@@ -253,6 +254,51 @@ class Gemm:
                     return plan.replay(a, b.b.data_ptr(), b.v.data_ptr(), out, c, bias, alpha, beta)
                 return plan.replay(a, b.data_ptr(), 0, out, c, bias, alpha, beta)
         return self._matmul(a, b, out, alpha, beta, c, out_dtype, bias, operation, workspace, stream, kernel, sig)
+
+    def grouped_matmul(
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        offsets: torch.Tensor,
+        *,
+        index: torch.Tensor | None = None,
+        row_scale: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        gated: bool = False,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        c: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+        kernel: str | None = None,
+        stream: object = None,
+        check_values: bool | None = None,
+    ) -> torch.Tensor:
+        """A grouped GEMM over E experts in one launch (docs/MOE.md): rows
+        ``offsets[e] .. offsets[e + 1]`` (on the device, E + 1 values) times expert e's
+        weight ``w[e]`` ([E, N, K], the stacked nn.Linear weights), each row read from
+        ``x[index[r]]`` when an index is given, scaled by ``row_scale[r]``, with a
+        per-expert ``bias`` [E, N], the ``gated`` SiLU over (gate, up) column pairs and
+        ``beta * c``. The routing's values are a contract unless ``check_values`` (or
+        GEMM_CHECK_ROUTING=1), which synchronizes."""
+        alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
+        ops = grouped.grouped_operands(x, w, offsets, index=index, row_scale=row_scale, bias=bias, c=c, out=out,
+                                       gated=gated, alpha=alpha, beta=beta, check_values=check_values)  # fmt: skip
+        if ops.rows == 0 or ops.n == 0:
+            return ops.out
+        kernels = [k for k in self.kernels if k.spec.grouped]
+        if kernel is None:
+            kern = grouped.choose(kernels, ops, self.device_model, self.registry.device.arch)
+        else:
+            kern = next((k for k in kernels if k.name == kernel), None)
+            why = "not a grouped kernel of this build" if kern is None else grouped.grouped_error(kern.spec, ops)
+            if why is not None:
+                raise GemmArgumentError("kernel", kernel, f"a grouped kernel that serves this launch ({why})")
+        grid, block = grouped.launch_block(kern.spec, ops)
+        buf = ctypes.create_string_buffer(block, len(block))
+        args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        kern.function.launch(grid, kern.spec.threads, kern.spec.smem_bytes, self._stream_handle(stream),
+                             ctypes.addressof(args))  # fmt: skip
+        return ops.out
 
     def linear(self, x, weight, bias, operation: Operation) -> torch.Tensor:
         """``matmul(x, weight.t(), bias=bias, operation=operation)`` for gemm_runtime.ops:

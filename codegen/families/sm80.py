@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from codegen.families.base import MainloopFamily
-from codegen.vocabulary import DataType, MmaAtom
+from codegen.vocabulary import BOrder, DataType, MmaAtom
 
 if TYPE_CHECKING:
     from codegen.spec import KernelSpec
@@ -21,9 +21,13 @@ class Sm80Family(MainloopFamily):
     summary = "multi-stage cp.async pipeline"
 
     def grouped_error(self, spec: KernelSpec) -> str | None:
-        """Dense B for now: the quantized grouped form (stacked scales and zeros) comes
-        next (docs/MOE.md)."""
-        return "false for quantized B (grouped sm80 kernels are dense so far)" if spec.quantized else None
+        """Dense stacked nn.Linear weights ([E, N, K], "nk") for now: the quantized grouped
+        form (stacked scales and zeros) comes next (docs/MOE.md)."""
+        if spec.quantized:
+            return "false for quantized B (grouped sm80 kernels are dense so far)"
+        if spec.b_order is not BOrder.NK:
+            return "false for b_order 'kn' (grouped weights are stacked [E, N, K]: 'nk')"
+        return None
 
     def direct_b(self, spec: KernelSpec) -> bool:
         """Tiles whose quantized weights each feed one warp (one warp along M, <= 32

@@ -19,7 +19,7 @@ def _kernel_names():
     if not torch.cuda.is_available():
         return ["no-gpu"]
     # Quantized kernels take a packed weight: tests/gpu/test_quant_kernels.py covers them.
-    return [k.name for k in shared_gemm(allow_emulated=True).kernels if not k.spec.quantized]
+    return [k.name for k in shared_gemm(allow_emulated=True).kernels if not k.spec.quantized and not k.spec.grouped]
 
 
 @pytest.mark.parametrize("name", _kernel_names())

@@ -1,7 +1,7 @@
 """Grouped sm80 kernels (docs/MOE.md) by direct launch (tests/grouped_kernel.py) against
 experts.grouped_reference: uneven row groups (empty experts, one row, one expert with
 every row, rows past the last expert that must stay untouched), residues against the
-tile on N and K, both B orders, fp16 and bf16, row scales, per-expert bias, gated SiLU
+tile on N and K, fp16 and bf16, row scales, per-expert bias, gated SiLU
 and beta * C, outputs poisoned with NaN before each launch."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from codegen.vocabulary import BOrder
 from gemm_runtime.experts import check_routing, grouped_reference
 from tests.grouped_kernel import GroupedKernel, launch
 
@@ -29,7 +28,7 @@ def _sm80_context() -> None:
 
 TOL = 1e-2
 KERNELS = [
-    GroupedKernel(cta, warps, stages, order, dtype)
+    GroupedKernel(cta, warps, stages, dtype)
     for cta, warps, stages in [
         ((128, 256, 64), (2, 4, 1), 3),
         ((128, 128, 32), (2, 2, 1), 4),
@@ -37,7 +36,6 @@ KERNELS = [
         ((32, 128, 64), (1, 4, 1), 5),
         ((16, 64, 128), (1, 2, 2), 4),
     ]
-    for order in (BOrder.NK, BOrder.KN)
     for dtype in ("f16", "bf16")
 ]
 # Row starts of each expert, then the end; the last of the grouped rows (`ROWS`) may lie
@@ -60,14 +58,9 @@ def _problem(kernel: GroupedKernel, starts: tuple[int, ...], gen: torch.Generato
     experts, n, k = len(starts) - 1, 2 * cn + 8, 3 * ck - 8
     dt = kernel.torch_dtype
     a = torch.randn(ROWS, k, device="cuda", dtype=dt, generator=gen)
-    shape = (experts, n, k) if kernel.b_order is BOrder.NK else (experts, k, n)
-    w = torch.randn(*shape, device="cuda", dtype=dt, generator=gen) / k**0.5
+    w = torch.randn(experts, n, k, device="cuda", dtype=dt, generator=gen) / k**0.5
     offsets = torch.tensor(starts, dtype=torch.int32, device="cuda")
     return a, w, offsets, n
-
-
-def _nk(kernel: GroupedKernel, w: torch.Tensor) -> torch.Tensor:
-    return w if kernel.b_order is BOrder.NK else w.transpose(1, 2)
 
 
 @pytest.mark.parametrize("routing_name", list(ROUTINGS))
@@ -81,7 +74,7 @@ def test_grouped_kernel_matches_the_reference(kernel: GroupedKernel, routing_nam
         scale = torch.rand(ROWS, device="cuda", generator=gen) + 0.5 if scaled else None
         routing = check_routing(offsets, experts=len(starts) - 1, rows=ROWS, device=a.device, row_scale=scale,
                                 check_values=True)  # fmt: skip
-        ref = grouped_reference(a, _nk(kernel, w), routing)
+        ref = grouped_reference(a, w, routing)
         # Padding columns, and the rows past the last expert, must stay NaN.
         out = torch.full((ROWS, n + 8), float("nan"), device="cuda", dtype=a.dtype)
         launch(kernel, a, w, routing, out[:, :n])
@@ -94,7 +87,7 @@ def test_grouped_kernel_matches_the_reference(kernel: GroupedKernel, routing_nam
     assert not failures, "; ".join(failures)
 
 
-@pytest.mark.parametrize("kernel", [k for k in KERNELS if k.b_order is BOrder.NK], ids=lambda k: k.spec.name)
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.spec.name)
 def test_grouped_epilogues(kernel: GroupedKernel) -> None:
     """Per-expert bias, the gated SiLU over (gate, up) pairs and beta * C, with row scales."""
     starts = ROUTINGS["uneven-with-empty-experts"]

@@ -105,7 +105,7 @@ def test_cuda_graph_replay_follows_the_input_buffers(gemm, kind):
     else:
         weight, ref_w = w.t(), w.float()
         if kind == "split_k":
-            name = next(k.name for k in gemm.kernels if k.spec.align == 8 and not k.spec.quantized
+            name = next(k.name for k in gemm.kernels if k.spec.align == 8 and not k.spec.quantized and not k.spec.grouped
                         and k.spec.b_order.value == "nk" and k.spec.d_type.value == "f16"
                         and k.spec.a_type.value == "f16")  # fmt: skip
             kw["kernel"] = LaunchSpec(name, 4, 0)

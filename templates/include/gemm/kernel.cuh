@@ -49,10 +49,24 @@ __device__ __forceinline__ bool split_k_reduce(Warp& warp, const Params& p, int 
                                                                         rows_left, threadIdx.x % kThreads);
 }
 
+// f(the problem the tile belongs to): `p` itself, or in a grouped launch the expert's
+// (gemm/grouped.cuh). NOTE: built again at each use, from `p` (constant memory) and the
+// few integers of `g`, rather than once: its shifted pointers would otherwise stay live
+// across the mainloop (about 9 registers; the sm_80 builds spilled 8-20 bytes).
+template <class Cfg, class Params, class F>
+__device__ __forceinline__ void with_problem(const Params& p, const GroupTile& g, F&& f) {
+  if constexpr (Cfg::kGrouped) {
+    f(expert_problem<Cfg>(p, g));
+  } else {
+    f(p);
+  }
+}
+
 // One output tile (tile_m, tile_n) of split `split`; `tile_id` numbers it among all the
-// launch's tiles (split-K's workspace slot).
+// launch's tiles (split-K's workspace slot); `g`: a grouped launch's expert.
 template <class Cfg, class Mainloop, class Params>
-__device__ __forceinline__ void gemm_tile(const Params& p, int tile_m, int tile_n, int split, int tile_id) {
+__device__ __forceinline__ void gemm_tile(const Params& p, const GroupTile& g, int tile_m, int tile_n, int split,
+                                          int tile_id) {
   extern __shared__ __align__(16) char smem[];
   const int m0 = tile_m * Cfg::kCtaM;
   const int n0 = tile_n * Cfg::kCtaN;
@@ -73,7 +87,7 @@ __device__ __forceinline__ void gemm_tile(const Params& p, int tile_m, int tile_
   k_tiles = k_tiles < 0 ? 0 : (k_tiles > p.k_tiles_per_split ? p.k_tiles_per_split : k_tiles);
 
   Mainloop mainloop;
-  mainloop.init(p, m0, n0, k_tile0 * Cfg::kCtaK);
+  with_problem<Cfg>(p, g, [&](const Params& q) { mainloop.init(q, m0, n0, k_tile0 * Cfg::kCtaK); });
 
   WarpMma<Cfg> warp;
   warp.clear();
@@ -81,17 +95,24 @@ __device__ __forceinline__ void gemm_tile(const Params& p, int tile_m, int tile_
            warp_k * Cfg::kWarpTileK);
 
   if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k)) return;
-  if (p.splits > 1 && !split_k_reduce<Cfg>(warp, p, tile_id, split, p.M - m0)) return;
+  bool handed_over = false;  // a split whose partial sums another CTA adds up
+  with_problem<Cfg>(p, g, [&](const Params& q) {
+    handed_over = q.splits > 1 && !split_k_reduce<Cfg>(warp, q, tile_id, split, q.M - m0);
+  });
+  if (handed_over) return;
 #if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 1
   return;  // the experiment without an epilogue (mainloop_sm80.cuh)
 #endif
-  if constexpr (StagedEpilogue<Cfg>::kFits) {
-    if (StagedEpilogue<Cfg>::usable(p)) {
-      StagedEpilogue<Cfg>::store(warp, p, smem_addr(smem), m0, n0, warp_m * Cfg::kWarpTileM, warp_n * Cfg::kWarpTileN);
-      return;
+  with_problem<Cfg>(p, g, [&](const Params& q) {
+    if constexpr (StagedEpilogue<Cfg>::kFits) {
+      if (StagedEpilogue<Cfg>::usable(q)) {
+        StagedEpilogue<Cfg>::store(warp, q, smem_addr(smem), m0, n0, warp_m * Cfg::kWarpTileM,
+                                   warp_n * Cfg::kWarpTileN);
+        return;
+      }
     }
-  }
-  Epilogue<Cfg>::store(warp, p, m0 + warp_m * Cfg::kWarpTileM, n0 + warp_n * Cfg::kWarpTileN);
+    Epilogue<Cfg>::store(warp, q, m0 + warp_m * Cfg::kWarpTileM, n0 + warp_n * Cfg::kWarpTileN);
+  });
 }
 
 template <class Cfg, class Mainloop, class Params>
@@ -108,9 +129,9 @@ __device__ __forceinline__ void gemm_kernel(const Params& p) {
     // tile_m counts the tile rows of all experts in turn (gemm/grouped.cuh).
     const GroupTile g = find_group_tile<Cfg::kCtaM>(p.offsets, p.experts, tile_m);
     if (g.expert < 0) return;  // past the last tile row: the grid is a bound
-    gemm_tile<Cfg, Mainloop>(expert_problem<Cfg>(p, g), g.tile, tile_n, split, tile_id);
+    gemm_tile<Cfg, Mainloop>(p, g, g.tile, tile_n, split, tile_id);
   } else {
-    gemm_tile<Cfg, Mainloop>(p, tile_m, tile_n, split, tile_id);
+    gemm_tile<Cfg, Mainloop>(p, GroupTile{}, tile_m, tile_n, split, tile_id);
   }
 }
 

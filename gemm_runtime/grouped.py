@@ -1,0 +1,195 @@
+"""Grouped GEMMs for mixture-of-experts (docs/MOE.md): the operands of one grouped
+launch checked, a grouped kernel chosen, its parameter block and grid. Gemm.grouped_matmul
+is the facade; the kernels are the sm80 family's grouped form (templates/include/gemm/
+grouped.cuh).
+
+    D[r] = row_scale[r] * act(alpha * A[src(r)] @ W[e(r)]^T + bias[e(r)]) + beta * C[r]
+
+A gathered through ``index`` is gathered here (one index_select on the stream) until the
+kernels read the index themselves; the routing's values are a contract
+(experts.check_routing) unless checked on request."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from codegen.params import PARAM_NAMES, PARAM_STRUCT
+from codegen.spec import KernelSpec
+from codegen.vocabulary import BOrder, DataType
+from gemm_runtime.context import ProblemKey
+from gemm_runtime.cost_model import DeviceModel, predict
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.experts import Routing, check_routing
+
+_INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
+_EPILOGUE_BIAS, _EPILOGUE_GATED = 1, 2  # gemm/epilogue.cuh
+_TYPES = {torch.float16: DataType.F16, torch.bfloat16: DataType.BF16}
+
+
+@dataclass(frozen=True)
+class GroupedOperands:
+    """One grouped launch's operands, checked: ``a`` the sorted rows [rows, K], ``w`` the
+    stacked weights [E, N, K], ``out`` [rows, N] (N / 2 when gated)."""
+
+    a: torch.Tensor
+    w: torch.Tensor
+    routing: Routing  # the index already applied: None
+    out: torch.Tensor
+    bias: torch.Tensor | None
+    c: torch.Tensor | None
+    gated: bool
+    alpha: float
+    beta: float
+
+    @property
+    def experts(self) -> int:
+        return self.w.shape[0]
+
+    @property
+    def rows(self) -> int:
+        return self.a.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.w.shape[1]
+
+    @property
+    def k(self) -> int:
+        return self.w.shape[2]
+
+    @property
+    def dtype(self) -> DataType:
+        return _TYPES[self.a.dtype]
+
+
+def _matrix(name: str, t: object, dtype: torch.dtype | None, device: torch.device, dims: int) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise GemmArgumentError(name, type(t).__name__, f"a torch.Tensor with {dims} dimensions")
+    if t.dim() != dims:
+        raise GemmArgumentError(f"{name}.shape", tuple(t.shape), f"{dims} dimensions")
+    if dtype is not None and t.dtype != dtype:
+        raise GemmArgumentError(f"{name}.dtype", t.dtype, f"{dtype}, x's dtype")
+    if t.device != device:
+        raise GemmArgumentError(f"{name}.device", t.device, f"{device}, x's device")
+    # Rows of whole 16-byte vectors, elements contiguous: what the kernels' copies read.
+    if t.stride(-1) != 1 or any(t.stride(d) % 8 for d in range(dims - 1)) or t.data_ptr() % 16:
+        raise GemmArgumentError(name, f"strides {tuple(t.stride())}", "contiguous rows of whole 16-byte vectors "
+                                "(last stride 1, the others multiples of 8 elements, a 16-byte aligned base)")  # fmt: skip
+    return t
+
+
+def grouped_operands(
+    x: object,
+    w: object,
+    offsets: object,
+    *,
+    index: object = None,
+    row_scale: object = None,
+    bias: object = None,
+    c: object = None,
+    out: object = None,
+    gated: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    check_values: bool | None = None,
+) -> GroupedOperands:
+    """Check a grouped launch's arguments, each error naming its argument; gather A's rows
+    and allocate D where not given."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in _TYPES:
+        raise GemmArgumentError("x", getattr(x, "dtype", type(x).__name__), "a torch.float16 or torch.bfloat16 tensor")
+    device = x.device
+    x = _matrix("x", x, x.dtype, device, 2)
+    w = _matrix("w", w, x.dtype, device, 3)
+    experts, n, k = w.shape
+    if x.shape[1] != k:
+        raise GemmArgumentError("x.shape", tuple(x.shape), f"(rows, {k}): K of w [E, N, K]")
+    if gated and n % 2:
+        raise GemmArgumentError("w.shape", tuple(w.shape), "an even N: the gated epilogue pairs (gate, up) columns")
+    rows = index.shape[0] if isinstance(index, torch.Tensor) and index.dim() == 1 else x.shape[0]
+    routing = check_routing(offsets, experts=experts, rows=rows, device=device, tokens=x.shape[0] if index is not None
+                            else None, index=index, row_scale=row_scale, check_values=check_values)  # fmt: skip
+    a = x if routing.index is None else x.index_select(0, routing.index)
+    offsets = routing.offsets if routing.offsets.dtype == torch.int32 else routing.offsets.int()  # the kernels read int
+    scale = routing.row_scale
+    if scale is not None and scale.dtype != torch.float32:
+        scale = scale.float()  # the kernels read fp32 scales
+    cols = n // 2 if gated else n
+    if bias is not None:
+        bias = _matrix("bias", bias, x.dtype, device, 2)
+        if tuple(bias.shape) != (experts, n) or not bias.is_contiguous():
+            raise GemmArgumentError("bias", f"shape {tuple(bias.shape)}", f"a contiguous ({experts}, {n}): one row per expert")
+    if c is not None:
+        c = _matrix("c", c, x.dtype, device, 2)
+        if tuple(c.shape) != (rows, cols):
+            raise GemmArgumentError("c.shape", tuple(c.shape), f"({rows}, {cols})")
+    if out is None:
+        out = torch.empty(rows, cols, dtype=x.dtype, device=device)
+    else:
+        out = _matrix("out", out, x.dtype, device, 2)
+        if tuple(out.shape) != (rows, cols):
+            raise GemmArgumentError("out.shape", tuple(out.shape), f"({rows}, {cols})")
+    return GroupedOperands(a, w, Routing(offsets, None, scale), out, bias, c, gated, float(alpha),
+                           float(beta) if c is not None else 0.0)  # fmt: skip
+
+
+def expected_experts_touched(rows: int, experts: int) -> float:
+    """The experts a routing of ``rows`` rows touches on average when they spread evenly:
+    what the host can know without reading the offsets."""
+    return experts * (1.0 - (1.0 - 1.0 / experts) ** rows) if rows else 0.0
+
+
+def equivalent_key(ops: GroupedOperands, arch: int) -> ProblemKey:
+    """A dense problem the cost model can price like the grouped one: the touched experts'
+    weights side by side along N, against the average rows of an expert. The tiles, the
+    weight bytes and the K loop match; A's bytes are counted once rather than per expert
+    (small beside the weights where the two differ)."""
+    touched = max(1.0, expected_experts_touched(ops.rows, ops.experts))
+    m = max(1, round(ops.rows / touched))
+    return ProblemKey(arch, ops.dtype, ops.dtype, BOrder.NK, ops.dtype, 8, "none", "none",
+                      ops.n * math.ceil(touched), ops.k, m)  # fmt: skip
+
+
+def grouped_error(spec: KernelSpec, ops: GroupedOperands) -> str | None:
+    """Why ``spec`` cannot serve the grouped launch, else None."""
+    if not spec.grouped:
+        return "not a grouped kernel"
+    if spec.a_type is not ops.dtype or spec.d_type is not ops.dtype:
+        return f"operand type is not {ops.dtype.value}"
+    if spec.b_order is not BOrder.NK:
+        return "stacked weights are [E, N, K] ('nk')"
+    return None
+
+
+def choose(kernels: list, ops: GroupedOperands, device: DeviceModel, arch: int):
+    """The grouped kernel the cost model predicts fastest (on ``equivalent_key``)."""
+    fit = [k for k in kernels if grouped_error(k.spec, ops) is None]
+    if not fit:
+        raise GemmArgumentError("x.dtype", ops.a.dtype, "a dtype this build has grouped kernels for "
+                                "(codegen/configs: a family with grouped: true)")  # fmt: skip
+    key = equivalent_key(ops, arch)
+    return min(fit, key=lambda k: predict(k.spec, k.ctas_per_sm, device, key))
+
+
+def launch_block(spec: KernelSpec, ops: GroupedOperands) -> tuple[tuple[int, int, int], bytes]:
+    """The grid and the GemmParams of one grouped launch: the grid covers a bound on the
+    tile rows, ceil(rows / CTA M) + E (each expert adds at most one partial tile row);
+    the CTAs past the last one return (gemm/grouped.cuh)."""
+    cm, cn, ck = spec.cta
+    tiles_m, tiles_n = math.ceil(ops.rows / cm) + ops.experts, math.ceil(ops.n / cn)
+    values = [0] * len(PARAM_NAMES)
+    scale = ops.routing.row_scale
+    for name, value in (
+        ("A", ops.a.data_ptr()), ("B", ops.w.data_ptr()), ("C", ops.c.data_ptr() if ops.c is not None else 0),
+        ("D", ops.out.data_ptr()), ("U", scale.data_ptr() if scale is not None else 0),
+        ("bias", ops.bias.data_ptr() if ops.bias is not None else 0), ("offsets", ops.routing.offsets.data_ptr()),
+        ("lda", ops.a.stride(0)), ("ldb", ops.w.stride(1)), ("ldc", ops.c.stride(0) if ops.c is not None else 0),
+        ("ldd", ops.out.stride(0)), ("stride_b", ops.w.stride(0)), ("M", ops.rows), ("N", ops.n), ("K", ops.k),
+        ("tiles_m", tiles_m), ("tiles_n", tiles_n), ("splits", 1), ("k_tiles_per_split", math.ceil(ops.k / ck)),
+        ("swizzle", 0), ("experts", ops.experts), ("alpha", ops.alpha), ("beta", ops.beta),
+        ("epilogue", (_EPILOGUE_BIAS if ops.bias is not None else 0) | (_EPILOGUE_GATED if ops.gated else 0)),
+    ):  # fmt: skip
+        values[_INDEX[name]] = value
+    return (tiles_m, tiles_n, 1), PARAM_STRUCT.pack(*values)

@@ -1,0 +1,73 @@
+"""Gemm.grouped_matmul on the GPU (docs/MOE.md): every grouped kernel of the build, forced
+and by default choice, against experts.grouped_reference, with A gathered through an
+index (unsorted tokens, each routed to top-k experts), routing weights as row scales in
+bf16 (converted by the runtime), per-expert bias, the gated SiLU, beta * C, outputs
+poisoned with NaN; and the errors of a forced kernel that cannot serve the launch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gemm_runtime import GemmArgumentError
+from gemm_runtime.experts import check_routing, grouped_reference
+
+pytestmark = pytest.mark.gpu
+TOL = 1e-2
+
+
+def _grouped(gemm):
+    return [k.name for k in gemm.kernels if k.spec.grouped]
+
+
+def _routing(tokens: int, experts: int, top_k: int, gen: torch.Generator):
+    """Top-k of random logits: offsets (E + 1), the sorted rows' tokens, their weights."""
+    logits = torch.randn(tokens, experts, device="cuda", generator=gen)
+    weights, chosen = torch.topk(torch.softmax(logits, -1), top_k, dim=-1)
+    order = torch.argsort(chosen.reshape(-1), stable=True)
+    counts = torch.bincount(chosen.reshape(-1), minlength=experts)
+    offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).int()
+    return offsets, (order // top_k).int(), weights.reshape(-1)[order]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("tokens", [1, 37, 300])
+def test_grouped_matmul_matches_the_reference(gemm, dtype, tokens) -> None:
+    names = [n for n in _grouped(gemm) if gemm.registry.get(n).spec.a_type.value == {torch.float16: "f16",
+                                                                                      torch.bfloat16: "bf16"}[dtype]]
+    assert names, "the default set has grouped kernels for both 16-bit types"
+    gen = torch.Generator(device="cuda").manual_seed(tokens)
+    experts, top_k, n, k = 8, 2, 264, 200
+    x = torch.randn(tokens, k, device="cuda", dtype=dtype, generator=gen)
+    w = torch.randn(experts, n, k, device="cuda", dtype=dtype, generator=gen) / k**0.5
+    bias = torch.randn(experts, n, device="cuda", dtype=dtype, generator=gen)
+    offsets, index, scale = _routing(tokens, experts, top_k, gen)
+    rows = tokens * top_k
+    routing = check_routing(offsets, experts=experts, rows=rows, device=x.device, tokens=tokens, index=index,
+                            row_scale=scale, check_values=True)  # fmt: skip
+    failures = []
+    for gated in (False, True):
+        cols = n // 2 if gated else n
+        c = torch.randn(rows, cols, device="cuda", dtype=dtype, generator=gen)
+        ref = grouped_reference(x, w, routing, bias=bias, alpha=0.5, beta=0.25, c=c, gated=gated)
+        for name in [None, *names]:
+            out = torch.full((rows, cols), float("nan"), device="cuda", dtype=dtype)
+            gemm.grouped_matmul(x, w, offsets, index=index, row_scale=scale.to(dtype), bias=bias, gated=gated,
+                                alpha=0.5, beta=0.25, c=c, out=out, kernel=name)  # fmt: skip
+            torch.cuda.synchronize()
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            if not err < TOL:
+                failures.append(f"{name or 'default'} gated={gated}: rel err {err}")
+    assert not failures, "; ".join(failures)
+
+
+def test_a_forced_kernel_must_serve_the_launch(gemm) -> None:
+    x = torch.randn(4, 64, device="cuda", dtype=torch.float16)
+    w = torch.randn(2, 64, 64, device="cuda", dtype=torch.float16)
+    offsets = torch.tensor([0, 1, 4], dtype=torch.int32, device="cuda")
+    plain = next(k.name for k in gemm.kernels if not k.spec.grouped)
+    with pytest.raises(GemmArgumentError, match="not a grouped kernel of this build"):
+        gemm.grouped_matmul(x, w, offsets, kernel=plain)
+    bf16 = next(n for n in _grouped(gemm) if gemm.registry.get(n).spec.a_type.value == "bf16")
+    with pytest.raises(GemmArgumentError, match="operand type is not f16"):
+        gemm.grouped_matmul(x, w, offsets, kernel=bf16)

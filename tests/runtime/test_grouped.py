@@ -1,0 +1,135 @@
+"""gemm_runtime.grouped on the CPU: a grouped launch's arguments checked with errors that
+name them, A gathered and the routing normalized for the kernels, the cost model's stand-in
+problem, the choice among grouped kernels and the packed parameter block."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from codegen.params import PARAM_NAMES, PARAM_STRUCT
+from codegen.vocabulary import DataType
+from gemm_runtime.cost_model import DeviceModel
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.grouped import (
+    choose,
+    equivalent_key,
+    expected_experts_touched,
+    grouped_operands,
+    launch_block,
+)
+from tests.helpers import spec_for
+
+E, N, K, TOKENS = 4, 48, 32, 10
+
+
+def _args(**overrides):
+    gen = torch.Generator().manual_seed(0)
+    args = dict(
+        x=torch.randn(TOKENS, K, generator=gen).half(),
+        w=torch.randn(E, N, K, generator=gen).half(),
+        offsets=torch.tensor([0, 3, 3, 7, 9], dtype=torch.int32),
+    )
+    args.update(overrides)
+    return args
+
+
+def _error(argument: str, needle: str, **overrides) -> None:
+    args = _args(**overrides)
+    x, w, offsets = args.pop("x"), args.pop("w"), args.pop("offsets")
+    with pytest.raises(GemmArgumentError) as info:
+        grouped_operands(x, w, offsets, **args)
+    assert info.value.argument == argument, str(info.value)
+    assert needle in str(info.value), str(info.value)
+
+
+def test_sorted_rows_pass_through_and_d_is_allocated() -> None:
+    args = _args()
+    ops = grouped_operands(args["x"], args["w"], args["offsets"])
+    assert ops.a is args["x"] and ops.routing.index is None and ops.routing.row_scale is None
+    assert tuple(ops.out.shape) == (TOKENS, N) and ops.out.dtype == torch.float16
+    assert (ops.experts, ops.rows, ops.n, ops.k, ops.dtype) == (E, TOKENS, N, K, DataType.F16)
+    gated = grouped_operands(args["x"], args["w"], args["offsets"], gated=True)
+    assert tuple(gated.out.shape) == (TOKENS, N // 2)
+
+
+def test_an_index_gathers_the_rows_and_the_routing_is_made_what_the_kernels_read() -> None:
+    args = _args()
+    index = torch.tensor([9, 0, 0, 4, 2, 7, 1, 3, 5], dtype=torch.int64)
+    scale = torch.rand(9).bfloat16()
+    ops = grouped_operands(args["x"], args["w"], args["offsets"].long(), index=index, row_scale=scale, check_values=True)
+    assert torch.equal(ops.a, args["x"][index])
+    assert ops.routing.offsets.dtype == torch.int32 and ops.routing.offsets.tolist() == [0, 3, 3, 7, 9]
+    assert ops.routing.row_scale.dtype == torch.float32 and torch.equal(ops.routing.row_scale, scale.float())
+    assert tuple(ops.out.shape) == (9, N)
+
+
+def test_beta_counts_only_with_c() -> None:
+    args = _args()
+    assert grouped_operands(args["x"], args["w"], args["offsets"], beta=0.5).beta == 0.0
+    c = torch.randn(TOKENS, N).half()
+    assert grouped_operands(args["x"], args["w"], args["offsets"], beta=0.5, c=c).beta == 0.5
+
+
+def test_bad_arguments_are_named() -> None:
+    _error("x", "torch.float16 or torch.bfloat16", x=torch.randn(TOKENS, K))
+    _error("w.shape", "3 dimensions", w=torch.randn(N, K).half())
+    _error("w.dtype", "x's dtype", w=torch.randn(E, N, K).bfloat16())
+    _error("x.shape", f"(rows, {K})", x=torch.randn(TOKENS, K + 8).half())
+    _error("w.shape", "an even N", w=torch.randn(E, N + 1, K).half(), gated=True)
+    _error("x", "16-byte vectors", x=torch.randn(TOKENS, 2 * K).half()[:, ::2])
+    _error("offsets.shape", f"({E + 1},)", offsets=torch.tensor([0, 9], dtype=torch.int32))
+    _error("bias", f"({E}, {N})", bias=torch.randn(N, N).half())
+    _error("c.shape", f"({TOKENS}, {N})", c=torch.randn(TOKENS, N + 8).half())
+    _error("out.shape", f"({TOKENS}, {N // 2})", out=torch.empty(TOKENS, N).half(), gated=True)
+    _error("offsets[4]", f"<= {TOKENS}", offsets=torch.tensor([0, 3, 3, 7, 11], dtype=torch.int32), check_values=True)
+
+
+def test_the_touched_experts_expected_from_the_row_count() -> None:
+    assert expected_experts_touched(0, 64) == 0.0
+    assert expected_experts_touched(1, 64) == pytest.approx(1.0)
+    assert expected_experts_touched(6, 64) == pytest.approx(64 * (1 - (63 / 64) ** 6))
+    assert expected_experts_touched(100_000, 8) == pytest.approx(8.0)
+
+
+def test_the_cost_models_stand_in_puts_the_touched_weights_side_by_side() -> None:
+    args = _args()
+    ops = grouped_operands(args["x"], args["w"], args["offsets"])
+    key = equivalent_key(ops, 90)
+    touched = expected_experts_touched(TOKENS, E)
+    assert (key.n, key.k, key.m) == (N * math.ceil(touched), K, round(TOKENS / touched))
+    assert key.a_type is DataType.F16 and key.quant == "none"
+
+
+def test_choose_takes_a_grouped_kernel_of_the_dtype() -> None:
+    args = _args()
+    ops = grouped_operands(args["x"], args["w"], args["offsets"])
+    device = DeviceModel(132, 1e12, 4e12)
+    plain = SimpleNamespace(spec=spec_for(), ctas_per_sm=1)
+    bf16 = SimpleNamespace(spec=spec_for(a_type=DataType.BF16, b_type=DataType.BF16, d_type=DataType.BF16,
+                                         grouped=True), ctas_per_sm=1)  # fmt: skip
+    small = SimpleNamespace(spec=spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True), ctas_per_sm=4)
+    big = SimpleNamespace(spec=spec_for(cta=(128, 256, 64), warps=(2, 4, 1), stages=3, grouped=True), ctas_per_sm=1)
+    assert choose([plain, bf16, small, big], ops, device, 90) in (small, big)
+    with pytest.raises(GemmArgumentError, match="grouped kernels"):
+        choose([plain, bf16], ops, device, 90)
+
+
+def test_the_parameter_block_and_the_grid() -> None:
+    args = _args()
+    scale = torch.rand(TOKENS)
+    bias = torch.randn(E, N).half()
+    ops = grouped_operands(args["x"], args["w"], args["offsets"], row_scale=scale, bias=bias, gated=True, alpha=2.0)
+    spec = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
+    grid, block = launch_block(spec, ops)
+    assert grid == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64), 1)
+    p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
+    assert (p["A"], p["B"], p["D"]) == (ops.a.data_ptr(), ops.w.data_ptr(), ops.out.data_ptr())
+    assert (p["U"], p["bias"], p["offsets"]) == (scale.data_ptr(), bias.data_ptr(), ops.routing.offsets.data_ptr())
+    assert (p["lda"], p["ldb"], p["ldd"], p["stride_b"]) == (K, K, N // 2, N * K)
+    assert (p["M"], p["N"], p["K"], p["experts"], p["splits"], p["swizzle"]) == (TOKENS, N, K, E, 1, 0)
+    assert (p["tiles_m"], p["tiles_n"], p["k_tiles_per_split"]) == (grid[0], grid[1], 1)
+    assert p["epilogue"] == 3 and p["alpha"] == 2.0 and p["beta"] == 0.0 and p["C"] == 0
