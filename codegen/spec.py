@@ -38,12 +38,13 @@ class KernelSpec:
     # CTAs of a thread-block cluster along M sharing each B tile (TMA multicast); 1: none.
     # Named only when used, so the kernels without one keep their names.
     cluster: int = field(default=1, metadata={"token": lambda v: f"c{v}" if v > 1 else ""})
-    # A grouped kernel (mixture-of-experts, docs/MOE.md): one launch over E experts' row
-    # groups and stacked weights. Named only when set.
-    grouped: bool = field(default=False, metadata={"token": lambda v: "grouped" if v else ""})
     # Where the kernel is meant to run (inclusive); not part of the code, so not of the name.
     arch_min: int = field(default=80, metadata={"token": None})
     arch_max: int = field(default=90, metadata={"token": None})
+    # A grouped kernel (mixture-of-experts, docs/MOE.md): one launch over E experts' row
+    # groups and stacked weights. Named only when set. NOTE: last, so that the specs built
+    # positionally (arch_min, arch_max after align and cluster) keep their meaning.
+    grouped: bool = field(default=False, metadata={"token": lambda v: "grouped" if v else ""})
 
     # ---- identity -------------------------------------------------------------------
     @property
