@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from gemm_runtime import ops
 from gemm_runtime.errors import GemmArgumentError
@@ -262,4 +263,96 @@ def from_quantized_state_dict(model: torch.nn.Module, state_dict: dict, *, gemm=
         setattr(model.get_submodule(parent) if parent else model, child, layer)
         replaced.append(name)
     model.load_state_dict(state_dict)
+    return replaced
+
+
+# ---- mixture of experts (docs/MOE.md) -------------------------------------------------
+
+
+def _is_silu(act: object) -> bool:
+    """``act`` computes SiLU (torch's module or, e.g., transformers' SiLUActivation)."""
+    if not callable(act):
+        return False
+    probe = torch.linspace(-6.0, 6.0, 25)
+    try:
+        out = act(probe)
+    except Exception:  # noqa: BLE001 - anything that cannot take a tensor is not SiLU
+        return False
+    return isinstance(out, torch.Tensor) and out.shape == probe.shape and torch.allclose(out, F.silu(probe))
+
+
+def route_rows(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, experts: int):
+    """The grouped GEMMs' routing from a top-k router's output ([T, k] expert ids and
+    weights): the T * k rows sorted by expert as (offsets [E + 1] int32, each row's token
+    [T * k] int32, each row's weight [T * k]). All on the device, no host synchronization
+    (no bincount, whose output size would need one)."""
+    flat = top_k_index.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.zeros(experts, dtype=torch.int32, device=flat.device)
+    counts.scatter_add_(0, flat.long(), torch.ones_like(flat, dtype=torch.int32))
+    offsets = torch.cat((counts.new_zeros(1), counts.cumsum(0, dtype=torch.int32)))
+    tokens = torch.div(order, top_k_index.shape[-1], rounding_mode="floor").to(torch.int32)
+    return offsets, tokens, top_k_weights.reshape(-1)[order]
+
+
+class GroupedExperts(torch.nn.Module):
+    """A mixture-of-experts layer's experts on grouped GEMMs: ``forward(hidden_states [T,
+    H], top_k_index [T, k], top_k_weights [T, k])`` -> the combined hidden states [T, H],
+    as transformers' stacked-expert modules (MixtralExperts, Qwen2MoeExperts) compute
+    them: per row, ``down(silu(gate(x)) * up(x)) * weight``, summed over the token's k
+    experts. Two launches (gate_up with the gated SiLU, down with the routing weights as
+    row scales) and one index_add."""
+
+    def __init__(self, gate_up: torch.Tensor, down: torch.Tensor, gemm=None) -> None:
+        super().__init__()
+        if not isinstance(gate_up, torch.Tensor) or gate_up.dim() != 3 or gate_up.shape[1] % 2:
+            raise GemmArgumentError("gate_up", getattr(gate_up, "shape", type(gate_up).__name__),
+                                    "an [E, 2I, H] tensor: gate rows, then up rows")  # fmt: skip
+        experts, two_i, hidden = gate_up.shape
+        if not isinstance(down, torch.Tensor) or tuple(down.shape) != (experts, hidden, two_i // 2):
+            raise GemmArgumentError("down", getattr(down, "shape", type(down).__name__), f"[{experts}, {hidden}, {two_i // 2}]")
+        gate, up = gate_up.detach().chunk(2, dim=1)
+        # Rows alternate gate_0, up_0, gate_1, ...: the gated-SiLU epilogue's pairs.
+        self.gate_up = torch.nn.Parameter(torch.stack((gate, up), dim=2).reshape(experts, two_i, hidden).contiguous(),
+                                          requires_grad=False)  # fmt: skip
+        self.down = torch.nn.Parameter(down.detach().contiguous(), requires_grad=False)
+        self.experts = experts
+        self._gemm = gemm
+
+    @classmethod
+    def from_experts(cls, module: torch.nn.Module, gemm=None) -> "GroupedExperts":
+        """From a transformers stacked-expert module (``gate_up_proj`` [E, 2I, H] with gate
+        then up, ``down_proj`` [E, H, I], SiLU)."""
+        act = getattr(module, "act_fn", None)
+        if not _is_silu(act):
+            raise GemmArgumentError(f"{type(module).__name__}.act_fn", type(act).__name__,
+                                    "SiLU (the gated epilogue computes silu(gate) * up)")  # fmt: skip
+        return cls(module.gate_up_proj, module.down_proj, gemm)
+
+    @property
+    def gemm(self):
+        return self._gemm if self._gemm is not None else default_gemm(self.down.device)
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+        offsets, tokens, weights = route_rows(top_k_index, top_k_weights, self.experts)
+        gemm = self.gemm
+        h = gemm.grouped_matmul(hidden_states, self.gate_up, offsets, index=tokens, gated=True)
+        y = gemm.grouped_matmul(h, self.down, offsets, row_scale=weights)
+        return torch.zeros_like(hidden_states).index_add_(0, tokens.long(), y)
+
+
+def replace_experts(model: torch.nn.Module, *, gemm=None) -> list[str]:
+    """Swap, in place, every transformers stacked-expert module (one with 3-D
+    ``gate_up_proj`` and ``down_proj`` on a CUDA device, fp16 or bf16, and a SiLU) for
+    ``GroupedExperts``. Returns the qualified names of the replaced modules."""
+    replaced = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            w = getattr(child, "gate_up_proj", None)
+            if not isinstance(w, torch.Tensor) or w.dim() != 3 or not isinstance(getattr(child, "down_proj", None), torch.Tensor):
+                continue
+            if w.dtype not in _SUPPORTED or not w.is_cuda or not _is_silu(getattr(child, "act_fn", None)):
+                continue
+            setattr(parent, child_name, GroupedExperts.from_experts(child, gemm))
+            replaced.append(f"{parent_name}.{child_name}" if parent_name else child_name)
     return replaced

@@ -126,3 +126,86 @@ def test_dtype_mismatch_is_named():
     layer, _ = _quant_layer()
     with pytest.raises(GemmArgumentError, match="x.dtype"):
         layer(torch.randn(2, 64))
+
+
+# ---- the expert layer (docs/MOE.md) ----------------------------------------------------
+
+
+class _ReferenceGemm:
+    """Gemm.grouped_matmul's contract computed by experts.grouped_reference, on the CPU:
+    the layer's routing, launches and combine checked without a GPU."""
+
+    def grouped_matmul(self, x, w, offsets, *, index=None, row_scale=None, gated=False):
+        from gemm_runtime.experts import check_routing, grouped_reference
+
+        rows = index.shape[0] if index is not None else x.shape[0]
+        routing = check_routing(offsets, experts=w.shape[0], rows=rows, device=x.device, tokens=x.shape[0],
+                                index=index, row_scale=row_scale, check_values=True)  # fmt: skip
+        return grouped_reference(x, w, routing, gated=gated).to(x.dtype)
+
+
+def _mixtral_experts(experts=4, hidden=32, intermediate=24, seed=0):
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+
+    torch.manual_seed(seed)
+    cfg = MixtralConfig(hidden_size=hidden, intermediate_size=intermediate, num_local_experts=experts,
+                        num_experts_per_tok=2)  # fmt: skip
+    module = MixtralExperts(cfg)
+    with torch.no_grad():
+        module.gate_up_proj.normal_(0, hidden**-0.5)
+        module.down_proj.normal_(0, intermediate**-0.5)
+    return module
+
+
+def test_route_rows_sorts_each_tokens_k_rows_by_expert() -> None:
+    from gemm_runtime.nn import route_rows
+
+    index = torch.tensor([[2, 0], [2, 3], [0, 1]])
+    weights = torch.tensor([[0.7, 0.3], [0.6, 0.4], [0.9, 0.1]])
+    offsets, tokens, w = route_rows(index, weights, experts=5)
+    assert offsets.dtype == torch.int32 and offsets.tolist() == [0, 2, 3, 5, 6, 6]
+    assert tokens.dtype == torch.int32 and tokens.tolist() == [0, 2, 2, 0, 1, 1]
+    assert torch.equal(w, torch.tensor([0.3, 0.9, 0.1, 0.7, 0.6, 0.4]))
+
+
+def test_grouped_experts_interleave_gate_and_up_rows() -> None:
+    from gemm_runtime.nn import GroupedExperts
+
+    module = _mixtral_experts()
+    layer = GroupedExperts.from_experts(module)
+    gate, up = module.gate_up_proj.detach().chunk(2, dim=1)
+    assert torch.equal(layer.gate_up[:, 0::2], gate) and torch.equal(layer.gate_up[:, 1::2], up)
+    assert torch.equal(layer.down, module.down_proj.detach())
+
+
+def test_grouped_experts_compute_what_transformers_experts_compute() -> None:
+    from gemm_runtime.nn import GroupedExperts
+
+    module = _mixtral_experts()
+    layer = GroupedExperts.from_experts(module, gemm=_ReferenceGemm())
+    x = torch.randn(7, 32)
+    scores = torch.softmax(torch.randn(7, 4), -1)
+    weights, index = torch.topk(scores, 2, dim=-1)
+    with torch.no_grad():
+        want = module(x, index, weights)
+        got = layer(x, index, weights)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got - want).abs().max()
+
+
+def test_grouped_experts_need_silu_and_matching_shapes() -> None:
+    from gemm_runtime.nn import GroupedExperts
+
+    module = _mixtral_experts()
+    module.act_fn = torch.nn.GELU()
+    with pytest.raises(GemmArgumentError, match="act_fn: got GELU"):
+        GroupedExperts.from_experts(module)
+    with pytest.raises(GemmArgumentError, match=r"down: got torch.Size\(\[4, 32, 23\]\)"):
+        GroupedExperts(torch.randn(4, 48, 32), torch.randn(4, 32, 23))
+
+
+def test_replace_experts_swaps_only_cuda_16_bit_experts() -> None:
+    from gemm_runtime.nn import replace_experts
+
+    model = torch.nn.Sequential(_mixtral_experts().half())
+    assert replace_experts(model) == []  # CPU weights stay as they are

@@ -1,0 +1,51 @@
+"""The expert layer on the GPU (gemm_runtime.nn.GroupedExperts, docs/MOE.md): a
+transformers sparse MoE block (Mixtral's, Qwen2-MoE's) built from a small config with
+random weights gives the same output after replace_experts as before, fp16 and bf16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gemm_runtime.nn import GroupedExperts, replace_experts
+
+pytestmark = pytest.mark.gpu
+
+
+def _mixtral(dtype):
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    cfg = MixtralConfig(hidden_size=256, intermediate_size=512, num_local_experts=8, num_experts_per_tok=2)
+    return MixtralSparseMoeBlock(cfg)
+
+
+def _qwen2_moe(dtype):
+    from transformers import Qwen2MoeConfig
+    from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock
+
+    cfg = Qwen2MoeConfig(hidden_size=256, moe_intermediate_size=128, shared_expert_intermediate_size=256,
+                         num_experts=16, num_experts_per_tok=4)  # fmt: skip
+    return Qwen2MoeSparseMoeBlock(cfg)
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("make", [_mixtral, _qwen2_moe], ids=["mixtral", "qwen2_moe"])
+def test_the_block_computes_the_same_after_replace_experts(gemm, make, dtype, tokens) -> None:
+    torch.manual_seed(tokens)
+    block = make(dtype)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(0, p.shape[-1] ** -0.5)
+    block = block.to("cuda", dtype).eval()
+    x = torch.randn(1, tokens, 256, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        want = block(x)
+        want = want[0] if isinstance(want, tuple) else want
+        assert replace_experts(block, gemm=gemm) == ["experts"]
+        assert isinstance(block.experts, GroupedExperts)
+        got = block(x)
+        got = got[0] if isinstance(got, tuple) else got
+    err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert err < 1e-2, f"rel err {err}"
