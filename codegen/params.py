@@ -43,13 +43,13 @@ PARAM_FIELDS: tuple[ParamField, ...] = tuple(
         ("partials", ("float*", "Q")),  # split-K: fp32 tile accumulators
         ("bias", _PTR_IN),  # per-column bias of the accumulator (N values, D's type; grouped: [E, N])
         ("offsets", ("const int*", "Q")),  # grouped: E + 1 row starts of the experts' row groups
+        ("gather", ("const int*", "Q")),  # grouped: A's row of each grouped row (A unsorted), or null
         ("lda", _I64),
         ("ldb", _I64),
         ("ldc", _I64),
         ("ldd", _I64),
         ("ldu", _I64),
         ("ldv", _I64),
-        ("stride_b", _I64),  # grouped: 16-bit elements between two experts' weights
         ("M", _I32),
         ("N", _I32),
         ("K", _I32),

@@ -5,9 +5,8 @@ grouped.cuh).
 
     D[r] = row_scale[r] * act(alpha * A[src(r)] @ W[e(r)]^T + bias[e(r)]) + beta * C[r]
 
-A gathered through ``index`` is gathered here (one index_select on the stream) until the
-kernels read the index themselves; the routing's values are a contract
-(experts.check_routing) unless checked on request."""
+With an ``index`` the kernels read A's rows through it (A is the unsorted token matrix);
+the routing's values are a contract (experts.check_routing) unless checked on request."""
 
 from __future__ import annotations
 
@@ -31,12 +30,13 @@ _TYPES = {torch.float16: DataType.F16, torch.bfloat16: DataType.BF16}
 
 @dataclass(frozen=True)
 class GroupedOperands:
-    """One grouped launch's operands, checked: ``a`` the sorted rows [rows, K], ``w`` the
-    stacked weights [E, N, K], ``out`` [rows, N] (N / 2 when gated)."""
+    """One grouped launch's operands, checked: ``a`` A [tokens, K] (the grouped rows
+    themselves, or the tokens ``routing.index`` picks), ``w`` the stacked weights
+    [E, N, K], ``out`` [rows, N] (N / 2 when gated)."""
 
     a: torch.Tensor
     w: torch.Tensor
-    routing: Routing  # the index already applied: None
+    routing: Routing  # offsets int32, index int32 or None, row scales fp32 or None
     out: torch.Tensor
     bias: torch.Tensor | None
     c: torch.Tensor | None
@@ -50,7 +50,7 @@ class GroupedOperands:
 
     @property
     def rows(self) -> int:
-        return self.a.shape[0]
+        return self.out.shape[0]
 
     @property
     def n(self) -> int:
@@ -104,6 +104,9 @@ def grouped_operands(
     x = _matrix("x", x, x.dtype, device, 2)
     w = _matrix("w", w, x.dtype, device, 3)
     experts, n, k = w.shape
+    if experts > 1 and w.stride(0) != n * w.stride(1):
+        raise GemmArgumentError("w", f"strides {tuple(w.stride())}", f"experts' [N, K] weights one after another "
+                                f"(stride(0) = N * stride(1) = {n * w.stride(1)})")  # fmt: skip
     if x.shape[1] != k:
         raise GemmArgumentError("x.shape", tuple(x.shape), f"(rows, {k}): K of w [E, N, K]")
     if gated and n % 2:
@@ -111,8 +114,11 @@ def grouped_operands(
     rows = index.shape[0] if isinstance(index, torch.Tensor) and index.dim() == 1 else x.shape[0]
     routing = check_routing(offsets, experts=experts, rows=rows, device=device, tokens=x.shape[0] if index is not None
                             else None, index=index, row_scale=row_scale, check_values=check_values)  # fmt: skip
-    a = x if routing.index is None else x.index_select(0, routing.index)
-    offsets = routing.offsets if routing.offsets.dtype == torch.int32 else routing.offsets.int()  # the kernels read int
+    # The kernels read 32-bit offsets and row indices.
+    offsets = routing.offsets if routing.offsets.dtype == torch.int32 else routing.offsets.int()
+    index = routing.index
+    if index is not None and index.dtype != torch.int32:
+        index = index.int()
     scale = routing.row_scale
     if scale is not None and scale.dtype != torch.float32:
         scale = scale.float()  # the kernels read fp32 scales
@@ -131,7 +137,7 @@ def grouped_operands(
         out = _matrix("out", out, x.dtype, device, 2)
         if tuple(out.shape) != (rows, cols):
             raise GemmArgumentError("out.shape", tuple(out.shape), f"({rows}, {cols})")
-    return GroupedOperands(a, w, Routing(offsets, None, scale), out, bias, c, gated, float(alpha),
+    return GroupedOperands(x, w, Routing(offsets, index, scale), out, bias, c, gated, float(alpha),
                            float(beta) if c is not None else 0.0)  # fmt: skip
 
 
@@ -185,8 +191,9 @@ def launch_block(spec: KernelSpec, ops: GroupedOperands) -> tuple[tuple[int, int
         ("A", ops.a.data_ptr()), ("B", ops.w.data_ptr()), ("C", ops.c.data_ptr() if ops.c is not None else 0),
         ("D", ops.out.data_ptr()), ("U", scale.data_ptr() if scale is not None else 0),
         ("bias", ops.bias.data_ptr() if ops.bias is not None else 0), ("offsets", ops.routing.offsets.data_ptr()),
+        ("gather", ops.routing.index.data_ptr() if ops.routing.index is not None else 0),
         ("lda", ops.a.stride(0)), ("ldb", ops.w.stride(1)), ("ldc", ops.c.stride(0) if ops.c is not None else 0),
-        ("ldd", ops.out.stride(0)), ("stride_b", ops.w.stride(0)), ("M", ops.rows), ("N", ops.n), ("K", ops.k),
+        ("ldd", ops.out.stride(0)), ("M", ops.rows), ("N", ops.n), ("K", ops.k),
         ("tiles_m", tiles_m), ("tiles_n", tiles_n), ("splits", 1), ("k_tiles_per_split", math.ceil(ops.k / ck)),
         ("swizzle", 0), ("experts", ops.experts), ("alpha", ops.alpha), ("beta", ops.beta),
         ("epilogue", (_EPILOGUE_BIAS if ops.bias is not None else 0) | (_EPILOGUE_GATED if ops.gated else 0)),

@@ -4,7 +4,8 @@ for the device at hand, and launched with a parameter block packed here.
 
     D[r] = row_scale[r] * act(alpha * A[r] @ W[e(r)]^T + bias[e(r)]) + beta * C[r]
 
-for the rows r of expert e(r) (routing.offsets), A sorted by expert, W stacked [E, N, K]."""
+for the rows r of expert e(r) (routing.offsets), A sorted by expert or gathered through
+routing.index, W stacked [E, N, K]."""
 
 from __future__ import annotations
 
@@ -63,14 +64,14 @@ def _loaded(kernel: GroupedKernel, arch: str) -> cuda_driver.LoadedFunction:
 def launch(kernel: GroupedKernel, a: torch.Tensor, w: torch.Tensor, routing: Routing, d: torch.Tensor, *,
            alpha: float = 1.0, beta: float = 0.0, c: torch.Tensor | None = None, bias: torch.Tensor | None = None,
            gated: bool = False, sync: bool = True) -> None:  # fmt: skip
-    """The grouped product of ``a`` (rows sorted by expert) and the stacked ``w`` [E, N, K]
-    into ``d``, its operands checked and packed as Gemm.grouped_matmul does
+    """The grouped product of ``a`` (rows sorted by expert, or the tokens ``routing.index``
+    picks) and the stacked ``w`` [E, N, K] into ``d``, checked and packed as Gemm.grouped_matmul does
     (gemm_runtime.grouped), the kernel forced."""
     spec = kernel.spec
     major, minor = torch.cuda.get_device_capability()
     fn = _loaded(kernel, f"sm_{10 * major + minor}")
-    ops = grouped_operands(a, w, routing.offsets, row_scale=routing.row_scale, bias=bias, c=c, out=d, gated=gated,
-                           alpha=alpha, beta=beta)  # fmt: skip
+    ops = grouped_operands(a, w, routing.offsets, index=routing.index, row_scale=routing.row_scale, bias=bias, c=c,
+                           out=d, gated=gated, alpha=alpha, beta=beta)  # fmt: skip
     grid, block = launch_block(spec, ops)
     buf, addr = _aligned_copy(block)
     pointers = (ctypes.c_void_p * 1)(addr)

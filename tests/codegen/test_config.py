@@ -410,7 +410,7 @@ def test_default_configs() -> None:
     grouped = [k.spec for k in loaded if k.spec.grouped]
     # Grouped kernels (docs/MOE.md): the sm80 family, both 16-bit types, stacked nn.Linear weights.
     assert len(grouped) == 10 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {("sm80", "nk")}
-    assert {s.a_type.value for s in grouped} == {"f16", "bf16"} and {s.cta[0] for s in grouped} == {16, 32, 64, 128}
+    assert {s.a_type.value for s in grouped} == {"f16", "bf16"} and {s.cta[0] for s in grouped} == {16, 32, 64, 128, 256}
     hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90"]
     # Both 16-bit types, both B orders, both output kinds, one and two consumers.
     assert {(s.a_type.value, s.d_type.value, s.b_order.value) for s in hopper} == {

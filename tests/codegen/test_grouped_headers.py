@@ -15,7 +15,7 @@ from tests.helpers import spec_for
 
 # The largest and the smallest tile the GPU test launches (tests/gpu/test_grouped_kernels.py).
 SAMPLE = [
-    GroupedKernel((128, 256, 64), (2, 4, 1), 3, "bf16"),
+    GroupedKernel((256, 128, 64), (4, 2, 1), 3, "bf16"),
     GroupedKernel((16, 64, 128), (1, 2, 2), 4, "f16"),
 ]
 

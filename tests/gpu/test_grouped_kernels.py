@@ -1,5 +1,5 @@
 """Grouped sm80 kernels (docs/MOE.md) by direct launch (tests/grouped_kernel.py) against
-experts.grouped_reference: uneven row groups (empty experts, one row, one expert with
+experts.grouped_reference: sorted and gathered A, uneven row groups (empty experts, one row, one expert with
 every row, rows past the last expert that must stay untouched), residues against the
 tile on N and K, fp16 and bf16, row scales, per-expert bias, gated SiLU
 and beta * C, outputs poisoned with NaN before each launch."""
@@ -30,7 +30,7 @@ TOL = 1e-2
 KERNELS = [
     GroupedKernel(cta, warps, stages, dtype)
     for cta, warps, stages in [
-        ((128, 256, 64), (2, 4, 1), 3),
+        ((256, 128, 64), (4, 2, 1), 3),
         ((128, 128, 32), (2, 2, 1), 4),
         ((64, 64, 32), (2, 2, 1), 6),
         ((32, 128, 64), (1, 4, 1), 5),
@@ -39,8 +39,8 @@ KERNELS = [
     for dtype in ("f16", "bf16")
 ]
 # Row starts of each expert, then the end; the last of the grouped rows (`ROWS`) may lie
-# past it.
-ROWS = 300
+# past it. Gathered launches read their rows from `TOKENS` rows of A through an index.
+ROWS, TOKENS = 300, 173
 ROUTINGS = {
     "uneven-with-empty-experts": (0, 37, 37, 200, 201, 260, 300),
     "one-row": (0, 0, 1, 1),
@@ -69,21 +69,25 @@ def test_grouped_kernel_matches_the_reference(kernel: GroupedKernel, routing_nam
     starts = ROUTINGS[routing_name]
     gen = torch.Generator(device="cuda").manual_seed(hash((kernel.spec.name, routing_name)) % 2**31)
     a, w, offsets, n = _problem(kernel, starts, gen)
+    tokens = torch.randn(TOKENS, a.shape[1], device="cuda", dtype=a.dtype, generator=gen)
+    index = torch.randint(0, TOKENS, (ROWS,), device="cuda", dtype=torch.int32, generator=gen)
     failures = []
-    for scaled in (False, True):
+    for scaled, gathered in ((False, False), (True, False), (True, True)):
         scale = torch.rand(ROWS, device="cuda", generator=gen) + 0.5 if scaled else None
+        x = tokens if gathered else a
         routing = check_routing(offsets, experts=len(starts) - 1, rows=ROWS, device=a.device, row_scale=scale,
+                                tokens=TOKENS if gathered else None, index=index if gathered else None,
                                 check_values=True)  # fmt: skip
-        ref = grouped_reference(a, w, routing)
+        ref = grouped_reference(x, w, routing)
         # Padding columns, and the rows past the last expert, must stay NaN.
         out = torch.full((ROWS, n + 8), float("nan"), device="cuda", dtype=a.dtype)
-        launch(kernel, a, w, routing, out[:, :n])
+        launch(kernel, x, w, routing, out[:, :n])
         done = starts[-1]
         err = _rel_err(out[:done, :n], ref[:done])
         if not err < TOL:
-            failures.append(f"scaled={scaled}: rel err {err}")
+            failures.append(f"scaled={scaled} gathered={gathered}: rel err {err}")
         if not torch.isnan(out[:, n:].float()).all() or not torch.isnan(out[done:].float()).all():
-            failures.append(f"scaled={scaled}: wrote outside the experts' rows or the output's columns")
+            failures.append(f"scaled={scaled} gathered={gathered}: wrote outside the experts' rows or columns")
     assert not failures, "; ".join(failures)
 
 

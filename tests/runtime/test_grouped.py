@@ -56,12 +56,13 @@ def test_sorted_rows_pass_through_and_d_is_allocated() -> None:
     assert tuple(gated.out.shape) == (TOKENS, N // 2)
 
 
-def test_an_index_gathers_the_rows_and_the_routing_is_made_what_the_kernels_read() -> None:
+def test_an_index_is_passed_to_the_kernels_and_the_routing_made_what_they_read() -> None:
     args = _args()
     index = torch.tensor([9, 0, 0, 4, 2, 7, 1, 3, 5], dtype=torch.int64)
     scale = torch.rand(9).bfloat16()
     ops = grouped_operands(args["x"], args["w"], args["offsets"].long(), index=index, row_scale=scale, check_values=True)
-    assert torch.equal(ops.a, args["x"][index])
+    assert ops.a is args["x"] and ops.rows == 9  # the kernels gather: A stays the token matrix
+    assert ops.routing.index.dtype == torch.int32 and ops.routing.index.tolist() == index.tolist()
     assert ops.routing.offsets.dtype == torch.int32 and ops.routing.offsets.tolist() == [0, 3, 3, 7, 9]
     assert ops.routing.row_scale.dtype == torch.float32 and torch.equal(ops.routing.row_scale, scale.float())
     assert tuple(ops.out.shape) == (9, N)
@@ -81,6 +82,7 @@ def test_bad_arguments_are_named() -> None:
     _error("x.shape", f"(rows, {K})", x=torch.randn(TOKENS, K + 8).half())
     _error("w.shape", "an even N", w=torch.randn(E, N + 1, K).half(), gated=True)
     _error("x", "16-byte vectors", x=torch.randn(TOKENS, 2 * K).half()[:, ::2])
+    _error("w", "one after another", w=torch.randn(E, 2 * N, K).half()[:, :N])
     _error("offsets.shape", f"({E + 1},)", offsets=torch.tensor([0, 9], dtype=torch.int32))
     _error("bias", f"({E}, {N})", bias=torch.randn(N, N).half())
     _error("c.shape", f"({TOKENS}, {N})", c=torch.randn(TOKENS, N + 8).half())
@@ -129,7 +131,13 @@ def test_the_parameter_block_and_the_grid() -> None:
     p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
     assert (p["A"], p["B"], p["D"]) == (ops.a.data_ptr(), ops.w.data_ptr(), ops.out.data_ptr())
     assert (p["U"], p["bias"], p["offsets"]) == (scale.data_ptr(), bias.data_ptr(), ops.routing.offsets.data_ptr())
-    assert (p["lda"], p["ldb"], p["ldd"], p["stride_b"]) == (K, K, N // 2, N * K)
+    assert p["gather"] == 0
+    index = torch.arange(TOKENS - 1, -1, -1, dtype=torch.int32)
+    gathered = grouped_operands(args["x"], args["w"], args["offsets"], index=index)
+    _, block = launch_block(spec, gathered)
+    q = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
+    assert (q["gather"], q["A"], q["lda"]) == (index.data_ptr(), args["x"].data_ptr(), K)
+    assert (p["lda"], p["ldb"], p["ldd"]) == (K, K, N // 2)
     assert (p["M"], p["N"], p["K"], p["experts"], p["splits"], p["swizzle"]) == (TOKENS, N, K, E, 1, 0)
     assert (p["tiles_m"], p["tiles_n"], p["k_tiles_per_split"]) == (grid[0], grid[1], 1)
     assert p["epilogue"] == 3 and p["alpha"] == 2.0 and p["beta"] == 0.0 and p["C"] == 0

@@ -1,9 +1,10 @@
 // Grouped launches (mixture-of-experts, docs/MOE.md): one launch multiplies the row
-// groups of E experts, rows offsets[e] .. offsets[e + 1] of A, D and the row scales U,
-// by each expert's weight, B + e * stride_b. The host does not know how the rows split
-// over the experts (the offsets live on the device), so the grid covers a bound on the
-// tile rows, ceil(rows / CtaM) + E, and each CTA finds its expert here; the CTAs past
-// the last tile row have nothing to do.
+// groups of E experts, rows offsets[e] .. offsets[e + 1] of A (or, gathered, A's rows
+// gather[r] for those rows r), D and the row scales U, by each expert's weight,
+// B + e * N * ldb (the experts' weights one after another). The host does not know how
+// the rows split over the experts (the offsets live on the device), so the grid covers a
+// bound on the tile rows, ceil(rows / CtaM) + E, and each CTA finds its expert here; the
+// CTAs past the last tile row have nothing to do.
 #pragma once
 #include "gemm/config.cuh"
 
@@ -57,8 +58,14 @@ __device__ __forceinline__ Params expert_problem(const Params& p, const GroupTil
   static_assert(!Cfg::kQuantB, "grouped kernels take dense B so far (docs/MOE.md)");
   Params q = p;
   const i64 row0 = g.row0;
-  q.A = static_cast<const char*>(p.A) + row0 * p.lda * 2;
-  q.B = static_cast<const char*>(p.B) + static_cast<i64>(g.expert) * p.stride_b * 2;
+  // Gathered A stays where it is; the expert's rows read their A rows through gather.
+  if (p.gather != nullptr) {
+    q.gather = p.gather + row0;
+  } else {
+    q.A = static_cast<const char*>(p.A) + row0 * p.lda * 2;
+  }
+  // The experts' [N, K] weights follow each other: N rows of ldb apart (the runtime checks).
+  q.B = static_cast<const char*>(p.B) + static_cast<i64>(g.expert) * p.N * p.ldb * 2;
   q.D = static_cast<char*>(p.D) + row0 * p.ldd * static_cast<i64>(sizeof(Storage));
   if (p.C != nullptr) q.C = static_cast<const char*>(p.C) + row0 * p.ldc * static_cast<i64>(sizeof(Storage));
   if (p.U != nullptr) q.U = static_cast<const float*>(p.U) + row0;

@@ -120,6 +120,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   const char* lean_b;
   i64 lda_bytes, ldb_bytes;
   bool lean;  // kLean and the CTA's tile lies inside M and N (uniform per CTA)
+  const int* gather;  // grouped launches with A gathered: A's row of each row of the problem
 
   WeightOrigin<kDirectWords, kBlockBytes> weights;  // kDirectB: the CTA's packed weights
   GroupRowsCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads> copy_group_rows;  // quantized B's V rows
@@ -132,6 +133,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
     if constexpr (Cfg::kQuantB) copy_group_rows.init(p.V, p.ldv, p.groups, p.N, n0);
     if constexpr (kDirectB) weights.init(p, n0, k0);
+    if constexpr (Cfg::kGrouped) gather = static_cast<const int*>(p.gather);
     if constexpr (kLean) {
       lda_bytes = p.lda * 2;
       ldb_bytes = p.ldb * 2;
@@ -139,6 +141,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       lean_b = static_cast<const char*>(p.B) +
                (Base::kBAlongRows ? k0 * ldb_bytes + static_cast<i64>(n0) * 2 : n0 * ldb_bytes + static_cast<i64>(k0) * 2);
       lean = m0 + Cfg::kCtaM <= p.M && n0 + Cfg::kCtaN <= p.N && LeanA::fits(lda_bytes) && LeanB::fits(ldb_bytes);
+      if constexpr (Cfg::kGrouped) lean = lean && gather == nullptr;  // gathered rows take the general copies
     }
   }
 
@@ -166,7 +169,17 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         return;
       }
     }
-    if constexpr (kWholeVectorCopies) {
+    bool a_done = false;
+    if constexpr (Cfg::kGrouped) {
+      if (gather != nullptr) {
+        // The tile's rows start at m0 of the expert's rows, and gather starts at the
+        // expert's first row (gemm/grouped.cuh): CopyA's rows count from there.
+        this->copy_a.issue_gathered(sa, k0, gather, a_begin, a_end);
+        a_done = true;
+      }
+    }
+    if (a_done) {
+    } else if constexpr (kWholeVectorCopies) {
       if (inside_k)
         this->copy_a.issue_inside_cols(sa, k0, a_begin, a_end);
       else

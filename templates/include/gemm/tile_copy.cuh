@@ -71,6 +71,13 @@ struct TileCopy {
     for (int i = 0; i < kIters; ++i) rows_inside |= (row + i * kRowStep < rows_ ? 1u : 0u) << i;
   }
 
+  // Bytes of this thread's vector inside the matrix's columns, for the tile displaced by
+  // `dcol`: a whole vector, part of one at the column edge, or none past it.
+  __device__ __forceinline__ int row_bytes(int dcol) const {
+    const int bytes = (cols - col - dcol) * 2;
+    return bytes < 0 ? 0 : (bytes > kBytes ? kBytes : bytes);
+  }
+
   // Keep the per-thread state of issue_inside_cols() in registers.
   // NOTE: the optimizer would otherwise rebuild it from the kernel parameters at every
   // copy of the mainloop (a dozen instructions each). Mainloops that copy with issue()
@@ -107,8 +114,7 @@ struct TileCopy {
   // through registers.
   __device__ __forceinline__ void issue(u32 dst, int drow, int dcol, int begin, int end) const {
     const char* tile_ptr = ptr + drow * ld_bytes + static_cast<i64>(dcol) * 2;
-    int bytes_in_row = (cols - col - dcol) * 2;
-    bytes_in_row = bytes_in_row < 0 ? 0 : (bytes_in_row > kBytes ? kBytes : bytes_in_row);
+    const int bytes_in_row = row_bytes(dcol);
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       if (i < begin || i >= end) continue;
@@ -126,13 +132,31 @@ struct TileCopy {
     }
   }
 
+  // issue() for rows gathered through `gather` (grouped launches, gemm/grouped.cuh): row
+  // r of the tile reads the matrix's row gather[r] (the origin's row0 is 0 there, so
+  // `row` counts the tile's rows). The row is looked up at each copy, not kept: a
+  // register per copy is what the prefill tiles do not have.
+  __device__ __forceinline__ void issue_gathered(u32 dst, int dcol, const int* gather, int begin, int end) const {
+    static_assert(Vec > 1, "2-byte copies go through registers (issue)");
+    const int bytes_in_row = row_bytes(dcol);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      if (i < begin || i >= end) continue;
+      if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
+      const int r = row + i * kRowStep;
+      const int bytes = r < rows ? bytes_in_row : 0;
+      const char* src = bytes ? base + static_cast<i64>(__ldg(gather + r)) * ld_bytes + static_cast<i64>(col + dcol) * 2
+                              : base;
+      cp_async_zfill<kBytes>(dst + smem_offset + i * kRowStep * Lds * 2, src, bytes);
+    }
+  }
+
   // ---- register-staged path (no cp.async) -------------------------------------------
   // Global -> registers for the tile displaced by (drow, dcol); the same zero fill as
   // the cp.async path. A vector cut by the matrix edge is read element by element.
   __device__ __forceinline__ void load(Vector (&r)[kIters], int drow, int dcol) const {
     const char* tile_ptr = ptr + drow * ld_bytes + static_cast<i64>(dcol) * 2;
-    int bytes_in_row = (cols - col - dcol) * 2;
-    bytes_in_row = bytes_in_row < 0 ? 0 : (bytes_in_row > kBytes ? kBytes : bytes_in_row);
+    const int bytes_in_row = row_bytes(dcol);
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
