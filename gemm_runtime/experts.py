@@ -65,6 +65,13 @@ def _vector(name: str, t: object, dtypes: Sequence[torch.dtype], length: int, de
     return t
 
 
+def _concrete(device: torch.device) -> torch.device:
+    """``cuda`` as the ``cuda:N`` that tensors report, so that the two compare equal."""
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def check_routing(
     offsets: object,
     *,
@@ -82,6 +89,7 @@ def check_routing(
     the values, synchronizing with the device."""
     if not isinstance(experts, int) or experts < 1:
         raise GemmArgumentError("experts", experts, "an integer >= 1")
+    device = _concrete(torch.device(device))
     offsets = _vector("offsets", offsets, INDEX_DTYPES, experts + 1, device)
     if index is not None:
         if tokens is None:

@@ -37,7 +37,8 @@ def test_grouped_matmul_matches_the_reference(gemm, dtype, tokens) -> None:
                                                                                       torch.bfloat16: "bf16"}[dtype]]
     assert names, "the default set has grouped kernels for both 16-bit types"
     gen = torch.Generator(device="cuda").manual_seed(tokens)
-    experts, top_k, n, k = 8, 2, 264, 200
+    # N / 2 = 136: the gated output keeps whole 16-byte rows; both N and N / 2 leave a tile residue.
+    experts, top_k, n, k = 8, 2, 272, 200
     x = torch.randn(tokens, k, device="cuda", dtype=dtype, generator=gen)
     w = torch.randn(experts, n, k, device="cuda", dtype=dtype, generator=gen) / k**0.5
     bias = torch.randn(experts, n, device="cuda", dtype=dtype, generator=gen)
@@ -71,3 +72,14 @@ def test_a_forced_kernel_must_serve_the_launch(gemm) -> None:
     bf16 = next(n for n in _grouped(gemm) if gemm.registry.get(n).spec.a_type.value == "bf16")
     with pytest.raises(GemmArgumentError, match="operand type is not f16"):
         gemm.grouped_matmul(x, w, offsets, kernel=bf16)
+
+
+@pytest.mark.parametrize("device", ["cuda", torch.device("cuda"), f"cuda:{torch.cuda.current_device()}"
+                                    if torch.cuda.is_available() else "cuda:0"])  # fmt: skip
+def test_routing_takes_the_device_as_the_user_names_it(device) -> None:
+    """`cuda` and `cuda:N` name the same device as the tensors' `cuda:N`."""
+    offsets = torch.tensor([0, 2, 5], dtype=torch.int32, device="cuda")
+    routing = check_routing(offsets, experts=2, rows=5, device=device, check_values=True)
+    assert routing.experts == 2
+    with pytest.raises(GemmArgumentError, match=r"offsets\.device"):
+        check_routing(offsets.cpu(), experts=2, rows=5, device=device)
