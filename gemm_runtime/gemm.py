@@ -293,11 +293,13 @@ class Gemm:
             why = "not a grouped kernel of this build" if kern is None else grouped.grouped_error(kern.spec, ops)
             if why is not None:
                 raise GemmArgumentError("kernel", kernel, f"a grouped kernel that serves this launch ({why})")
-        grid, block = grouped.launch_block(kern.spec, ops)
+        handle = self._stream_handle(stream)
+        gathered = grouped.reads_a_by_tma(kern.spec) and ops.routing.index is not None
+        a = grouped.sorted_rows(ops, handle) if gathered else None
+        grid, block = grouped.launch_block(kern, ops, a)
         buf = ctypes.create_string_buffer(block, len(block))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-        kern.function.launch(grid, kern.spec.threads, kern.spec.smem_bytes, self._stream_handle(stream),
-                             ctypes.addressof(args))  # fmt: skip
+        kern.function.launch(grid, kern.spec.threads, kern.spec.smem_bytes, handle, ctypes.addressof(args))
         return ops.out
 
     def linear(self, x, weight, bias, operation: Operation) -> torch.Tensor:

@@ -1,12 +1,14 @@
 """Grouped GEMMs for mixture-of-experts (docs/MOE.md): the operands of one grouped
 launch checked, a grouped kernel chosen, its parameter block and grid. Gemm.grouped_matmul
-is the facade; the kernels are the sm80 family's grouped form (templates/include/gemm/
-grouped.cuh).
+is the facade; the kernels are the grouped forms of the sm80 family (templates/include/
+gemm/grouped.cuh) and of the sm90 family (gemm/sm90/kernel_sm90.cuh).
 
     D[r] = row_scale[r] * act(alpha * A[src(r)] @ W[e(r)]^T + bias[e(r)]) + beta * C[r]
 
-With an ``index`` the kernels read A's rows through it (A is the unsorted token matrix);
-the routing's values are a contract (experts.check_routing) unless checked on request."""
+With an ``index`` the sm80 kernels read A's rows through it (A is the unsorted token
+matrix); the sm90 kernels read A by TMA boxes of consecutive rows, so their launches
+gather the rows first (``sorted_rows``). The routing's values are a contract
+(experts.check_routing) unless checked on request."""
 
 from __future__ import annotations
 
@@ -15,13 +17,15 @@ from dataclasses import dataclass
 
 import torch
 
-from codegen.params import PARAM_NAMES, PARAM_STRUCT
+from codegen.families.sm90 import a_box_rows
+from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.spec import KernelSpec
 from codegen.vocabulary import BOrder, DataType
 from gemm_runtime.context import ProblemKey
 from gemm_runtime.cost_model import DeviceModel, predict
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.experts import Routing, check_routing
+from gemm_runtime.tensor_map import TENSOR_MAP_BYTES, Encoder, TensorMap2D
 
 _INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
 _EPILOGUE_BIAS, _EPILOGUE_GATED = 1, 2  # gemm/epilogue.cuh
@@ -158,6 +162,12 @@ def equivalent_key(ops: GroupedOperands, arch: int) -> ProblemKey:
                       ops.n * math.ceil(touched), ops.k, m)  # fmt: skip
 
 
+def reads_a_by_tma(spec: KernelSpec) -> bool:
+    """Whether the kernel loads A by TMA boxes of consecutive rows (the sm90 family): it
+    cannot follow a row index, so gathered launches sort A's rows first."""
+    return bool(spec.mainloop.tensor_maps(spec))
+
+
 def grouped_error(spec: KernelSpec, ops: GroupedOperands) -> str | None:
     """Why ``spec`` cannot serve the grouped launch, else None."""
     if not spec.grouped:
@@ -166,7 +176,7 @@ def grouped_error(spec: KernelSpec, ops: GroupedOperands) -> str | None:
         return f"operand type is not {ops.dtype.value}"
     if spec.b_order is not BOrder.NK:
         return "stacked weights are [E, N, K] ('nk')"
-    return None
+    return spec.mainloop.problem_error(spec, ops.k)
 
 
 def choose(kernels: list, ops: GroupedOperands, device: DeviceModel, arch: int):
@@ -179,24 +189,69 @@ def choose(kernels: list, ops: GroupedOperands, device: DeviceModel, arch: int):
     return min(fit, key=lambda k: predict(k.spec, k.ctas_per_sm, device, key))
 
 
-def launch_block(spec: KernelSpec, ops: GroupedOperands) -> tuple[tuple[int, int, int], bytes]:
-    """The grid and the GemmParams of one grouped launch: the grid covers a bound on the
-    tile rows, ceil(rows / CTA M) + E (each expert adds at most one partial tile row);
-    the CTAs past the last one return (gemm/grouped.cuh)."""
+def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:
+    """A's rows in grouped order (``x[index]``), for kernels that read A by TMA boxes,
+    made on the launch's stream: the caching allocator then reuses the buffer only after
+    the launch has read it."""
+    index = ops.routing.index
+    current = torch.cuda.current_stream(ops.a.device)
+    if current.cuda_stream == stream:
+        return ops.a.index_select(0, index)
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=ops.a.device)):
+        return ops.a.index_select(0, index)
+
+
+def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor) -> bytes:
+    """The sm90 family's descriptors: A over the grouped rows, B over the stacked weights
+    as one [E * N, K] matrix (expert e's tiles start at row e * N), and none for D (the
+    grouped kernels store D directly: a TMA box would write the next expert's rows)."""
+    cm, cn, ck = spec.cta
+    dtype = ops.dtype
+    maps = [
+        TensorMap2D(a.data_ptr(), ops.rows, ops.k, a.stride(0), dtype, a_box_rows(cm, ops.rows), ck),
+        TensorMap2D(ops.w.data_ptr(), ops.experts * ops.n, ops.k, ops.w.stride(1), dtype, cn, ck),
+    ]
+    return b"".join(Encoder(m)(m.address) for m in maps) + bytes(TENSOR_MAP_BYTES)
+
+
+def launch_block(kernel, ops: GroupedOperands, a: torch.Tensor | None = None) -> tuple[tuple[int, int, int], bytes]:
+    """The grid and the parameter block of one grouped launch of ``kernel`` (a
+    registry.Kernel); ``a``: the sorted rows (``sorted_rows``) where the kernel reads A by
+    TMA and the launch is gathered.
+
+    The tiles cover a bound on the tile rows, ceil(rows / CTA M) + E (each expert adds
+    at most one partial tile row); the work past the last one is skipped
+    (gemm/grouped.cuh). The sm80 kernels take a CTA per tile; the sm90 kernels are
+    persistent, as many CTAs as the device holds, in groups of 2^swizzle tile rows."""
+    spec = kernel.spec
     cm, cn, ck = spec.cta
     tiles_m, tiles_n = math.ceil(ops.rows / cm) + ops.experts, math.ceil(ops.n / cn)
+    tma = reads_a_by_tma(spec)
+    gather = ops.routing.index
+    if tma and gather is not None:
+        if a is None:
+            raise ValueError("a gathered launch of a TMA kernel needs the sorted rows (sorted_rows)")
+        gather = None
+    else:
+        a = ops.a
+    swizzle = spec.mainloop.preferred_swizzle if spec.mainloop.persistent else 0
     values = [0] * len(PARAM_NAMES)
     scale = ops.routing.row_scale
     for name, value in (
-        ("A", ops.a.data_ptr()), ("B", ops.w.data_ptr()), ("C", ops.c.data_ptr() if ops.c is not None else 0),
+        ("A", a.data_ptr()), ("B", ops.w.data_ptr()), ("C", ops.c.data_ptr() if ops.c is not None else 0),
         ("D", ops.out.data_ptr()), ("U", scale.data_ptr() if scale is not None else 0),
         ("bias", ops.bias.data_ptr() if ops.bias is not None else 0), ("offsets", ops.routing.offsets.data_ptr()),
-        ("gather", ops.routing.index.data_ptr() if ops.routing.index is not None else 0),
-        ("lda", ops.a.stride(0)), ("ldb", ops.w.stride(1)), ("ldc", ops.c.stride(0) if ops.c is not None else 0),
+        ("gather", gather.data_ptr() if gather is not None else 0),
+        ("lda", a.stride(0)), ("ldb", ops.w.stride(1)), ("ldc", ops.c.stride(0) if ops.c is not None else 0),
         ("ldd", ops.out.stride(0)), ("M", ops.rows), ("N", ops.n), ("K", ops.k),
         ("tiles_m", tiles_m), ("tiles_n", tiles_n), ("splits", 1), ("k_tiles_per_split", math.ceil(ops.k / ck)),
-        ("swizzle", 0), ("experts", ops.experts), ("alpha", ops.alpha), ("beta", ops.beta),
+        ("swizzle", swizzle), ("experts", ops.experts), ("alpha", ops.alpha), ("beta", ops.beta),
         ("epilogue", (_EPILOGUE_BIAS if ops.bias is not None else 0) | (_EPILOGUE_GATED if ops.gated else 0)),
     ):  # fmt: skip
         values[_INDEX[name]] = value
-    return (tiles_m, tiles_n, 1), PARAM_STRUCT.pack(*values)
+    block = PARAM_STRUCT.pack(*values)
+    if not tma:
+        return (tiles_m, tiles_n, 1), block
+    block = _tensor_maps(spec, ops, a) + block
+    block += bytes(block_bytes(spec.mainloop.params_offset(spec)) - len(block))
+    return (max(1, min(tiles_m * tiles_n, kernel.resident)), 1, 1), block

@@ -83,6 +83,15 @@ class Sm90Family(MainloopFamily):
             return "arch", [spec.arch_min, spec.arch_max], "[90, 90] (wgmma is an sm_90a instruction)"
         return None
 
+    def grouped_error(self, spec: KernelSpec) -> str | None:
+        """Stacked nn.Linear weights ([E, N, K], "nk"), one CTA per cluster: B's tensor map
+        covers the E * N rows and each expert's tile starts at its own (kernel_sm90.cuh)."""
+        if spec.b_order is not BOrder.NK:
+            return "false for b_order 'kn' (grouped weights are stacked [E, N, K]: 'nk')"
+        if spec.cluster != 1:
+            return "false with a cluster (a cluster's CTAs share B tiles; an expert's tile rows need not pair up)"
+        return None
+
     # ---- what a kernel implies --------------------------------------------------------
     def threads(self, spec: KernelSpec) -> int:
         return super().threads(spec) + PRODUCER_THREADS

@@ -403,15 +403,19 @@ def test_default_configs() -> None:
     paths = default_config_paths()
     assert [p.name for p in paths] == [
         "sm70_dense.yaml", "sm70_quant.yaml", "sm80_bf16.yaml", "sm80_f16.yaml", "sm80_f32out.yaml",
-        "sm80_grouped.yaml", "sm80_lowalign.yaml", "sm80_quant.yaml", "sm90_dense.yaml", "sm90_quant.yaml",
+        "sm80_grouped.yaml", "sm80_lowalign.yaml", "sm80_quant.yaml", "sm90_dense.yaml", "sm90_grouped.yaml",
+        "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 185
+    assert len(loaded) == 191
     grouped = [k.spec for k in loaded if k.spec.grouped]
-    # Grouped kernels (docs/MOE.md): the sm80 family, both 16-bit types, stacked nn.Linear weights.
-    assert len(grouped) == 10 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {("sm80", "nk")}
+    # Grouped kernels (docs/MOE.md): the sm80 and sm90 families, both 16-bit types, stacked
+    # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill.
+    assert len(grouped) == 16 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {("sm80", "nk"),
+                                                                                               ("sm90", "nk")}
     assert {s.a_type.value for s in grouped} == {"f16", "bf16"} and {s.cta[0] for s in grouped} == {16, 32, 64, 128, 256}
-    hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90"]
+    assert {s.cluster for s in grouped} == {1}
+    hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90" and not k.spec.grouped]
     # Both 16-bit types, both B orders, both output kinds, one and two consumers.
     assert {(s.a_type.value, s.d_type.value, s.b_order.value) for s in hopper} == {
         (a, d, b) for a in ("f16", "bf16") for d in (a, "f32") for b in ("nk", "kn")}
@@ -519,10 +523,12 @@ def test_a_grouped_family_makes_grouped_kernels_named_so(tmp_path: Path) -> None
         (dict(b_orders=["kn"]), "stacked [E, N, K]"),
         (dict(mainloop="sm70", mma="m16n8k16", tiles=[{"cta": [128, 128, 32], "warps": [2, 2, 1], "stages": 2}]),
          "the sm70 family has no grouped kernels"),
+        (dict(mainloop="sm90", mma="m64nNk16", arch=[90, 90], b_orders=["kn"],
+              tiles=[{"cta": [128, 128, 64], "warps": [8, 1, 1], "stages": 4}]), "stacked [E, N, K]"),
         (dict(mainloop="sm90", mma="m64nNk16", arch=[90, 90],
-              tiles=[{"cta": [128, 128, 64], "warps": [8, 1, 1], "stages": 4}]), "the sm90 family has no grouped kernels"),
+              tiles=[{"cta": [128, 128, 64], "warps": [8, 1, 1], "stages": 4, "cluster": 2}]), "with a cluster"),
     ],
-    ids=["quantized-sm80", "kn-sm80", "sm70", "sm90"],
+    ids=["quantized-sm80", "kn-sm80", "sm70", "kn-sm90", "cluster-sm90"],
 )
 def test_grouped_kernels_only_where_the_family_has_them(tmp_path: Path, overrides, needle) -> None:
     error(tmp_path, {"families": [family(grouped=True, **overrides)]}, f"{FAM}.tiles[0]", "grouped", "got true",

@@ -1,8 +1,9 @@
-"""Grouped sm80 kernels (docs/MOE.md) by direct launch (tests/grouped_kernel.py) against
-experts.grouped_reference: sorted and gathered A, uneven row groups (empty experts, one row, one expert with
-every row, rows past the last expert that must stay untouched), residues against the
-tile on N and K, fp16 and bf16, row scales, per-expert bias, gated SiLU
-and beta * C, outputs poisoned with NaN before each launch."""
+"""Every grouped kernel of the build (docs/MOE.md), forced through Gemm.grouped_matmul,
+against experts.grouped_reference: sorted and gathered A (the sm80 kernels read it
+through the index, the sm90 launches sort it first), uneven row groups (empty experts,
+one row, one expert with every row, rows past the last expert that must stay
+untouched), residues against the tile on N and K, fp16 and bf16, row scales,
+per-expert bias, gated SiLU and beta * C, outputs poisoned with NaN before each launch."""
 
 from __future__ import annotations
 
@@ -10,34 +11,19 @@ import pytest
 import torch
 
 from gemm_runtime.experts import check_routing, grouped_reference
-from tests.grouped_kernel import GroupedKernel, launch
+from gemm_runtime.types import torch_dtype
+from tests.gpu.util import shared_gemm
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _sm80_context() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    if torch.cuda.get_device_capability() < (8, 0):
-        pytest.skip("the grouped kernels are sm80-family kernels: compute capability 8.0 or later")
-    from gemm_runtime import cuda_driver
-
-    torch.cuda.init()
-    cuda_driver.ensure_context(torch.cuda.current_device())
-
 TOL = 1e-2
-KERNELS = [
-    GroupedKernel(cta, warps, stages, dtype)
-    for cta, warps, stages in [
-        ((256, 128, 64), (4, 2, 1), 3),
-        ((128, 128, 32), (2, 2, 1), 4),
-        ((64, 64, 32), (2, 2, 1), 6),
-        ((32, 128, 64), (1, 4, 1), 5),
-        ((16, 64, 128), (1, 2, 2), 4),
-    ]
-    for dtype in ("f16", "bf16")
-]
+
+
+def _kernel_names():
+    if not torch.cuda.is_available():
+        return ["no-gpu"]
+    return [k.name for k in shared_gemm().kernels if k.spec.grouped]
+
+
 # Row starts of each expert, then the end; the last of the grouped rows (`ROWS`) may lie
 # past it. Gathered launches read their rows from `TOKENS` rows of A through an index.
 ROWS, TOKENS = 300, 173
@@ -53,11 +39,17 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
 
 
-def _problem(kernel: GroupedKernel, starts: tuple[int, ...], gen: torch.Generator):
-    cm, cn, ck = kernel.spec.cta
+def _launch(gemm, name: str, x, w, routing, out, **epilogue) -> None:
+    gemm.grouped_matmul(x, w, routing.offsets, index=routing.index, row_scale=routing.row_scale, out=out, kernel=name,
+                        **epilogue)  # fmt: skip
+    torch.cuda.synchronize()  # surfaces a fault here, with the buffers alive
+
+
+def _problem(spec, starts: tuple[int, ...], gen: torch.Generator):
+    cm, cn, ck = spec.cta
     # N past two tiles by 16, so that the gated output's N / 2 columns are still whole 16-byte rows.
     experts, n, k = len(starts) - 1, 2 * cn + 16, 3 * ck - 8
-    dt = kernel.torch_dtype
+    dt = torch_dtype(spec.a_type)
     a = torch.randn(ROWS, k, device="cuda", dtype=dt, generator=gen)
     w = torch.randn(experts, n, k, device="cuda", dtype=dt, generator=gen) / k**0.5
     offsets = torch.tensor(starts, dtype=torch.int32, device="cuda")
@@ -65,11 +57,12 @@ def _problem(kernel: GroupedKernel, starts: tuple[int, ...], gen: torch.Generato
 
 
 @pytest.mark.parametrize("routing_name", list(ROUTINGS))
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.spec.name)
-def test_grouped_kernel_matches_the_reference(kernel: GroupedKernel, routing_name: str) -> None:
+@pytest.mark.parametrize("name", _kernel_names())
+def test_grouped_kernel_matches_the_reference(gemm, name: str, routing_name: str) -> None:
+    spec = gemm.registry.get(name).spec
     starts = ROUTINGS[routing_name]
-    gen = torch.Generator(device="cuda").manual_seed(hash((kernel.spec.name, routing_name)) % 2**31)
-    a, w, offsets, n = _problem(kernel, starts, gen)
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, routing_name)) % 2**31)
+    a, w, offsets, n = _problem(spec, starts, gen)
     tokens = torch.randn(TOKENS, a.shape[1], device="cuda", dtype=a.dtype, generator=gen)
     index = torch.randint(0, TOKENS, (ROWS,), device="cuda", dtype=torch.int32, generator=gen)
     failures = []
@@ -82,7 +75,7 @@ def test_grouped_kernel_matches_the_reference(kernel: GroupedKernel, routing_nam
         ref = grouped_reference(x, w, routing)
         # Padding columns, and the rows past the last expert, must stay NaN.
         out = torch.full((ROWS, n + 8), float("nan"), device="cuda", dtype=a.dtype)
-        launch(kernel, x, w, routing, out[:, :n])
+        _launch(gemm, name, x, w, routing, out[:, :n])
         done = starts[-1]
         err = _rel_err(out[:done, :n], ref[:done])
         if not err < TOL:
@@ -92,12 +85,13 @@ def test_grouped_kernel_matches_the_reference(kernel: GroupedKernel, routing_nam
     assert not failures, "; ".join(failures)
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.spec.name)
-def test_grouped_epilogues(kernel: GroupedKernel) -> None:
+@pytest.mark.parametrize("name", _kernel_names())
+def test_grouped_epilogues(gemm, name: str) -> None:
     """Per-expert bias, the gated SiLU over (gate, up) pairs and beta * C, with row scales."""
+    spec = gemm.registry.get(name).spec
     starts = ROUTINGS["uneven-with-empty-experts"]
-    gen = torch.Generator(device="cuda").manual_seed(hash(kernel.spec.name) % 2**31)
-    a, w, offsets, n = _problem(kernel, starts, gen)
+    gen = torch.Generator(device="cuda").manual_seed(hash(name) % 2**31)
+    a, w, offsets, n = _problem(spec, starts, gen)
     experts = len(starts) - 1
     scale = torch.rand(ROWS, device="cuda", generator=gen) + 0.5
     routing = check_routing(offsets, experts=experts, rows=ROWS, device=a.device, row_scale=scale, check_values=True)
@@ -108,13 +102,13 @@ def test_grouped_epilogues(kernel: GroupedKernel) -> None:
         c = torch.randn(ROWS, cols, device="cuda", dtype=a.dtype, generator=gen)
         ref = grouped_reference(a, w, routing, bias=bias, alpha=0.75, beta=0.5, c=c, gated=gated)
         out = torch.full((ROWS, cols), float("nan"), device="cuda", dtype=a.dtype)
-        launch(kernel, a, w, routing, out, alpha=0.75, beta=0.5, c=c, bias=bias, gated=gated)
+        _launch(gemm, name, a, w, routing, out, alpha=0.75, beta=0.5, c=c, bias=bias, gated=gated)
         err = _rel_err(out, ref)
         if not err < TOL:
             failures.append(f"gated={gated}: rel err {err}")
         # C aliasing D: every element read and written by the same thread.
         d = c.clone()
-        launch(kernel, a, w, routing, d, alpha=0.75, beta=0.5, c=d, bias=bias, gated=gated)
+        _launch(gemm, name, a, w, routing, d, alpha=0.75, beta=0.5, c=d, bias=bias, gated=gated)
         err = _rel_err(d, ref)
         if not err < TOL:
             failures.append(f"gated={gated}, C aliasing D: rel err {err}")

@@ -10,10 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from codegen.params import PARAM_NAMES, PARAM_STRUCT
-from codegen.vocabulary import DataType
+from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
+from codegen.families import Mainloop
+from codegen.vocabulary import DataType, MmaAtom
 from gemm_runtime.cost_model import DeviceModel
 from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime import grouped
 from gemm_runtime.grouped import (
     choose,
     equivalent_key,
@@ -126,7 +128,8 @@ def test_the_parameter_block_and_the_grid() -> None:
     bias = torch.randn(E, N).half()
     ops = grouped_operands(args["x"], args["w"], args["offsets"], row_scale=scale, bias=bias, gated=True, alpha=2.0)
     spec = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
-    grid, block = launch_block(spec, ops)
+    kernel = SimpleNamespace(spec=spec, resident=132)
+    grid, block = launch_block(kernel, ops)
     assert grid == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64), 1)
     p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
     assert (p["A"], p["B"], p["D"]) == (ops.a.data_ptr(), ops.w.data_ptr(), ops.out.data_ptr())
@@ -134,10 +137,60 @@ def test_the_parameter_block_and_the_grid() -> None:
     assert p["gather"] == 0
     index = torch.arange(TOKENS - 1, -1, -1, dtype=torch.int32)
     gathered = grouped_operands(args["x"], args["w"], args["offsets"], index=index)
-    _, block = launch_block(spec, gathered)
+    _, block = launch_block(kernel, gathered)
     q = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
     assert (q["gather"], q["A"], q["lda"]) == (index.data_ptr(), args["x"].data_ptr(), K)
     assert (p["lda"], p["ldb"], p["ldd"]) == (K, K, N // 2)
     assert (p["M"], p["N"], p["K"], p["experts"], p["splits"], p["swizzle"]) == (TOKENS, N, K, E, 1, 0)
     assert (p["tiles_m"], p["tiles_n"], p["k_tiles_per_split"]) == (grid[0], grid[1], 1)
     assert p["epilogue"] == 3 and p["alpha"] == 2.0 and p["beta"] == 0.0 and p["C"] == 0
+
+
+def _sm90_spec(cta=(128, 256, 64), **overrides):
+    return spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=cta, warps=(cta[0] // 16, 1, 1), stages=4,
+                    arch_min=90, arch_max=90, grouped=True, **overrides)  # fmt: skip
+
+
+def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(monkeypatch) -> None:
+    """The TMA kernels: a persistent grid, the tile rows' bound in groups of 2^swizzle, A
+    the sorted rows (no gather pointer), B one [E * N, K] matrix, no map for D."""
+    encoded = []
+
+    class FakeEncoder:
+        def __init__(self, tmap):
+            encoded.append(tmap)
+
+        def __call__(self, address):
+            return address.to_bytes(8, "little") * 16
+
+    monkeypatch.setattr(grouped, "Encoder", FakeEncoder)
+    args = _args()
+    index = torch.arange(TOKENS - 1, -1, -1, dtype=torch.int32)
+    ops = grouped_operands(args["x"], args["w"], args["offsets"], index=index)
+    spec = _sm90_spec()
+    kernel = SimpleNamespace(spec=spec, resident=132)
+    assert grouped.reads_a_by_tma(spec) and not grouped.reads_a_by_tma(spec_for(grouped=True))
+    with pytest.raises(ValueError, match="sorted rows"):
+        launch_block(kernel, ops)
+    sorted_a = args["x"][index.long()]
+    grid, block = launch_block(kernel, ops, sorted_a)
+    offset = spec.mainloop.params_offset(spec)
+    assert len(block) == block_bytes(offset)
+    p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block[offset:offset + PARAM_STRUCT.size])))
+    tiles_m = math.ceil(TOKENS / 128) + E
+    assert grid == (min(tiles_m * math.ceil(N / 256), 132), 1, 1)
+    assert (p["A"], p["gather"], p["tiles_m"], p["swizzle"]) == (sorted_a.data_ptr(), 0, tiles_m, 3)
+    a_map, b_map = encoded
+    assert (a_map.address, a_map.rows, a_map.cols, a_map.box_rows, a_map.box_cols) == (
+        sorted_a.data_ptr(), TOKENS, K, 16, 64)  # fmt: skip
+    assert (b_map.address, b_map.rows, b_map.cols, b_map.box_rows) == (args["w"].data_ptr(), E * N, K, 256)
+    assert block[256:384] == bytes(128)  # D: stored directly
+    # A grid of few tiles holds no idle CTAs.
+    small = SimpleNamespace(spec=spec, resident=2)
+    assert launch_block(small, ops, sorted_a)[0] == (2, 1, 1)
+
+
+def test_the_sm90_form_refuses_what_tma_cannot_describe() -> None:
+    ops = SimpleNamespace(dtype=DataType.F16, k=0)  # K = 0: operands of no columns
+    assert "K = 0" in grouped.grouped_error(_sm90_spec(), ops)
+    assert grouped.grouped_error(spec_for(grouped=True), ops) is None

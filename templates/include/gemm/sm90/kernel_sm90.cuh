@@ -27,9 +27,22 @@
 // barrier of every CTA of the cluster (count 4 * kConsumers * kCluster). A CTA whose
 // tile lies below M still runs the pipeline (its A box is all zero fill): its part of
 // B feeds the others.
+//
+// Grouped (Grouped_, docs/MOE.md): the work units enumerate a bound on the experts' tile
+// rows (gemm/grouped.cuh) times the tile columns; every warp that takes a unit finds its
+// expert with the same warp-wide scan, and units past the last tile row are skipped by
+// producer and consumers alike, so their ring positions stay in step. A is the grouped
+// rows sorted by expert (the runtime gathers them first), one tensor map over all rows:
+// an expert's tile row starts at its first row, and rows of the next expert that share
+// the box are computed and dropped by the epilogue, which stops at the expert's rows. B's
+// tensor map covers the stacked weights [E * N, K]: expert e's tile starts at row
+// e * N + n0, and columns past N (the next expert's rows, or zero fill) are dropped the
+// same way. D goes out by the direct stores: a TMA store box would write the next
+// expert's rows. No clusters and no split-K.
 #pragma once
 #include "gemm/config.cuh"
 #include "gemm/epilogue.cuh"
+#include "gemm/grouped.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
 #include "gemm/sm90/schedule_sm90.cuh"
 #include "gemm/sm90/store_sm90.cuh"
@@ -70,13 +83,14 @@ __device__ __forceinline__ void trace_stamp(const void* buffer, int unit_index, 
   }
 }
 
-template <class TA_, class TD_, int CtaM_, int CtaN_, int Stages_, OrderB OrderB_, int Cluster_>
+template <class TA_, class TD_, int CtaM_, int CtaN_, int Stages_, OrderB OrderB_, int Cluster_, bool Grouped_>
 struct Sm90Config {
   using TA = TA_;
   using TB = TA_;
   using TD = TD_;
   static constexpr int kCtaM = CtaM_, kCtaN = CtaN_;
-  static constexpr bool kGrouped = false;  // no grouped form yet (docs/MOE.md)
+  static constexpr bool kGrouped = Grouped_;
+  static constexpr bool kQuantB = false;
   static constexpr int kCtaK = 64;  // 64 16-bit elements = one 128-byte swizzled row
   static constexpr int kStages = Stages_;
   static constexpr OrderB kOrderB = OrderB_;
@@ -123,6 +137,8 @@ struct Sm90Config {
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   static_assert(kPartRowsB % 8 == 0, "a CTA's share of B is whole 8-row swizzle atoms");
+  static_assert(!kGrouped || (kCluster == 1 && kOrderB == OrderB::kNK),
+                "grouped kernels take stacked [E, N, K] weights, without clusters");
 };
 
 // The accumulators of one consumer thread as the epilogue walks them: pairs of adjacent
@@ -193,17 +209,28 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
     // NOTE: setmaxnreg is .sync.aligned per warpgroup: every warp executes it, then
     // one thread of warp 0 works and the others are done.
     if constexpr (Cfg::kMoveRegisters) setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (threadIdx.x / 32 % 4 == 0 && elect_one()) {
-      prefetch_tensormap(tma_a);
-      prefetch_tensormap(tma_b);
+    // NOTE: a grouped producer's whole warp takes each unit (the expert scan is
+    // warp-wide); its elected thread issues the copies.
+    const bool leader = threadIdx.x / 32 % 4 == 0 && elect_one();
+    if (Cfg::kGrouped ? threadIdx.x / 32 % 4 == 0 : leader) {
+      if (leader) {
+        prefetch_tensormap(tma_a);
+        prefetch_tensormap(tma_b);
+      }
       int it = 0;  // the ring position: K tiles this CTA has loaded
       int traced = 0;
       const u32 stage_bytes = static_cast<u32>(Cfg::a_box_bytes(p.M) + Cfg::kTileBytesB);
       for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster, ++traced) {
         const Sm90Unit w = unit(u);
-        const int m0 = (w.tile_m * kCluster + rank) * Cfg::kCtaM;
-        const int n0 = w.tile_n * Cfg::kCtaN;
-        for (int kt = 0; kt < w.k_tiles; ++kt, ++it) {
+        int m0 = (w.tile_m * kCluster + rank) * Cfg::kCtaM;
+        int n0 = w.tile_n * Cfg::kCtaN;
+        if constexpr (Cfg::kGrouped) {
+          const GroupTile g = find_group_tile<Cfg::kCtaM>(p.offsets, p.experts, w.tile_m);
+          if (g.expert < 0) continue;  // past the last tile row: the consumers skip it too
+          m0 = g.row0 + g.tile * Cfg::kCtaM;
+          n0 += g.expert * p.N;
+        }
+        for (int kt = 0; kt < w.k_tiles && (!Cfg::kGrouped || leader); ++kt, ++it) {
           const int s = it % kStages;
           // Wait until the consumers (of every CTA the stage's B part goes to)
           // released the stage's previous contents; in the ring's first round the
@@ -247,7 +274,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
     float acc[Cfg::kCtaN / 2];
     // The runtime sets kEpilogueTmaStore where it could describe D by a tensor map.
     const bool gated = (p.epilogue & kEpilogueGatedSilu) != 0;
-    const bool tma_store = (p.epilogue & kEpilogueTmaStore) != 0 && Store::fits(gated);
+    const bool tma_store = !Cfg::kGrouped && (p.epilogue & kEpilogueTmaStore) != 0 && Store::fits(gated);
     const u32 staging = base + static_cast<u32>(Cfg::kRingBytes + wg * Cfg::kStoreBuffers * Cfg::kStoreBoxBytes);
     int stored = 0;  // boxes this warpgroup handed to TMA stores
     // NOTE: each warpgroup meets at its own named barrier in the store, above the
@@ -270,9 +297,12 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
     const bool stamps = threadIdx.x % 128 == 0;
     for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster, ++traced) {
       const Sm90Unit w = unit(u);
+      if constexpr (Cfg::kGrouped) {
+        if (find_group_tile<Cfg::kCtaM>(p.offsets, p.experts, w.tile_m).expert < 0) continue;  // as the producer
+      }
       if (stamps) trace_stamp(trace, traced, 4 * wg);
       const int tile_m = w.tile_m * kCluster + rank;
-      const int m0 = tile_m * Cfg::kCtaM;
+      int m0 = tile_m * Cfg::kCtaM;
       const int n0 = w.tile_n * Cfg::kCtaN;
       for (int kt = 0; kt < w.k_tiles; ++kt, ++it) {
         const int s = it % kStages;
@@ -304,6 +334,14 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       }
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
+      GroupTile g{};
+      if constexpr (Cfg::kGrouped) {
+        // NOTE: found again rather than kept live across the mainloop beside the
+        // accumulators (128x256 spilled so on sm_90a); m0 becomes the tile's first row
+        // within its expert's rows.
+        g = find_group_tile<Cfg::kCtaM>(p.offsets, p.experts, w.tile_m);
+        m0 = g.tile * Cfg::kCtaM;
+      }
       if (w.k_tiles == 0) {
         // NOTE: here, after the last wait, not before the K loop: there ptxas serializes
         // every wgmma (C7515, accumulators defined by other instructions inside the
@@ -317,7 +355,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       if (GEMM_SM90_WGMMA_DEPTH > 0 && w.k_tiles > 0) release((it - 1) % kStages);
       if (m0 >= p.M) continue;  // a cluster's CTA below the last tile row: its B part was the work
 
-      if (w.splits > 1) {
+      if (!Cfg::kGrouped && w.splits > 1) {  // grouped launches do not split (grouped.py)
         const int tid = threadIdx.x;  // consumers are threads 0 .. kConsumerThreads - 1
         const int warp_row0 = 64 * wg + 16 * ((tid / 32) % 4) + lane / 4;
         auto row_of = [&](int i) { return warp_row0 + 8 * ((i / 2) % 2); };
@@ -330,7 +368,11 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       if (GEMM_SM90_LEAVE_OUT == 1) continue;
       const int row0 = m0 + 64 * wg;
       if (row0 >= p.M) continue;  // this warpgroup's rows lie below D
-      if (!tma_store) {
+      if constexpr (Cfg::kGrouped) {
+        // NOTE: the expert's problem is built here, not kept across the mainloop.
+        const Params q = expert_problem<Cfg>(p, g);
+        if (row0 < q.M) Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, q, row0, n0);
+      } else if (!tma_store) {
         Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, p, row0, n0);
       } else if (!gated) {
         Store::template store<false>(acc, p, tma_d, staging, kSplitKBarrier + 1 + wg, row0, n0, stored);
