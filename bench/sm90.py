@@ -28,7 +28,7 @@ def run(sizes: list[int], dtypes: list[torch.dtype], orders: list[str]) -> list[
             for order in orders:
                 b = w.t() if order == "nk" else w
                 t_cublas = median_ms(lambda: torch.matmul(a, b, out=out))
-                kernels = [k for k in gemm.kernels if k.spec.mainloop.value == "sm90" and k.spec.b_order.value == order
+                kernels = [k for k in gemm.kernels if k.spec.mainloop.value == "sm90" and not k.spec.grouped and k.spec.b_order.value == order
                            and k.spec.a_type.value == {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
                            and k.spec.d_type is k.spec.a_type]  # fmt: skip
                 for kern in kernels:

@@ -25,6 +25,7 @@ from gemm_runtime.context import ProblemKey
 from gemm_runtime.cost_model import DeviceModel, predict
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.experts import Routing, check_routing
+from gemm_runtime.launch import EPILOGUE_TMA_STORE
 from gemm_runtime.tensor_map import TENSOR_MAP_BYTES, Encoder, TensorMap2D
 
 _INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
@@ -201,17 +202,28 @@ def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:
         return ops.a.index_select(0, index)
 
 
-def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor) -> bytes:
-    """The sm90 family's descriptors: A over the grouped rows, B over the stacked weights
-    as one [E * N, K] matrix (expert e's tiles start at row e * N), and none for D (the
-    grouped kernels store D directly: a TMA box would write the next expert's rows)."""
-    cm, cn, ck = spec.cta
+def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor) -> tuple[bytes, bool]:
+    """The sm90 family's descriptors and whether D has one: A over the grouped rows, B
+    over the stacked weights as one [E * N, K] matrix (expert e's tiles start at row
+    e * N), D over all rows (the kernel stores through it only the boxes whose rows
+    belong to one expert). D has none where its rows are not whole 16-byte chunks
+    (gemm_runtime.launch.TensorMaps: a TMA store writes a row's last chunk whole)."""
+    _, b_box, d_box = spec.mainloop.tensor_maps(spec)
     dtype = ops.dtype
-    maps = [
-        TensorMap2D(a.data_ptr(), ops.rows, ops.k, a.stride(0), dtype, a_box_rows(cm, ops.rows), ck),
-        TensorMap2D(ops.w.data_ptr(), ops.experts * ops.n, ops.k, ops.w.stride(1), dtype, cn, ck),
-    ]
-    return b"".join(Encoder(m)(m.address) for m in maps) + bytes(TENSOR_MAP_BYTES)
+    a_map = TensorMap2D(a.data_ptr(), ops.rows, ops.k, a.stride(0), dtype, a_box_rows(spec.cta[0], ops.rows),
+                        spec.cta[2])  # fmt: skip
+    b_map = TensorMap2D(ops.w.data_ptr(), ops.experts * ops.n, ops.k, ops.w.stride(1), dtype, b_box.box_rows,
+                        b_box.box_cols)  # fmt: skip
+    out = ops.out
+    cols = out.shape[1]
+    d_map = None
+    if cols * out.element_size() % 16 == 0:
+        try:
+            d_map = TensorMap2D(out.data_ptr(), ops.rows, cols, out.stride(0), dtype, d_box.box_rows, d_box.box_cols)
+        except GemmArgumentError:
+            d_map = None
+    maps = b"".join(Encoder(m)(m.address) for m in (a_map, b_map))
+    return maps + (bytes(TENSOR_MAP_BYTES) if d_map is None else Encoder(d_map)(d_map.address)), d_map is not None
 
 
 def launch_block(kernel, ops: GroupedOperands, a: torch.Tensor | None = None) -> tuple[tuple[int, int, int], bytes]:
@@ -249,9 +261,10 @@ def launch_block(kernel, ops: GroupedOperands, a: torch.Tensor | None = None) ->
         ("epilogue", (_EPILOGUE_BIAS if ops.bias is not None else 0) | (_EPILOGUE_GATED if ops.gated else 0)),
     ):  # fmt: skip
         values[_INDEX[name]] = value
-    block = PARAM_STRUCT.pack(*values)
     if not tma:
-        return (tiles_m, tiles_n, 1), block
-    block = _tensor_maps(spec, ops, a) + block
+        return (tiles_m, tiles_n, 1), PARAM_STRUCT.pack(*values)
+    maps, stores_d = _tensor_maps(spec, ops, a)
+    values[_INDEX["epilogue"]] |= EPILOGUE_TMA_STORE if stores_d else 0
+    block = maps + PARAM_STRUCT.pack(*values)
     block += bytes(block_bytes(spec.mainloop.params_offset(spec)) - len(block))
     return (max(1, min(tiles_m * tiles_n, kernel.resident)), 1, 1), block

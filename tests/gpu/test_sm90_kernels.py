@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 def _sm90_names():
     if not torch.cuda.is_available():
         return ["no-gpu"]
-    return [k.name for k in shared_gemm().kernels if k.spec.mainloop.value == "sm90"]
+    return [k.name for k in shared_gemm().kernels if k.spec.mainloop.value == "sm90" and not k.spec.grouped]
 
 
 def _operands(spec, m, n, k, gen):
@@ -173,7 +173,7 @@ def test_both_stores_write_d_and_nothing_else(gemm, name, pad):
 def test_replay_never_uses_a_stale_descriptor(gemm, b_order):
     """The replay path re-encodes a tensor map whenever its operand moved: each call
     changes A, B, or both, and must compute with what it was given."""
-    kern = next((k for k in gemm.kernels if k.spec.mainloop.value == "sm90" and k.spec.b_order is b_order
+    kern = next((k for k in gemm.kernels if k.spec.mainloop.value == "sm90" and not k.spec.grouped and k.spec.b_order is b_order
                  and k.spec.d_type is k.spec.a_type), None)  # fmt: skip
     if kern is None:
         pytest.skip("no sm90 kernel in this build")
@@ -190,7 +190,7 @@ def test_replay_never_uses_a_stale_descriptor(gemm, b_order):
 
 
 def test_k_zero_is_refused_with_the_reason(gemm):
-    kern = next((k for k in gemm.kernels if k.spec.mainloop.value == "sm90" and k.spec.d_type is k.spec.a_type), None)
+    kern = next((k for k in gemm.kernels if k.spec.mainloop.value == "sm90" and not k.spec.grouped and k.spec.d_type is k.spec.a_type), None)
     if kern is None:
         pytest.skip("no sm90 kernel in this build")
     dt = torch_dtype(kern.spec.a_type)

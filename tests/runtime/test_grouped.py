@@ -15,6 +15,7 @@ from codegen.families import Mainloop
 from codegen.vocabulary import DataType, MmaAtom
 from gemm_runtime.cost_model import DeviceModel
 from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.launch import EPILOGUE_TMA_STORE
 from gemm_runtime import grouped
 from gemm_runtime.grouped import (
     choose,
@@ -180,11 +181,19 @@ def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(monkeyp
     tiles_m = math.ceil(TOKENS / 128) + E
     assert grid == (min(tiles_m * math.ceil(N / 256), 132), 1, 1)
     assert (p["A"], p["gather"], p["tiles_m"], p["swizzle"]) == (sorted_a.data_ptr(), 0, tiles_m, 3)
-    a_map, b_map = encoded
+    a_map, b_map, d_map = encoded
     assert (a_map.address, a_map.rows, a_map.cols, a_map.box_rows, a_map.box_cols) == (
         sorted_a.data_ptr(), TOKENS, K, 16, 64)  # fmt: skip
     assert (b_map.address, b_map.rows, b_map.cols, b_map.box_rows) == (args["w"].data_ptr(), E * N, K, 256)
-    assert block[256:384] == bytes(128)  # D: stored directly
+    # D over all rows; the kernel stores through it the boxes of one expert's rows.
+    assert (d_map.address, d_map.rows, d_map.cols, d_map.box_rows) == (ops.out.data_ptr(), TOKENS, N, 64)
+    assert p["epilogue"] & EPILOGUE_TMA_STORE
+    # D rows that are not whole 16-byte chunks: no map, and the kernel stores directly.
+    encoded.clear()
+    narrow = grouped_operands(args["x"], args["w"][:, :44].contiguous(), args["offsets"], index=index)
+    _, block = launch_block(kernel, narrow, sorted_a)
+    p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block[offset:offset + PARAM_STRUCT.size])))
+    assert len(encoded) == 2 and block[256:384] == bytes(128) and not p["epilogue"] & EPILOGUE_TMA_STORE
     # A grid of few tiles holds no idle CTAs.
     small = SimpleNamespace(spec=spec, resident=2)
     assert launch_block(small, ops, sorted_a)[0] == (2, 1, 1)

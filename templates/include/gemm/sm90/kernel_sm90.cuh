@@ -37,8 +37,9 @@
 // the box are computed and dropped by the epilogue, which stops at the expert's rows. B's
 // tensor map covers the stacked weights [E * N, K]: expert e's tile starts at row
 // e * N + n0, and columns past N (the next expert's rows, or zero fill) are dropped the
-// same way. D goes out by the direct stores: a TMA store box would write the next
-// expert's rows. No clusters and no split-K.
+// same way. D goes out through TMA where a warpgroup's rows all belong to the expert, and
+// directly where a box would reach into the next expert's rows. No clusters and no
+// split-K.
 #pragma once
 #include "gemm/config.cuh"
 #include "gemm/epilogue.cuh"
@@ -274,7 +275,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
     float acc[Cfg::kCtaN / 2];
     // The runtime sets kEpilogueTmaStore where it could describe D by a tensor map.
     const bool gated = (p.epilogue & kEpilogueGatedSilu) != 0;
-    const bool tma_store = !Cfg::kGrouped && (p.epilogue & kEpilogueTmaStore) != 0 && Store::fits(gated);
+    const bool tma_store = (p.epilogue & kEpilogueTmaStore) != 0 && Store::fits(gated);
     const u32 staging = base + static_cast<u32>(Cfg::kRingBytes + wg * Cfg::kStoreBuffers * Cfg::kStoreBoxBytes);
     int stored = 0;  // boxes this warpgroup handed to TMA stores
     // NOTE: each warpgroup meets at its own named barrier in the store, above the
@@ -368,16 +369,26 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       if (GEMM_SM90_LEAVE_OUT == 1) continue;
       const int row0 = m0 + 64 * wg;
       if (row0 >= p.M) continue;  // this warpgroup's rows lie below D
+      const int barrier = kSplitKBarrier + 1 + wg;
       if constexpr (Cfg::kGrouped) {
-        // NOTE: the expert's problem is built here, not kept across the mainloop.
+        // NOTE: the expert's problem is built here, not kept across the mainloop. Its
+        // rows go out through TMA where the warpgroup's 64 all belong to the expert,
+        // else (the expert's last rows) directly.
         const Params q = expert_problem<Cfg>(p, g);
-        if (row0 < q.M) Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, q, row0, n0);
+        if (row0 >= q.M) {
+        } else if (!tma_store || row0 + 64 > q.M) {
+          Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, q, row0, n0);
+        } else if (!gated) {
+          Store::template store<false>(acc, q, tma_d, staging, barrier, row0, n0, stored, g.row0 + row0);
+        } else if constexpr (Store::kGatedFits) {
+          Store::template store<true>(acc, q, tma_d, staging, barrier, row0, n0, stored, g.row0 + row0);
+        }
       } else if (!tma_store) {
         Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, p, row0, n0);
       } else if (!gated) {
-        Store::template store<false>(acc, p, tma_d, staging, kSplitKBarrier + 1 + wg, row0, n0, stored);
+        Store::template store<false>(acc, p, tma_d, staging, barrier, row0, n0, stored, row0);
       } else if constexpr (Store::kGatedFits) {
-        Store::template store<true>(acc, p, tma_d, staging, kSplitKBarrier + 1 + wg, row0, n0, stored);
+        Store::template store<true>(acc, p, tma_d, staging, barrier, row0, n0, stored, row0);
       }
       if (stamps) trace_stamp(trace, traced, 4 * wg + 3);
     }

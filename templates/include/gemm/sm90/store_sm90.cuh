@@ -13,10 +13,14 @@
 // all of them to issue. bench/experiments/sm90_variants.py (H200, bf16) measured the
 // 128x256 tile at 657 TFLOP/s with them and 803 with no epilogue at all, at 8192^3.
 //
-// Values are the Epilogue's (alpha, bias, gated SiLU, beta * C, the output type); rows
-// and columns beyond D are computed, and TMA leaves them unwritten.
+// Values are the Epilogue's (alpha, bias, gated SiLU, beta * C, the output type, and a
+// grouped launch's row scales); rows and columns beyond D are computed, and TMA leaves
+// them unwritten. A grouped kernel stores only warpgroups whose 64 rows all lie in their
+// expert's rows so (a box would write the next expert's): `p` is the expert's problem,
+// `row0` the warpgroup's first row in it, `d_row0` that row in D.
 #pragma once
 #include "gemm/epilogue.cuh"
+#include "gemm/grouped.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
 
 // Experiment knob (bench/experiments/sm90_variants.py): 0 sends the plain epilogue
@@ -118,7 +122,9 @@ struct Sm90Store {
   // box row 16 * warp + 8 * (matrix & 1) + t % 8, column group 2q + (matrix >> 1), whose
   // 16-byte chunk the swizzle moves to (group ^ row % 8); as rows of a matrix are rows
   // % 8 = t % 8 and 2q is even, that chunk is 2q ^ ((matrix >> 1) ^ t % 8).
-  __device__ __forceinline__ static void store_scaled(const float (&acc)[Cfg::kCtaN / 2], float alpha,
+  // `lo` and `hi` scale the thread's two fragment rows (alpha, times a grouped launch's
+  // row scales).
+  __device__ __forceinline__ static void store_scaled(const float (&acc)[Cfg::kCtaN / 2], float lo, float hi,
                                                       const CUtensorMap* tma_d, u32 staging, int barrier, int row0,
                                                       int col0, int& issued) {
     constexpr int kBoxes = Cfg::kStoreBoxes;
@@ -130,9 +136,9 @@ struct Sm90Store {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const float* a = acc + 4 * (8 * box + 2 * q);  // column groups 8 * box + 2q and + 1
-        stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(alpha * a[0], alpha * a[1]),
-                    PairT::pack(alpha * a[2], alpha * a[3]), PairT::pack(alpha * a[4], alpha * a[5]),
-                    PairT::pack(alpha * a[6], alpha * a[7]));
+        stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(lo * a[0], lo * a[1]),
+                    PairT::pack(hi * a[2], hi * a[3]), PairT::pack(lo * a[4], lo * a[5]),
+                    PairT::pack(hi * a[6], hi * a[7]));
       }
     });
   }
@@ -144,12 +150,18 @@ struct Sm90Store {
   template <bool kGated, class Params>
   __device__ __forceinline__ static void store(const float (&acc)[Cfg::kCtaN / 2], const Params& p,
                                                const CUtensorMap* tma_d, u32 staging, int barrier, int row0,
-                                               int col0, int& issued) {
+                                               int col0, int& issued, int d_row0) {
     const bool read_c = p.beta != 0.f;
     const bool add_bias = (p.epilogue & kEpilogueBias) != 0;
+    const int t = threadIdx.x % 128;
+    const int lane = t % 32;
+    const int fragment_row = 16 * (t / 32) + lane / 4;  // and fragment_row + 8
+    // The row scales of the thread's two fragment rows (1 outside grouped launches).
+    const float scale_lo = row_scale<Cfg>(p, row0 + fragment_row);
+    const float scale_hi = row_scale<Cfg>(p, row0 + fragment_row + 8);
     if constexpr (!kGated && kPlainFast) {
       if (!read_c && !add_bias) {
-        store_scaled(acc, p.alpha, tma_d, staging, barrier, row0, col0, issued);
+        store_scaled(acc, p.alpha * scale_lo, p.alpha * scale_hi, tma_d, staging, barrier, d_row0, col0, issued);
         return;
       }
     }
@@ -157,16 +169,13 @@ struct Sm90Store {
     constexpr int kBoxes = Cfg::kCtaN / kAccPerBox;
     constexpr int kGroupsPerBox = kAccPerBox / 8;  // 8-column groups of the fragment
     constexpr u64 kPairBytes = 2 * sizeof(Storage);
-    const int t = threadIdx.x % 128;
-    const int lane = t % 32;
-    const int fragment_row = 16 * (t / 32) + lane / 4;  // and fragment_row + 8
     const int fragment_col = 2 * (lane % 4);
     const Storage* C = static_cast<const Storage*>(p.C);
     const Storage* bias = static_cast<const Storage*>(p.bias);
     const bool paired_c = reinterpret_cast<u64>(C) % kPairBytes == 0 && p.ldc % 2 == 0;
     const float alpha = p.alpha, beta = p.beta;
     const int M = p.M, N = p.N;
-    store_boxes<kBoxes>(tma_d, staging, barrier, kGated ? col0 / 2 : col0, row0, issued, [&](int box, u32 buf) {
+    store_boxes<kBoxes>(tma_d, staging, barrier, kGated ? col0 / 2 : col0, d_row0, issued, [&](int box, u32 buf) {
 #pragma unroll
       for (int jj = 0; jj < kGroupsPerBox; ++jj) {
         const int j = box * kGroupsPerBox + jj;
@@ -180,17 +189,18 @@ struct Sm90Store {
         for (int h = 0; h < 2; ++h) {
           const int rl = fragment_row + 8 * h;
           const int r = row0 + rl;
+          const float s = h == 0 ? scale_lo : scale_hi;
           const float v0 = alpha * acc[4 * j + 2 * h] + b0;
           const float v1 = alpha * acc[4 * j + 2 * h + 1] + b1;
           const bool inside = r < M && c < N;
           const Storage* c_row = C + static_cast<i64>(r) * p.ldc;
           if constexpr (kGated) {
-            float out = v0 / (1.f + __expf(-v0)) * v1;
+            float out = v0 / (1.f + __expf(-v0)) * v1 * s;
             if (read_c && inside) out += beta * TD::to_f32(c_row[c >> 1]);
             const int e = 4 * jj + lane % 4;  // the D column in the box
             st_shared(swizzled(buf, rl, e * static_cast<int>(sizeof(Storage))), TD::from_f32(out));
           } else {
-            float o0 = v0, o1 = v1;
+            float o0 = v0 * s, o1 = v1 * s;
             if (read_c && inside) {
               if (paired_c && c + 1 < N) {
                 float c0, c1;
