@@ -25,6 +25,7 @@ import torch
 
 from gemm_runtime import grouped
 from gemm_runtime.experts import Routing, check_routing, grouped_reference
+from gemm_runtime.plan import LaunchSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = 1e-2
@@ -94,7 +95,9 @@ def main() -> None:
     from gemm_runtime.timing import median_ms
 
     gemm = Gemm()
-    tiles = [k.name for k in gemm.kernels if k.spec.grouped and k.spec.a_type.value == "bf16"]
+    # Each grouped kernel forced, rasterized as its family prefers (sm90: groups of 8 tile rows).
+    plans = [LaunchSpec(k.name, 1, k.spec.mainloop.preferred_swizzle if k.spec.mainloop.persistent else 0)
+             for k in gemm.kernels if k.spec.grouped and k.spec.a_type.value == "bf16"]  # fmt: skip
     copy_bw = _copy_bandwidth()
     lines = [f"# Grouped GEMMs for mixture-of-experts ({datetime.date.today()}, {torch.cuda.get_device_name()})", "",
              f"bf16, `python -m bench.moe`; copy bandwidth {copy_bw / 1e12:.2f} TB/s. Times in µs; ratios above 1: "
@@ -132,7 +135,7 @@ def main() -> None:
                 results["loop"] = median_ms(loop) if _rel_err(out, ref) < TOL else float("nan")
                 # Ours through Gemm.grouped_matmul: its default choice, and each grouped kernel forced.
                 timed = {}
-                for kernel in [None, *tiles]:
+                for kernel in [None, *plans]:
                     d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                     call = lambda: gemm.grouped_matmul(a, w, routing.offsets, out=d, kernel=kernel)  # noqa: E731, B023
                     call()
@@ -140,13 +143,12 @@ def main() -> None:
                         timed[kernel] = median_ms(call)
                 default = timed.get(None, float("nan"))
                 ops = grouped.grouped_operands(a, w, routing.offsets)
-                chosen = grouped.choose([k for k in gemm.kernels if k.spec.grouped], ops, gemm.device_model,
-                                        gemm.registry.device.arch).spec  # fmt: skip
+                chosen = gemm.registry.get(gemm.select(grouped.grouped_key(ops, gemm.registry.device.arch)).kernel).spec
                 best_name = min((kk for kk in timed if kk is not None), key=timed.get, default=None)
                 ours = timed[best_name] if best_name else float("nan")
                 bw = touched_weight_bytes(routing, n, k) / (default * 1e-3) / copy_bw
                 gm = results.get("grouped_mm", float("nan"))
-                tile_text = _tile(gemm.registry.get(best_name).spec) if best_name else "-"
+                tile_text = _tile(gemm.registry.get(best_name.kernel).spec) if best_name else "-"
                 lines.append(f"| {name} | {tokens} | {proj} | {rows} | {experts_touched(routing)} | {gm * 1e3:.1f} | "
                              f"{results['loop'] * 1e3:.1f} | {default * 1e3:.1f} ({_tile(chosen)}) | {ours * 1e3:.1f} ({tile_text}) | "
                              f"{gm / default:.2f} | {results['loop'] / default:.2f} | {bw:.0%} |")  # fmt: skip

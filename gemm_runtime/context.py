@@ -18,6 +18,7 @@ from gemm_runtime.types import Epilogue, MatrixLayout, Operation, torch_dtype
 _INPUT_TYPES = (DataType.F16, DataType.BF16)
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 _INT32_MAX = 2**31 - 1
+MAX_EXPERTS = 1 << 16  # a grouped key's experts (the kernels scan the offsets 32 at a time)
 
 
 class ProblemKey(NamedTuple):
@@ -35,6 +36,11 @@ class ProblemKey(NamedTuple):
     n: int
     k: int
     m: int
+    # A grouped problem's experts (docs/MOE.md; 0 for the others). Its m is the grouped
+    # rows (all experts'), its n and k one expert's weight: how the rows split over the
+    # experts lives on the device, so the key keeps their mean (m / experts touched), as
+    # the M bucket of a tuned shape does.
+    experts: int = 0
 
     @property
     def group_size(self) -> int:
@@ -58,6 +64,13 @@ class ProblemKey(NamedTuple):
         every key it stores or imports here, and make_problem only builds valid ones."""
         if self.arch < 0:
             raise ValueError(f"arch {self.arch} is negative")
+        if not 0 <= self.experts <= MAX_EXPERTS:
+            raise ValueError(f"experts {self.experts} is not in 0..{MAX_EXPERTS}")
+        if self.experts and (self.quant != "none" or self.b_order is not BOrder.NK or self.d_type is not self.a_type
+                             or self.align != 8):  # fmt: skip
+            raise ValueError(f"a grouped key (experts {self.experts}) is dense, 'nk', align 8, with D of A's type; "
+                             f"got quant {self.quant!r}, b_order {self.b_order.value}, d_type {self.d_type.value}, "
+                             f"align {self.align}")  # fmt: skip
         if self.a_type not in _INPUT_TYPES:
             raise ValueError(f"a_type {self.a_type.value} is not one of {_names(_INPUT_TYPES)}")
         if self.d_type not in (self.a_type, DataType.F32):
@@ -99,7 +112,8 @@ class ProblemKey(NamedTuple):
         kinds = {"a_type": DataType, "b_type": DataType, "d_type": DataType, "b_order": BOrder}
         raw = []
         for f in cls._fields:
-            v = data[f]
+            # NOTE: exports from before grouped keys have no "experts": dense keys.
+            v = data.get(f, 0) if f == "experts" else data[f]
             if f in kinds or f in ("quant", "epilogue"):
                 if not isinstance(v, str):
                     raise TypeError(f"{f} must be a string, got {v!r}")
@@ -152,6 +166,8 @@ def describe(key: ProblemKey) -> str:
         f"D={key.d_type.value} align={key.align}"
     )
     extra = [f"{f}={getattr(key, f)}" for f in ("quant", "epilogue") if getattr(key, f) != "none"]
+    if key.experts:
+        extra.append(f"experts={key.experts} (grouped)")
     return " ".join([text, *extra])
 
 
@@ -384,8 +400,10 @@ def _bias_pointer(bias: object, n: int, dtype: DataType, device: torch.device, e
 
 def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
     """Why ``spec`` cannot compute ``key``, or None if it can."""
-    if spec.grouped:
+    if spec.grouped and not key.experts:
         return "a grouped kernel: it serves grouped problems only (docs/MOE.md)"
+    if key.experts and not spec.grouped:
+        return "not a grouped kernel (a grouped problem needs one: docs/MOE.md)"
     if spec.a_type is not key.a_type or spec.b_type is not key.b_type:
         return f"operand type is not {key.a_type.value}"
     if spec.b_order is not key.b_order:

@@ -269,7 +269,8 @@ class Gemm:
         beta: float = 0.0,
         c: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
-        kernel: str | None = None,
+        dispatch: DispatchPolicy = DispatchPolicy.DEFAULT,
+        kernel: str | LaunchSpec | None = None,
         stream: object = None,
         check_values: bool | None = None,
     ) -> torch.Tensor:
@@ -279,28 +280,64 @@ class Gemm:
         ``x[index[r]]`` when an index is given, scaled by ``row_scale[r]``, with a
         per-expert ``bias`` [E, N], the ``gated`` SiLU over (gate, up) column pairs and
         ``beta * c``. The routing's values are a contract unless ``check_values`` (or
-        GEMM_CHECK_ROUTING=1), which synchronizes."""
+        GEMM_CHECK_ROUTING=1), which synchronizes. The kernel comes from the dispatch
+        cache, the cost model or a measurement as ``dispatch`` says, keyed by E, N, K,
+        the epilogue and the grouped rows (grouped.grouped_key); ``kernel`` forces one."""
         alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
+        if not isinstance(dispatch, DispatchPolicy):
+            raise GemmArgumentError("dispatch", dispatch, ", ".join(f"DispatchPolicy.{p.name}" for p in DispatchPolicy))
         ops = grouped.grouped_operands(x, w, offsets, index=index, row_scale=row_scale, bias=bias, c=c, out=out,
                                        gated=gated, alpha=alpha, beta=beta, check_values=check_values)  # fmt: skip
         if ops.rows == 0 or ops.n == 0:
             return ops.out
-        kernels = [k for k in self.kernels if k.spec.grouped]
-        if kernel is None:
-            kern = grouped.choose(kernels, ops, self.device_model, self.registry.device.arch)
-        else:
-            kern = next((k for k in kernels if k.name == kernel), None)
-            why = "not a grouped kernel of this build" if kern is None else grouped.grouped_error(kern.spec, ops)
-            if why is not None:
-                raise GemmArgumentError("kernel", kernel, f"a grouped kernel that serves this launch ({why})")
+        key = grouped.grouped_key(ops, self.registry.device.arch)
         handle = self._stream_handle(stream)
+        ensure_context(self.device.index)
+        sizes = self.dispatcher.default_workspace  # grouped launches do not split: no workspace is used
+
+        def measure() -> Measurement:
+            if is_capturing(handle):
+                raise GraphCaptureError(
+                    f"dispatch is {dispatch} for a grouped {ops.rows}x{ops.n}x{ops.k} over {ops.experts} experts while "
+                    "the stream captures a CUDA graph; tune before capturing (one call outside the capture) or "
+                    "capture with DispatchPolicy.DEFAULT / REUSE"
+                )  # fmt: skip
+            return self._measure_grouped(key, ops, handle)
+
+        if kernel is not None:
+            forced = kernel if isinstance(kernel, LaunchSpec) else LaunchSpec(kernel)
+            plan = self.dispatcher.forced(forced, key, sizes)
+        else:
+            plan = self.dispatcher.plan(dispatch, key, sizes, measure)
+        self._launch_grouped(plan, ops, handle)
+        return ops.out
+
+    def _launch_grouped(self, plan: LaunchSpec, ops: grouped.GroupedOperands, stream: int) -> None:
+        kern = self.dispatcher.kernel(plan.kernel)
         gathered = grouped.reads_a_by_tma(kern.spec) and ops.routing.index is not None
-        a = grouped.sorted_rows(ops, handle) if gathered else None
-        grid, block = grouped.launch_block(kern, ops, a)
+        a = grouped.sorted_rows(ops, stream) if gathered else None
+        grid, block = grouped.launch_block(kern, ops, a, plan.swizzle)
         buf = ctypes.create_string_buffer(block, len(block))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-        kern.function.launch(grid, kern.spec.threads, kern.spec.smem_bytes, handle, ctypes.addressof(args))
-        return ops.out
+        kern.function.launch(grid, kern.spec.threads, kern.spec.smem_bytes, stream, ctypes.addressof(args))
+
+    def _measure_grouped(self, key: ProblemKey, ops: grouped.GroupedOperands, stream: int) -> Measurement:
+        """Time the cost model's best grouped candidates on the caller's operands, into a
+        scratch output (and a copy of C where C is the output)."""
+        ranking = [plan for _, plan in self.dispatcher.ranked(key)]
+        c = ops.c
+        if c is not None and c.data_ptr() == ops.out.data_ptr():
+            c = c.clone()
+        scratch = dataclasses.replace(ops, out=torch.empty_like(ops.out), c=c)
+
+        def make_call(plan: LaunchSpec):
+            return lambda: self._launch_grouped(plan, scratch, stream)
+
+        # The timer records its events on torch's current stream: make it the caller's.
+        if torch.cuda.current_stream(self.device).cuda_stream == stream:
+            return tune(ranking, make_call, top_k=settings().tune.top_k, measurer=self.measurer)
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=self.device)):
+            return tune(ranking, make_call, top_k=settings().tune.top_k, measurer=self.measurer)
 
     def linear(self, x, weight, bias, operation: Operation) -> torch.Tensor:
         """``matmul(x, weight.t(), bias=bias, operation=operation)`` for gemm_runtime.ops:

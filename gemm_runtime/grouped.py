@@ -22,10 +22,10 @@ from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.spec import KernelSpec
 from codegen.vocabulary import BOrder, DataType
 from gemm_runtime.context import ProblemKey
-from gemm_runtime.cost_model import DeviceModel, predict
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.experts import Routing, check_routing
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
+from gemm_runtime.types import Epilogue
 from gemm_runtime.tensor_map import TENSOR_MAP_BYTES, Encoder, TensorMap2D
 
 _INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
@@ -146,48 +146,20 @@ def grouped_operands(
                            float(beta) if c is not None else 0.0)  # fmt: skip
 
 
-def expected_experts_touched(rows: int, experts: int) -> float:
-    """The experts a routing of ``rows`` rows touches on average when they spread evenly:
-    what the host can know without reading the offsets."""
-    return experts * (1.0 - (1.0 - 1.0 / experts) ** rows) if rows else 0.0
-
-
-def equivalent_key(ops: GroupedOperands, arch: int) -> ProblemKey:
-    """A dense problem the cost model can price like the grouped one: the touched experts'
-    weights side by side along N, against the average rows of an expert. The tiles, the
-    weight bytes and the K loop match; A's bytes are counted once rather than per expert
-    (small beside the weights where the two differ)."""
-    touched = max(1.0, expected_experts_touched(ops.rows, ops.experts))
-    m = max(1, round(ops.rows / touched))
-    return ProblemKey(arch, ops.dtype, ops.dtype, BOrder.NK, ops.dtype, 8, "none", "none",
-                      ops.n * math.ceil(touched), ops.k, m)  # fmt: skip
+def grouped_key(ops: GroupedOperands, arch: int) -> ProblemKey:
+    """The dispatch key of a grouped launch: one expert's N and K, E, and the grouped
+    rows as M (the tuned M values bucket it; with E it gives the mean rows of an expert).
+    How the rows split over the experts is on the device and is not read."""
+    epilogue = {(False, False): Epilogue.NONE, (True, False): Epilogue.BIAS, (False, True): Epilogue.GATED_SILU,
+                (True, True): Epilogue.BIAS_GATED_SILU}[ops.bias is not None, ops.gated]  # fmt: skip
+    t = ops.dtype
+    return ProblemKey(arch, t, t, BOrder.NK, t, 8, "none", epilogue.value, ops.n, ops.k, ops.rows, ops.experts)
 
 
 def reads_a_by_tma(spec: KernelSpec) -> bool:
     """Whether the kernel loads A by TMA boxes of consecutive rows (the sm90 family): it
     cannot follow a row index, so gathered launches sort A's rows first."""
     return bool(spec.mainloop.tensor_maps(spec))
-
-
-def grouped_error(spec: KernelSpec, ops: GroupedOperands) -> str | None:
-    """Why ``spec`` cannot serve the grouped launch, else None."""
-    if not spec.grouped:
-        return "not a grouped kernel"
-    if spec.a_type is not ops.dtype or spec.d_type is not ops.dtype:
-        return f"operand type is not {ops.dtype.value}"
-    if spec.b_order is not BOrder.NK:
-        return "stacked weights are [E, N, K] ('nk')"
-    return spec.mainloop.problem_error(spec, ops.k)
-
-
-def choose(kernels: list, ops: GroupedOperands, device: DeviceModel, arch: int):
-    """The grouped kernel the cost model predicts fastest (on ``equivalent_key``)."""
-    fit = [k for k in kernels if grouped_error(k.spec, ops) is None]
-    if not fit:
-        raise GemmArgumentError("x.dtype", ops.a.dtype, "a dtype this build has grouped kernels for "
-                                "(codegen/configs: a family with grouped: true)")  # fmt: skip
-    key = equivalent_key(ops, arch)
-    return min(fit, key=lambda k: predict(k.spec, k.ctas_per_sm, device, key))
 
 
 def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:
@@ -226,10 +198,12 @@ def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor) -> tup
     return maps + (bytes(TENSOR_MAP_BYTES) if d_map is None else Encoder(d_map)(d_map.address)), d_map is not None
 
 
-def launch_block(kernel, ops: GroupedOperands, a: torch.Tensor | None = None) -> tuple[tuple[int, int, int], bytes]:
+def launch_block(
+    kernel, ops: GroupedOperands, a: torch.Tensor | None = None, swizzle: int | None = None
+) -> tuple[tuple[int, int, int], bytes]:
     """The grid and the parameter block of one grouped launch of ``kernel`` (a
     registry.Kernel); ``a``: the sorted rows (``sorted_rows``) where the kernel reads A by
-    TMA and the launch is gathered.
+    TMA and the launch is gathered; ``swizzle``: the plan's (None: the family's preferred).
 
     The tiles cover a bound on the tile rows, ceil(rows / CTA M) + E (each expert adds
     at most one partial tile row); the work past the last one is skipped
@@ -246,7 +220,10 @@ def launch_block(kernel, ops: GroupedOperands, a: torch.Tensor | None = None) ->
         gather = None
     else:
         a = ops.a
-    swizzle = spec.mainloop.preferred_swizzle if spec.mainloop.persistent else 0
+    if not spec.mainloop.persistent:
+        swizzle = 0
+    elif swizzle is None:
+        swizzle = spec.mainloop.preferred_swizzle
     values = [0] * len(PARAM_NAMES)
     scale = ops.routing.row_scale
     for name, value in (

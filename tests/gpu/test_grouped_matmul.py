@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gemm_runtime import GemmArgumentError
+from gemm_runtime import DispatchPolicy, GemmArgumentError
 from gemm_runtime.experts import check_routing, grouped_reference
+from gemm_runtime.plan import LaunchSpec
+from tests.gpu.util import rel_err
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-2
@@ -67,11 +69,52 @@ def test_a_forced_kernel_must_serve_the_launch(gemm) -> None:
     w = torch.randn(2, 64, 64, device="cuda", dtype=torch.float16)
     offsets = torch.tensor([0, 1, 4], dtype=torch.int32, device="cuda")
     plain = next(k.name for k in gemm.kernels if not k.spec.grouped)
-    with pytest.raises(GemmArgumentError, match="not a grouped kernel of this build"):
+    with pytest.raises(GemmArgumentError, match="not a grouped kernel"):
         gemm.grouped_matmul(x, w, offsets, kernel=plain)
     bf16 = next(n for n in _grouped(gemm) if gemm.registry.get(n).spec.a_type.value == "bf16")
     with pytest.raises(GemmArgumentError, match="operand type is not f16"):
         gemm.grouped_matmul(x, w, offsets, kernel=bf16)
+    with pytest.raises(GemmArgumentError, match="not a kernel name|a kernel name"):
+        gemm.grouped_matmul(x, w, offsets, kernel="no_such_kernel")
+    with pytest.raises(GemmArgumentError, match="kernel.splits"):
+        gemm.grouped_matmul(x, w, offsets, kernel=LaunchSpec(_grouped(gemm)[0], 2))
+    with pytest.raises(GemmArgumentError, match="dispatch"):
+        gemm.grouped_matmul(x, w, offsets, dispatch="measure")
+
+
+def test_a_measured_grouped_choice_is_cached_exported_and_imported(tmp_path) -> None:
+    """MEASURE times the grouped candidates on the caller's operands (into scratch), keeps
+    the winner under the grouped key, and the decision survives export and import; the
+    result is right whichever kernel won, and C aliasing D is read before it is written."""
+    from gemm_runtime import Gemm
+    from gemm_runtime.grouped import grouped_key, grouped_operands
+
+    g = Gemm()
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    tokens, experts, top_k, n, k = 300, 8, 2, 272, 200
+    x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16, generator=gen) / k**0.5
+    offsets, index, scale = _routing(tokens, experts, top_k, gen)
+    rows = tokens * top_k
+    routing = check_routing(offsets, experts=experts, rows=rows, device=x.device, tokens=tokens, index=index,
+                            row_scale=scale, check_values=True)  # fmt: skip
+    c = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+    ref = grouped_reference(x, w, routing, alpha=0.5, beta=0.25, c=c)
+    d = c.clone()
+    g.grouped_matmul(x, w, offsets, index=index, row_scale=scale, alpha=0.5, beta=0.25, c=d, out=d,
+                     dispatch=DispatchPolicy.MEASURE)  # fmt: skip
+    assert rel_err(d, ref) < TOL
+    key = grouped_key(grouped_operands(x, w, offsets, index=index, c=c), g.registry.device.arch)
+    tuned = g.dispatcher.cache.get(key)
+    assert tuned is not None and g.registry.get(tuned.kernel).spec.grouped
+    path = tmp_path / "grouped.json"
+    g.export_cache(path)
+    fresh = Gemm()
+    assert fresh.import_cache(path).added >= 1
+    assert fresh.dispatcher.cache.get(key) == tuned
+    out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    fresh.grouped_matmul(x, w, offsets, index=index, row_scale=scale, alpha=0.5, beta=0.25, c=c, out=out)
+    assert rel_err(out, ref) < TOL
 
 
 @pytest.mark.parametrize("device", ["cuda", torch.device("cuda"), f"cuda:{torch.cuda.current_device()}"

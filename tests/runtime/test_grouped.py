@@ -12,18 +12,16 @@ import torch
 
 from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.families import Mainloop
-from codegen.vocabulary import DataType, MmaAtom
+from codegen.vocabulary import BOrder, DataType, MmaAtom
 from gemm_runtime.cost_model import DeviceModel
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
 from gemm_runtime import grouped
-from gemm_runtime.grouped import (
-    choose,
-    equivalent_key,
-    expected_experts_touched,
-    grouped_operands,
-    launch_block,
-)
+from gemm_runtime.context import infeasible_reason
+from gemm_runtime.cost_model import expected_experts_touched, grouped_pricing_key, predict
+from gemm_runtime.errors import UnsupportedProblemError
+from gemm_runtime.grouped import grouped_key, grouped_operands, launch_block
+from gemm_runtime.plan import LaunchSpec
 from tests.helpers import spec_for
 
 E, N, K, TOKENS = 4, 48, 32, 10
@@ -100,27 +98,121 @@ def test_the_touched_experts_expected_from_the_row_count() -> None:
     assert expected_experts_touched(100_000, 8) == pytest.approx(8.0)
 
 
-def test_the_cost_models_stand_in_puts_the_touched_weights_side_by_side() -> None:
+def test_the_dispatch_key_holds_experts_shape_epilogue_and_rows() -> None:
     args = _args()
-    ops = grouped_operands(args["x"], args["w"], args["offsets"])
-    key = equivalent_key(ops, 90)
+    bias = torch.randn(E, N).half()
+    for kwargs, epilogue in (({}, "none"), ({"bias": bias}, "bias"), ({"gated": True}, "gated_silu"),
+                             ({"bias": bias, "gated": True}, "bias_gated_silu")):  # fmt: skip
+        key = grouped_key(grouped_operands(args["x"], args["w"], args["offsets"], **kwargs), 90)
+        assert (key.arch, key.experts, key.n, key.k, key.m, key.epilogue) == (90, E, N, K, TOKENS, epilogue)
+        assert key.b_order is BOrder.NK and key.quant == "none" and key.align == 8
+        key.validate()
+    # The gathered rows are the index's, not x's.
+    index = torch.arange(3, dtype=torch.int32).repeat(4)
+    gathered = grouped_operands(args["x"], args["w"], torch.tensor([0, 3, 3, 7, 12], dtype=torch.int32), index=index)
+    assert grouped_key(gathered, 90).m == 12
+
+
+def test_the_cost_model_prices_a_grouped_key_as_the_touched_weights_side_by_side() -> None:
+    key = grouped_key(grouped_operands(**_args()), 90)
+    priced = grouped_pricing_key(key)
     touched = expected_experts_touched(TOKENS, E)
-    assert (key.n, key.k, key.m) == (N * math.ceil(touched), K, round(TOKENS / touched))
-    assert key.a_type is DataType.F16 and key.quant == "none"
-
-
-def test_choose_takes_a_grouped_kernel_of_the_dtype() -> None:
-    args = _args()
-    ops = grouped_operands(args["x"], args["w"], args["offsets"])
+    assert (priced.n, priced.k, priced.m, priced.experts) == (N * math.ceil(touched), K, round(TOKENS / touched), 0)
     device = DeviceModel(132, 1e12, 4e12)
-    plain = SimpleNamespace(spec=spec_for(), ctas_per_sm=1)
-    bf16 = SimpleNamespace(spec=spec_for(a_type=DataType.BF16, b_type=DataType.BF16, d_type=DataType.BF16,
-                                         grouped=True), ctas_per_sm=1)  # fmt: skip
-    small = SimpleNamespace(spec=spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True), ctas_per_sm=4)
-    big = SimpleNamespace(spec=spec_for(cta=(128, 256, 64), warps=(2, 4, 1), stages=3, grouped=True), ctas_per_sm=1)
-    assert choose([plain, bf16, small, big], ops, device, 90) in (small, big)
-    with pytest.raises(GemmArgumentError, match="grouped kernels"):
-        choose([plain, bf16], ops, device, 90)
+    sm80 = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
+    assert predict(sm80, 4, device, key) == predict(sm80, 4, device, priced)
+
+
+H200 = DeviceModel.of(90, 132, 1980000, 3201000, 6144)
+
+
+def _kernel(spec, ctas_per_sm=1):
+    return SimpleNamespace(name=spec.name, spec=spec, ctas_per_sm=ctas_per_sm)
+
+
+def _dispatcher(kernels):
+    from gemm_runtime.dispatch_cache import DispatchCache
+    from gemm_runtime.dispatcher import Dispatcher
+
+    return Dispatcher(kernels, H200, DispatchCache(90), (1 << 20, 1 << 24))
+
+
+def test_dispatch_ranks_grouped_kernels_of_the_dtype_without_splits() -> None:
+    """Grouped keys rank grouped kernels only, one split, rasterized only where the family
+    is persistent; dense keys never see grouped kernels."""
+    plain = _kernel(spec_for())
+    bf16 = _kernel(spec_for(a_type=DataType.BF16, b_type=DataType.BF16, d_type=DataType.BF16, grouped=True))
+    small = _kernel(spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True), 4)
+    tma = _kernel(_sm90_spec())
+    d = _dispatcher([plain, bf16, small, tma])
+    key = grouped_key(grouped_operands(**_args()), 90)._replace(m=4096, n=4096, k=4096)
+    ranked = [plan for _, plan in d.ranked(key)]
+    assert {p.kernel for p in ranked} == {small.spec.name, tma.spec.name}
+    assert all(p.splits == 1 for p in ranked)
+    assert {p.swizzle for p in ranked if p.kernel == small.spec.name} == {0}
+    assert len({p.swizzle for p in ranked if p.kernel == tma.spec.name}) > 1
+    dense = key._replace(experts=0)
+    assert {p.kernel for _, p in d.ranked(dense)} == {plain.spec.name}
+    # A forced launch is checked like any other: a dense kernel, a split, a swizzle the family ignores.
+    with pytest.raises(GemmArgumentError, match="not a grouped kernel"):
+        d.forced(LaunchSpec(plain.spec.name), key, d.default_workspace)
+    with pytest.raises(GemmArgumentError, match="kernel.splits"):
+        d.forced(LaunchSpec(small.spec.name, 2), key, d.default_workspace)
+    with pytest.raises(GemmArgumentError, match="kernel.swizzle"):
+        d.forced(LaunchSpec(small.spec.name, 1, 2), key, d.default_workspace)
+    with pytest.raises(UnsupportedProblemError):
+        _dispatcher([plain, bf16]).ranked(key)
+
+
+def test_few_rows_per_expert_rank_the_sm80_grouped_kernels_first() -> None:
+    """Below 64 rows per touched expert the TMA kernels are priced up (bench.moe: the
+    sm80 grouped kernels were faster there); at prefill sizes they lead."""
+    small = _kernel(spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True), 4)
+    tma = _kernel(_sm90_spec())
+    d = _dispatcher([small, tma, _kernel(_sm90_spec(cta=(64, 128, 64)))])
+    # Qwen-MoE-like gate_up at 16 and 8192 tokens (top-6 of 64 experts).
+    base = grouped_key(grouped_operands(**_args()), 90)._replace(n=2816, k=2048, experts=64)
+    assert d.select(base._replace(m=96)).kernel == small.spec.name
+    assert d.select(base._replace(m=49152)).kernel == tma.spec.name
+
+
+def test_a_grouped_decision_survives_export_and_import(tmp_path) -> None:
+    from gemm_runtime.dispatch_cache import DispatchCache
+
+    small = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
+    key = grouped_key(grouped_operands(**_args()), 90)
+    cache = DispatchCache(90)
+    cache.put(key, LaunchSpec(small.name))
+    cache.export(tmp_path / "c.json")
+    back = DispatchCache(90)
+    report = back.import_(tmp_path / "c.json", {small.name: small})
+    assert report.added == 1 and back.get(key) == LaunchSpec(small.name)
+    # A dense kernel recorded for a grouped key (a hand-edited file) is skipped, with a warning.
+    plain = spec_for()
+    bad = DispatchCache(90)
+    with pytest.warns(Warning):
+        report = bad.import_(_swap_kernel(tmp_path / "c.json", small.name, plain.name), {plain.name: plain})
+    assert report.added == 0 and len(bad) == 0
+
+
+def _swap_kernel(path, old, new):
+    text = path.read_text().replace(old, new)
+    out = path.with_name("swapped.json")
+    out.write_text(text)
+    return out
+
+
+def test_keys_of_older_exports_are_dense() -> None:
+    from gemm_runtime.context import ProblemKey
+
+    key = grouped_key(grouped_operands(**_args()), 90)
+    data = key._replace(experts=0).to_json()
+    del data["experts"]
+    assert ProblemKey.from_json(data) == key._replace(experts=0)
+    with pytest.raises(ValueError, match="experts"):
+        key._replace(experts=-1).validate()
+    with pytest.raises(ValueError, match="grouped key"):
+        key._replace(d_type=DataType.F32).validate()
 
 
 def test_the_parameter_block_and_the_grid() -> None:
@@ -200,6 +292,6 @@ def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(monkeyp
 
 
 def test_the_sm90_form_refuses_what_tma_cannot_describe() -> None:
-    ops = SimpleNamespace(dtype=DataType.F16, k=0)  # K = 0: operands of no columns
-    assert "K = 0" in grouped.grouped_error(_sm90_spec(), ops)
-    assert grouped.grouped_error(spec_for(grouped=True), ops) is None
+    key = grouped_key(grouped_operands(**_args()), 90)._replace(k=0)
+    assert "K = 0" in infeasible_reason(_sm90_spec(), key)
+    assert infeasible_reason(spec_for(grouped=True), key) is None
