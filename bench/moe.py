@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--tokens", nargs="+", type=int, default=[1, 16, 128, 1024, 8192])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "moe.md")
+    ap.add_argument("--swizzles", action="store_true",
+                    help="also force the persistent (sm90) kernels at every rasterization group, for the log")
     args = ap.parse_args()
 
     from gemm_runtime import Gemm
@@ -98,6 +100,9 @@ def main() -> None:
     # Each grouped kernel forced, rasterized as its family prefers (sm90: groups of 8 tile rows).
     plans = [LaunchSpec(k.name, 1, k.spec.mainloop.preferred_swizzle if k.spec.mainloop.persistent else 0)
              for k in gemm.kernels if k.spec.grouped and k.spec.a_type.value == "bf16"]  # fmt: skip
+    if args.swizzles:
+        plans += [LaunchSpec(p.kernel, 1, s) for p in plans if gemm.registry.get(p.kernel).spec.mainloop.persistent
+                  for s in range(4) if s != p.swizzle]  # fmt: skip
     copy_bw = _copy_bandwidth()
     lines = [f"# Grouped GEMMs for mixture-of-experts ({datetime.date.today()}, {torch.cuda.get_device_name()})", "",
              f"bf16, `python -m bench.moe`; copy bandwidth {copy_bw / 1e12:.2f} TB/s. Times in µs; ratios above 1: "
@@ -142,6 +147,11 @@ def main() -> None:
                     if _rel_err(d, ref) < TOL:
                         timed[kernel] = median_ms(call)
                 default = timed.get(None, float("nan"))
+                # Every forced kernel's time, for the log (what the cost model's rules are fitted to).
+                print(f"# {name} {tokens} {proj}: " + ", ".join(
+                    f"{_tile(gemm.registry.get(p.kernel).spec)}/s{p.swizzle} {t * 1e3:.1f}" for p, t in timed.items()
+                    if p is not None),
+                    flush=True)  # fmt: skip
                 ops = grouped.grouped_operands(a, w, routing.offsets)
                 chosen = gemm.registry.get(gemm.select(grouped.grouped_key(ops, gemm.registry.device.arch)).kernel).spec
                 best_name = min((kk for kk in timed if kk is not None), key=timed.get, default=None)
