@@ -142,11 +142,13 @@ def grouped_pricing_key(key: ProblemKey) -> ProblemKey:
     return key._replace(n=key.n * math.ceil(touched), m=max(1, round(key.m / touched)), experts=0)
 
 
-# Grouped TMA (sm90) kernels where an expert has fewer rows than a consumer warpgroup's
-# 64: bench.moe (H200, bf16) measured them 1.3-2x slower than the sm80 grouped kernels
-# at 16 and 128 tokens of both MoE configurations (one case, Mixtral down at 128 tokens,
-# 7% faster), where the dense pricing below calls them faster. Fitted, not explained.
-_GROUPED_TMA_FEW_ROWS = 64
+# Grouped TMA (sm90) kernels where an expert has fewer than 16 rows: bench.moe (H200,
+# bf16, every grouped kernel forced in one run) measured the best sm80 grouped kernel
+# level with or up to 10% faster than the best sm90 one at 1 to 12 rows per expert
+# (Mixtral-like at 1 and 16 tokens, Qwen-MoE-like at 1, 16 and 128), where the dense
+# pricing below calls the sm90 kernels faster; at 32 rows (Mixtral, 128 tokens) sm90's
+# 64x128 was 16-37% faster. Fitted, not explained.
+_GROUPED_TMA_FEW_ROWS = 16
 _GROUPED_TMA_FEW_ROWS_FACTOR = 2.0
 
 
