@@ -101,8 +101,8 @@ def grouped_operands(
     beta: float = 0.0,
     check_values: bool | None = None,
 ) -> GroupedOperands:
-    """Check a grouped launch's arguments, each error naming its argument; gather A's rows
-    and allocate D where not given."""
+    """Check a grouped launch's arguments, each error naming its argument; allocate D
+    where not given."""
     if not isinstance(x, torch.Tensor) or x.dtype not in _TYPES:
         raise GemmArgumentError("x", getattr(x, "dtype", type(x).__name__), "a torch.float16 or torch.bfloat16 tensor")
     device = x.device
