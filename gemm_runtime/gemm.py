@@ -286,6 +286,10 @@ class Gemm:
         alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
         if not isinstance(dispatch, DispatchPolicy):
             raise GemmArgumentError("dispatch", dispatch, ", ".join(f"DispatchPolicy.{p.name}" for p in DispatchPolicy))
+        # NOTE: the operands are checked against x's device; x's against the Gemm's here
+        # (a CPU tensor's pointers would reach the kernel).
+        if isinstance(x, torch.Tensor) and x.device != self.device:
+            raise GemmArgumentError("x.device", x.device, f"{self.device} (the Gemm's device)")
         ops = grouped.grouped_operands(x, w, offsets, index=index, row_scale=row_scale, bias=bias, c=c, out=out,
                                        gated=gated, alpha=alpha, beta=beta, check_values=check_values)  # fmt: skip
         if ops.rows == 0 or ops.n == 0:

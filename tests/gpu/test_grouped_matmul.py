@@ -81,6 +81,9 @@ def test_a_forced_kernel_must_serve_the_launch(gemm) -> None:
         gemm.grouped_matmul(x, w, offsets, kernel=LaunchSpec(f16, 2))
     with pytest.raises(GemmArgumentError, match="dispatch"):
         gemm.grouped_matmul(x, w, offsets, dispatch="measure")
+    # Operands on another device than the Gemm's (here the CPU) are refused before launch.
+    with pytest.raises(GemmArgumentError, match=r"x\.device: got cpu"):
+        gemm.grouped_matmul(x.cpu(), w.cpu(), offsets.cpu())
 
 
 def test_a_measured_grouped_choice_is_cached_exported_and_imported(tmp_path) -> None:
