@@ -337,11 +337,8 @@ class Gemm:
         def make_call(plan: LaunchSpec):
             return lambda: self._launch_grouped(plan, scratch, stream)
 
-        # The timer records its events on torch's current stream: make it the caller's.
-        if torch.cuda.current_stream(self.device).cuda_stream == stream:
-            return tune(ranking, make_call, top_k=settings().tune.top_k, measurer=self.measurer)
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=self.device)):
-            return tune(ranking, make_call, top_k=settings().tune.top_k, measurer=self.measurer)
+        return self._on_stream(stream, lambda: tune(ranking, make_call, top_k=settings().tune.top_k,
+                                                    measurer=self.measurer))  # fmt: skip
 
     def linear(self, x, weight, bias, operation: Operation) -> torch.Tensor:
         """``matmul(x, weight.t(), bias=bias, operation=operation)`` for gemm_runtime.ops:
@@ -478,15 +475,17 @@ class Gemm:
         def make_call(plan: LaunchSpec):
             return lambda: self._launch(plan, scratch, alpha, beta, stream, ws)
 
-        # The timer records its events on torch's current stream: make it the caller's.
-        current = torch.cuda.current_stream(self.device)
-        if current.cuda_stream == stream:
-            result = tune(ranking, make_call, top_k=settings().tune.top_k, measurer=self.measurer)
-        else:
-            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=self.device)):
-                result = tune(ranking, make_call, top_k=settings().tune.top_k, measurer=self.measurer)
+        result = self._on_stream(stream, lambda: tune(ranking, make_call, top_k=settings().tune.top_k,
+                                                      measurer=self.measurer))  # fmt: skip
         del buffers  # every timed launch has completed: the timer synchronizes
         return result
+
+    def _on_stream(self, stream: int, fn):
+        """fn() with torch's current stream the caller's: the timer records its events there."""
+        if torch.cuda.current_stream(self.device).cuda_stream == stream:
+            return fn()
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=self.device)):
+            return fn()
 
     def _launch(self, plan: LaunchSpec, problem: Problem, alpha: float, beta: float, stream: int, ws: Workspace) -> None:
         kern = self.dispatcher.kernel(plan.kernel)
