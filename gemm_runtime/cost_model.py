@@ -101,8 +101,6 @@ def split_options(
     each split needs at least one K tile, and the tile semaphores and fp32 partials
     must fit the workspace. ``resident``: as for fits_workspace (the check
     feasibility.launch_error makes of the same launch, with the same count)."""
-    if spec.grouped:
-        return [1]  # grouped launches do not split K (docs/MOE.md)
     k_tiles = max(1, math.ceil(key.k / spec.cta[2]))
     max_splits = min(max_splits, spec.mainloop.max_splits(spec) or max_splits)
     tiles = tiles_of(spec, key)

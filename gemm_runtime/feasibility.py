@@ -45,7 +45,7 @@ def launch_error(
         return GemmArgumentError("kernel.swizzle", plan.swizzle, f"{SWIZZLES[0]}..{SWIZZLES[-1]}")
     if spec.grouped and plan.swizzle and not spec.mainloop.persistent:
         return GemmArgumentError("kernel.swizzle", plan.swizzle, "0 (grouped launches of this family take tiles in order)")
-    most = 1 if spec.grouped else min(MAX_SPLITS, spec.mainloop.max_splits(spec) or MAX_SPLITS)
+    most = min(MAX_SPLITS, spec.mainloop.max_splits(spec) or MAX_SPLITS)
     if not 1 <= plan.splits <= most:
         accepted = "1 (this kernel takes no split-K)" if most == 1 else f"1..{most}"
         return GemmArgumentError("kernel.splits", plan.splits, accepted)

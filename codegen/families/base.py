@@ -131,8 +131,9 @@ class MainloopFamily:
         return TENSOR_MAP_BYTES * len(self.tensor_maps(spec))
 
     def max_splits(self, spec: KernelSpec) -> int | None:
-        """The most K splits the kernel takes (None: the runtime's limit)."""
-        return None
+        """The most K splits the kernel takes (None: the runtime's limit). Grouped kernels
+        take none: their launches never split K (docs/MOE.md)."""
+        return 1 if spec.grouped else None
 
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:
         """Why the kernel cannot serve a problem of depth ``k`` beyond what the

@@ -142,7 +142,7 @@ class Sm90Family(MainloopFamily):
         # NOTE: split-K's last split waits for the others, so every CTA that owns one must
         # be resident; the co-resident cluster count is only an estimate of the driver's
         # (cuOccupancyMaxActiveClusters), so cluster kernels do not split.
-        return 1 if spec.cluster > 1 else None
+        return 1 if spec.cluster > 1 else super().max_splits(spec)
 
     def grid(
         self, spec: KernelSpec, tiles: tuple[int, int], splits: int, swizzle: int, resident: int
