@@ -6,10 +6,13 @@ sends to each expert, at a given number of tokens, bf16, beside
   - a loop of `torch.matmul`, one per expert with rows (the offsets read on the host
     before timing),
   - ours: Gemm.grouped_matmul, its default choice (the ratios and the bandwidth) and the
-    fastest grouped kernel forced (what tuning could reach).
+    fastest grouped kernel forced (what tuning could reach),
+  - ours with the experts' weights quantized to 4 bits (W4A16, group 128): its default
+    choice and its fastest kernel, against the dense `torch._grouped_mm`.
 
-Each is checked against experts.grouped_reference first. L2 flushed, medians. Weight
-bandwidth counts the weights of the experts the routing touches.
+Each is checked against experts.grouped_reference first (W4A16: with the dequantized
+weights). L2 flushed, medians. Weight bandwidth counts the weights of the experts the
+routing touches (W4A16: their packed bytes, scales and zeros).
 
     python -m bench.moe [--configs mixtral qwen] [--tokens 1 16 128 1024 8192] [--out FILE]
 """
@@ -24,11 +27,13 @@ from pathlib import Path
 import torch
 
 from gemm_runtime import grouped
-from gemm_runtime.experts import Routing, check_routing, grouped_reference
+from gemm_runtime.experts import PackedExperts, Routing, check_routing, grouped_reference, pack_experts
+from gemm_runtime.quant import quantize
 from gemm_runtime.plan import LaunchSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = 1e-2
+W4_GROUP = 128
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,12 @@ def touched_weight_bytes(routing: Routing, n: int, k: int, element_bytes: int = 
     return experts_touched(routing) * n * k * element_bytes
 
 
+def touched_packed_bytes(routing: Routing, w: PackedExperts) -> int:
+    """Bytes of the packed weights, scales and zeros of the experts with at least one row."""
+    per_expert = (w.b.numel() * w.b.element_size() + w.v.numel() * w.v.element_size()) // w.experts
+    return experts_touched(routing) * per_expert
+
+
 def _projections(cfg: MoeConfig) -> dict[str, tuple[int, int]]:
     """(N, K) of the two grouped GEMMs: gate_up's N holds gate and up interleaved."""
     return {"gate_up": (2 * cfg.intermediate, cfg.hidden), "down": (cfg.hidden, cfg.intermediate)}
@@ -99,7 +110,9 @@ def main() -> None:
     gemm = Gemm()
     # Each grouped kernel forced, rasterized as its family prefers (sm90: groups of 8 tile rows).
     plans = [LaunchSpec(k.name, 1, k.spec.mainloop.preferred_swizzle if k.spec.mainloop.persistent else 0)
-             for k in gemm.kernels if k.spec.grouped and k.spec.a_type.value == "bf16"]  # fmt: skip
+             for k in gemm.kernels if k.spec.grouped and k.spec.a_type.value == "bf16" and not k.spec.quantized]  # fmt: skip
+    w4_plans = [LaunchSpec(k.name) for k in gemm.kernels if k.spec.grouped and k.spec.a_type.value == "bf16"
+                and k.spec.quantized and k.spec.b_type.bits == 4]  # fmt: skip
     if args.swizzles:
         plans += [LaunchSpec(p.kernel, 1, s) for p in plans if gemm.registry.get(p.kernel).spec.mainloop.persistent
                   for s in range(4) if s != p.swizzle]  # fmt: skip
@@ -108,8 +121,9 @@ def main() -> None:
              f"bf16, `python -m bench.moe`; copy bandwidth {copy_bw / 1e12:.2f} TB/s. Times in µs; ratios above 1: "
              "ours is faster.", "",
              "| config | tokens | GEMM | rows | experts touched | _grouped_mm | matmul loop | ours, default (tile) | "
-             "ours, best (tile) | _grouped_mm / ours | loop / ours | ours, of copy BW |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+             "ours, best (tile) | _grouped_mm / ours | loop / ours | ours, of copy BW | W4A16 ours, default (tile) | "
+             "W4A16, best (tile) | _grouped_mm / W4A16 | W4A16, of copy BW |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|"]  # fmt: skip
     gen = torch.Generator().manual_seed(0)
     for name in args.configs:
         cfg = CONFIGS[name]
@@ -138,14 +152,7 @@ def main() -> None:
 
                 loop()
                 results["loop"] = median_ms(loop) if _rel_err(out, ref) < TOL else float("nan")
-                # Ours through Gemm.grouped_matmul: its default choice, and each grouped kernel forced.
-                timed = {}
-                for kernel in [None, *plans]:
-                    d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                    call = lambda: gemm.grouped_matmul(a, w, routing.offsets, out=d, kernel=kernel)  # noqa: E731, B023
-                    call()
-                    if _rel_err(d, ref) < TOL:
-                        timed[kernel] = median_ms(call)
+                timed = _time_ours(gemm, a, w, routing, [None, *plans], ref)
                 default = timed.get(None, float("nan"))
                 # Every forced kernel's time, for the log (what the cost model's rules are fitted to).
                 print(f"# {name} {tokens} {proj}: " + ", ".join(
@@ -159,12 +166,45 @@ def main() -> None:
                 bw = touched_weight_bytes(routing, n, k) / (default * 1e-3) / copy_bw
                 gm = results.get("grouped_mm", float("nan"))
                 tile_text = _tile(gemm.registry.get(best_name.kernel).spec) if best_name else "-"
+                w4 = _w4_columns(gemm, a, w, routing, w4_plans, gm, copy_bw)
                 lines.append(f"| {name} | {tokens} | {proj} | {rows} | {experts_touched(routing)} | {gm * 1e3:.1f} | "
                              f"{results['loop'] * 1e3:.1f} | {default * 1e3:.1f} ({_tile(chosen)}) | {ours * 1e3:.1f} ({tile_text}) | "
-                             f"{gm / default:.2f} | {results['loop'] / default:.2f} | {bw:.0%} |")  # fmt: skip
+                             f"{gm / default:.2f} | {results['loop'] / default:.2f} | {bw:.0%} | {w4}")  # fmt: skip
                 print(lines[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
+
+
+def _time_ours(gemm, a, w, routing: Routing, plans: list, ref: torch.Tensor) -> dict:
+    """Gemm.grouped_matmul's median ms per plan (None: its default choice), for the plans
+    whose result matches ``ref``."""
+    from gemm_runtime.timing import median_ms
+
+    rows, n = a.shape[0], ref.shape[1]
+    timed = {}
+    for kernel in plans:
+        d = torch.full((rows, n), float("nan"), device="cuda", dtype=a.dtype)
+        call = lambda: gemm.grouped_matmul(a, w, routing.offsets, out=d, kernel=kernel)  # noqa: E731, B023
+        call()
+        if _rel_err(d, ref) < TOL:
+            timed[kernel] = median_ms(call)
+    return timed
+
+
+def _w4_columns(gemm, a, w, routing: Routing, plans: list, grouped_mm_ms: float, copy_bw: float) -> str:
+    """The W4A16 columns of a row: the experts' weights quantized (4 bits, group 128),
+    ours by default and at its fastest kernel, the dense peer's time over ours, and the
+    packed weights' bandwidth."""
+    packed = pack_experts([quantize(we, bits=4, group_size=W4_GROUP) for we in w])
+    ref = grouped_reference(a, packed.dequantize(torch.float32), Routing(routing.offsets, None, None))
+    timed = _time_ours(gemm, a, packed, routing, [None, *plans], ref)
+    default = timed.get(None, float("nan"))
+    key = grouped.grouped_key(grouped.grouped_operands(a, packed, routing.offsets), gemm.registry.device.arch)
+    chosen = _tile(gemm.registry.get(gemm.select(key).kernel).spec)
+    best = min((p for p in timed if p is not None), key=timed.get, default=None)
+    best_text = f"{timed[best] * 1e3:.1f} ({_tile(gemm.registry.get(best.kernel).spec)})" if best else "-"
+    bw = touched_packed_bytes(routing, packed) / (default * 1e-3) / copy_bw
+    return f"{default * 1e3:.1f} ({chosen}) | {best_text} | {grouped_mm_ms / default:.2f} | {bw:.0%} |"
 
 
 def _tile(spec) -> str:

@@ -66,11 +66,9 @@ class ProblemKey(NamedTuple):
             raise ValueError(f"arch {self.arch} is negative")
         if not 0 <= self.experts <= MAX_EXPERTS:
             raise ValueError(f"experts {self.experts} is not in 0..{MAX_EXPERTS}")
-        if self.experts and (self.quant != "none" or self.b_order is not BOrder.NK or self.d_type is not self.a_type
-                             or self.align != 8):  # fmt: skip
-            raise ValueError(f"a grouped key (experts {self.experts}) is dense, 'nk', align 8, with D of A's type; "
-                             f"got quant {self.quant!r}, b_order {self.b_order.value}, d_type {self.d_type.value}, "
-                             f"align {self.align}")  # fmt: skip
+        if self.experts and (self.b_order is not BOrder.NK or self.d_type is not self.a_type or self.align != 8):
+            raise ValueError(f"a grouped key (experts {self.experts}) is 'nk', align 8, with D of A's type; "
+                             f"got b_order {self.b_order.value}, d_type {self.d_type.value}, align {self.align}")  # fmt: skip
         if self.a_type not in _INPUT_TYPES:
             raise ValueError(f"a_type {self.a_type.value} is not one of {_names(_INPUT_TYPES)}")
         if self.d_type not in (self.a_type, DataType.F32):

@@ -195,6 +195,11 @@ class PackedExperts:
         """The QuantizedWeights these were packed from, bit-exact."""
         return [self.expert(e).unpack() for e in range(self.experts)]
 
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The experts' weights [E, N, K] as the kernels see them (``grouped_reference``'s
+        weights for quantized experts), in ``dtype`` (default: the scales')."""
+        return torch.stack([w.dequantize(dtype) for w in self.unpack()])
+
 
 def pack_experts(weights: Sequence[QuantizedWeight]) -> PackedExperts:
     """The experts' weights, each packed as ``pack_for_gemm`` does, stacked. Act-order

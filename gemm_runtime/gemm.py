@@ -19,6 +19,7 @@ from gemm_runtime.cuda_driver import ProgrammaticLaunch, ensure_context, is_capt
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
 from gemm_runtime.dispatcher import Dispatcher
 from gemm_runtime.errors import GemmArgumentError, GraphCaptureError
+from gemm_runtime.experts import PackedExperts
 from gemm_runtime import fast_path, grouped
 from gemm_runtime.launch import launch, prepare
 from gemm_runtime.plan import LaunchSpec
@@ -258,7 +259,7 @@ class Gemm:
     def grouped_matmul(
         self,
         x: torch.Tensor,
-        w: torch.Tensor,
+        w: torch.Tensor | PackedExperts,
         offsets: torch.Tensor,
         *,
         index: torch.Tensor | None = None,
@@ -276,7 +277,8 @@ class Gemm:
     ) -> torch.Tensor:
         """A grouped GEMM over E experts in one launch (docs/MOE.md): rows
         ``offsets[e] .. offsets[e + 1]`` (on the device, E + 1 values) times expert e's
-        weight ``w[e]`` ([E, N, K], the stacked nn.Linear weights), each row read from
+        weight ``w[e]`` ([E, N, K], the stacked nn.Linear weights, or quantized experts
+        as experts.PackedExperts: W4A16 / W8A16), each row read from
         ``x[index[r]]`` when an index is given, scaled by ``row_scale[r]``, with a
         per-expert ``bias`` [E, N], the ``gated`` SiLU over (gate, up) column pairs and
         ``beta * c``. The routing's values are a contract unless ``check_values`` (or

@@ -21,9 +21,9 @@ from codegen.families.sm90 import a_box_rows
 from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.spec import KernelSpec
 from codegen.vocabulary import BOrder, DataType
-from gemm_runtime.context import ProblemKey
+from gemm_runtime.context import ProblemKey, quant_name
 from gemm_runtime.errors import GemmArgumentError
-from gemm_runtime.experts import Routing, check_routing
+from gemm_runtime.experts import PackedExperts, Routing, check_routing
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
 from gemm_runtime.types import Epilogue
 from gemm_runtime.tensor_map import TENSOR_MAP_BYTES, Encoder, TensorMap2D
@@ -37,10 +37,12 @@ _TYPES = {torch.float16: DataType.F16, torch.bfloat16: DataType.BF16}
 class GroupedOperands:
     """One grouped launch's operands, checked: ``a`` A [tokens, K] (the grouped rows
     themselves, or the tokens ``routing.index`` picks), ``w`` the stacked weights
-    [E, N, K], ``out`` [rows, N] (N / 2 when gated)."""
+    [E, N, K] or, for quantized experts, ``packed``'s blocks [E, ceil(N / 8), ...],
+    ``out`` [rows, N] (N / 2 when gated)."""
 
     a: torch.Tensor
     w: torch.Tensor
+    packed: PackedExperts | None
     routing: Routing  # offsets int32, index int32 or None, row scales fp32 or None
     out: torch.Tensor
     bias: torch.Tensor | None
@@ -59,11 +61,11 @@ class GroupedOperands:
 
     @property
     def n(self) -> int:
-        return self.w.shape[1]
+        return self.packed.layout.n if self.packed is not None else self.w.shape[1]
 
     @property
     def k(self) -> int:
-        return self.w.shape[2]
+        return self.packed.layout.k if self.packed is not None else self.w.shape[2]
 
     @property
     def dtype(self) -> DataType:
@@ -102,20 +104,25 @@ def grouped_operands(
     check_values: bool | None = None,
 ) -> GroupedOperands:
     """Check a grouped launch's arguments, each error naming its argument; allocate D
-    where not given."""
+    where not given. ``w``: the stacked weights [E, N, K] or PackedExperts."""
     if not isinstance(x, torch.Tensor) or x.dtype not in _TYPES:
         raise GemmArgumentError("x", getattr(x, "dtype", type(x).__name__), "a torch.float16 or torch.bfloat16 tensor")
     device = x.device
     x = _matrix("x", x, x.dtype, device, 2)
-    w = _matrix("w", w, x.dtype, device, 3)
-    experts, n, k = w.shape
-    if experts > 1 and w.stride(0) != n * w.stride(1):
-        raise GemmArgumentError("w", f"strides {tuple(w.stride())}", f"experts' [N, K] weights one after another "
-                                f"(stride(0) = N * stride(1) = {n * w.stride(1)})")  # fmt: skip
+    packed = None
+    if isinstance(w, PackedExperts):
+        packed, w = w, _packed_blocks(w, x.dtype, device)
+        experts, n, k = packed.experts, packed.layout.n, packed.layout.k
+    else:
+        w = _matrix("w", w, x.dtype, device, 3)
+        experts, n, k = w.shape
+        if experts > 1 and w.stride(0) != n * w.stride(1):
+            raise GemmArgumentError("w", f"strides {tuple(w.stride())}", f"experts' [N, K] weights one after another "
+                                    f"(stride(0) = N * stride(1) = {n * w.stride(1)})")  # fmt: skip
     if x.shape[1] != k:
-        raise GemmArgumentError("x.shape", tuple(x.shape), f"(rows, {k}): K of w [E, N, K]")
+        raise GemmArgumentError("x.shape", tuple(x.shape), f"(rows, {k}): K of the experts' weights")
     if gated and n % 2:
-        raise GemmArgumentError("w.shape", tuple(w.shape), "an even N: the gated epilogue pairs (gate, up) columns")
+        raise GemmArgumentError("w", f"N = {n}", "an even N: the gated epilogue pairs (gate, up) columns")
     rows = index.shape[0] if isinstance(index, torch.Tensor) and index.dim() == 1 else x.shape[0]
     routing = check_routing(offsets, experts=experts, rows=rows, device=device, tokens=x.shape[0] if index is not None
                             else None, index=index, row_scale=row_scale, check_values=check_values)  # fmt: skip
@@ -142,8 +149,29 @@ def grouped_operands(
         out = _matrix("out", out, x.dtype, device, 2)
         if tuple(out.shape) != (rows, cols):
             raise GemmArgumentError("out.shape", tuple(out.shape), f"({rows}, {cols})")
-    return GroupedOperands(x, w, Routing(offsets, index, scale), out, bias, c, gated, float(alpha),
+    return GroupedOperands(x, w, packed, Routing(offsets, index, scale), out, bias, c, gated, float(alpha),
                            float(beta) if c is not None else 0.0)  # fmt: skip
+
+
+def _packed_blocks(w: PackedExperts, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Quantized experts' packed blocks, checked as the kernels read them: each expert's
+    blocks and its scales and zeros at a fixed stride from expert 0's (PackedExperts
+    stacks them so), scales of the activations' dtype, on their device."""
+    if w.dtype != dtype:
+        raise GemmArgumentError("w.dtype", w.dtype, f"{dtype}: the experts' scales must be x's dtype (pack them "
+                                "for x's dtype, or cast x)")  # fmt: skip
+    for name, t in (("w.b", w.b), ("w.v", w.v)):
+        if t.device != device:
+            raise GemmArgumentError(f"{name}.device", t.device, f"{device}, x's device")
+        if t.dim() != 3 or not t.is_contiguous() or t.data_ptr() % 16:
+            raise GemmArgumentError(name, f"strides {tuple(t.stride())}", "a contiguous [E, rows, cols] stack with a "
+                                    "16-byte aligned base, as pack_experts makes it")  # fmt: skip
+    layout = w.layout
+    if tuple(w.b.shape[1:]) != tuple(layout.b.shape) or tuple(w.v.shape[1:]) != tuple(layout.v.shape):
+        raise GemmArgumentError("w", f"blocks {tuple(w.b.shape)} and scales {tuple(w.v.shape)}",
+                                f"[E, {', '.join(map(str, layout.b.shape))}] and [E, {', '.join(map(str, layout.v.shape))}]"
+                                " as its layout says")  # fmt: skip
+    return w.b
 
 
 def grouped_key(ops: GroupedOperands, arch: int) -> ProblemKey:
@@ -153,7 +181,12 @@ def grouped_key(ops: GroupedOperands, arch: int) -> ProblemKey:
     epilogue = {(False, False): Epilogue.NONE, (True, False): Epilogue.BIAS, (False, True): Epilogue.GATED_SILU,
                 (True, True): Epilogue.BIAS_GATED_SILU}[ops.bias is not None, ops.gated]  # fmt: skip
     t = ops.dtype
-    return ProblemKey(arch, t, t, BOrder.NK, t, 8, "none", epilogue.value, ops.n, ops.k, ops.rows, ops.experts)
+    b_type, quant = t, "none"
+    if ops.packed is not None:
+        layout = ops.packed.layout
+        b_type = DataType.U4 if layout.bits == 4 else DataType.U8
+        quant = quant_name(b_type, layout.group_size, layout.k)
+    return ProblemKey(arch, t, b_type, BOrder.NK, t, 8, quant, epilogue.value, ops.n, ops.k, ops.rows, ops.experts)
 
 
 def reads_a_by_tma(spec: KernelSpec) -> bool:
@@ -226,12 +259,22 @@ def launch_block(
         swizzle = spec.mainloop.preferred_swizzle
     values = [0] * len(PARAM_NAMES)
     scale = ops.routing.row_scale
+    if ops.packed is not None:
+        # Blocks of packed B are counted in 16-bit units (gemm_runtime.launch).
+        v = ops.packed.v
+        layout = ops.packed.layout
+        ldb = ops.w.stride(1) // 2
+        for name, value in (("V", v.data_ptr()), ("ldv", v.stride(1)), ("groups", layout.groups),
+                            ("group_shift", layout.group_shift)):  # fmt: skip
+            values[_INDEX[name]] = value
+    else:
+        ldb = ops.w.stride(1)
     for name, value in (
         ("A", a.data_ptr()), ("B", ops.w.data_ptr()), ("C", ops.c.data_ptr() if ops.c is not None else 0),
         ("D", ops.out.data_ptr()), ("U", scale.data_ptr() if scale is not None else 0),
         ("bias", ops.bias.data_ptr() if ops.bias is not None else 0), ("offsets", ops.routing.offsets.data_ptr()),
         ("gather", gather.data_ptr() if gather is not None else 0),
-        ("lda", a.stride(0)), ("ldb", ops.w.stride(1)), ("ldc", ops.c.stride(0) if ops.c is not None else 0),
+        ("lda", a.stride(0)), ("ldb", ldb), ("ldc", ops.c.stride(0) if ops.c is not None else 0),
         ("ldd", ops.out.stride(0)), ("M", ops.rows), ("N", ops.n), ("K", ops.k),
         ("tiles_m", tiles_m), ("tiles_n", tiles_n), ("splits", 1), ("k_tiles_per_split", math.ceil(ops.k / ck)),
         ("swizzle", swizzle), ("experts", ops.experts), ("alpha", ops.alpha), ("beta", ops.beta),

@@ -10,6 +10,7 @@ projection for the gated-SiLU epilogue.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import torch
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 
 from gemm_runtime import ops
 from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.experts import PackedExperts, pack_experts
 
 _SUPPORTED = (torch.float16, torch.bfloat16)
 default_gemm = ops.default_gemm  # one shared Gemm per CUDA device (created on first use)
@@ -301,9 +303,14 @@ class GroupedExperts(torch.nn.Module):
     as transformers' stacked-expert modules (MixtralExperts, Qwen2MoeExperts) compute
     them: per row, ``down(silu(gate(x)) * up(x)) * weight``, summed over the token's k
     experts. Two launches (gate_up with the gated SiLU, down with the routing weights as
-    row scales) and one index_add."""
+    row scales) and one index_add.
 
-    def __init__(self, gate_up: torch.Tensor, down: torch.Tensor, gemm=None) -> None:
+    ``quantize`` (e.g. ``{"bits": 4, "group_size": 128}``, gemm_runtime.quant.quantize's
+    arguments) keeps the experts' weights as 4- or 8-bit integers with group scales and
+    zeros instead (W4A16 / W8A16; experts.PackedExperts), in buffers: ``gate_up_q``,
+    ``gate_up_sz``, ``down_q``, ``down_sz``."""
+
+    def __init__(self, gate_up: torch.Tensor, down: torch.Tensor, gemm=None, *, quantize: dict | None = None) -> None:
         super().__init__()
         if not isinstance(gate_up, torch.Tensor) or gate_up.dim() != 3 or gate_up.shape[1] % 2:
             raise GemmArgumentError("gate_up", getattr(gate_up, "shape", type(gate_up).__name__),
@@ -313,38 +320,78 @@ class GroupedExperts(torch.nn.Module):
             raise GemmArgumentError("down", getattr(down, "shape", type(down).__name__), f"[{experts}, {hidden}, {two_i // 2}]")
         gate, up = gate_up.detach().chunk(2, dim=1)
         # Rows alternate gate_0, up_0, gate_1, ...: the gated-SiLU epilogue's pairs.
-        self.gate_up = torch.nn.Parameter(torch.stack((gate, up), dim=2).reshape(experts, two_i, hidden).contiguous(),
-                                          requires_grad=False)  # fmt: skip
-        self.down = torch.nn.Parameter(down.detach().contiguous(), requires_grad=False)
+        interleaved = torch.stack((gate, up), dim=2).reshape(experts, two_i, hidden).contiguous()
         self.experts = experts
         self._gemm = gemm
+        self._layouts = None  # quantized: the gate_up and down experts' PackedWeight layouts
+        if quantize is None:
+            self.gate_up = torch.nn.Parameter(interleaved, requires_grad=False)
+            self.down = torch.nn.Parameter(down.detach().contiguous(), requires_grad=False)
+            return
+        if not isinstance(quantize, dict):
+            raise GemmArgumentError("quantize", type(quantize).__name__, 'a dict of quantize() arguments, e.g. '
+                                    '{"bits": 4, "group_size": 128}, or None')  # fmt: skip
+        packed = [_quantize_experts(w, quantize) for w in (interleaved, down.detach())]
+        for name, p in zip(("gate_up", "down"), packed):
+            self.register_buffer(f"{name}_q", p.b)
+            self.register_buffer(f"{name}_sz", p.v)
+        # Views of the stacked buffers rather than pack_experts' own expert-0 tensors (held twice otherwise).
+        self._layouts = tuple(dataclasses.replace(p.layout, b=p.b[0], v=p.v[0]) for p in packed)
 
     @classmethod
-    def from_experts(cls, module: torch.nn.Module, gemm=None) -> "GroupedExperts":
+    def from_experts(cls, module: torch.nn.Module, gemm=None, *, quantize: dict | None = None) -> "GroupedExperts":
         """From a transformers stacked-expert module (``gate_up_proj`` [E, 2I, H] with gate
-        then up, ``down_proj`` [E, H, I], SiLU)."""
+        then up, ``down_proj`` [E, H, I], SiLU), quantized with ``quantize`` if given."""
         act = getattr(module, "act_fn", None)
         if not _is_silu(act):
             raise GemmArgumentError(f"{type(module).__name__}.act_fn", type(act).__name__,
                                     "SiLU (the gated epilogue computes silu(gate) * up)")  # fmt: skip
-        return cls(module.gate_up_proj, module.down_proj, gemm)
+        return cls(module.gate_up_proj, module.down_proj, gemm, quantize=quantize)
+
+    @property
+    def quantized(self) -> bool:
+        return self._layouts is not None
+
+    def weights(self):
+        """(gate_up, down) as grouped_matmul takes them: the stacked tensors, or
+        PackedExperts over the current buffers (so ``.to()`` and loaded state hold)."""
+        if not self.quantized:
+            return self.gate_up, self.down
+        return tuple(PackedExperts(q, sz, dataclasses.replace(layout, b=q[0], v=sz[0])) for q, sz, layout in
+                     ((self.gate_up_q, self.gate_up_sz, self._layouts[0]), (self.down_q, self.down_sz, self._layouts[1])))  # fmt: skip
 
     @property
     def gemm(self):
-        return self._gemm if self._gemm is not None else default_gemm(self.down.device)
+        device = self.down_q.device if self.quantized else self.down.device
+        return self._gemm if self._gemm is not None else default_gemm(device)
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
         offsets, tokens, weights = route_rows(top_k_index, top_k_weights, self.experts)
         gemm = self.gemm
-        h = gemm.grouped_matmul(hidden_states, self.gate_up, offsets, index=tokens, gated=True)
-        y = gemm.grouped_matmul(h, self.down, offsets, row_scale=weights)
+        gate_up, down = self.weights()
+        h = gemm.grouped_matmul(hidden_states, gate_up, offsets, index=tokens, gated=True)
+        y = gemm.grouped_matmul(h, down, offsets, row_scale=weights)
         return torch.zeros_like(hidden_states).index_add_(0, tokens.long(), y)
 
+    def extra_repr(self) -> str:
+        if not self.quantized:
+            return f"experts={self.experts}"
+        layout = self._layouts[0]
+        return f"experts={self.experts}, bits={layout.bits}, group_size={layout.group_size}"
 
-def replace_experts(model: torch.nn.Module, *, gemm=None) -> list[str]:
+
+def _quantize_experts(weights: torch.Tensor, quantize: dict) -> PackedExperts:
+    """Each expert of ``weights`` [E, N, K] quantized with ``quantize``'s arguments, stacked."""
+    from gemm_runtime.quant import quantize as quantize_weight
+
+    return pack_experts([quantize_weight(w, **quantize) for w in weights])
+
+
+def replace_experts(model: torch.nn.Module, *, gemm=None, quantize: dict | None = None) -> list[str]:
     """Swap, in place, every transformers stacked-expert module (one with 3-D
     ``gate_up_proj`` and ``down_proj`` on a CUDA device, fp16 or bf16, and a SiLU) for
-    ``GroupedExperts``. Returns the qualified names of the replaced modules."""
+    ``GroupedExperts``, its weights quantized with ``quantize`` if given (e.g.
+    ``{"bits": 4, "group_size": 128}``). Returns the qualified names of the replaced modules."""
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
@@ -353,6 +400,6 @@ def replace_experts(model: torch.nn.Module, *, gemm=None) -> list[str]:
                 continue
             if w.dtype not in _SUPPORTED or not w.is_cuda or not _is_silu(getattr(child, "act_fn", None)):
                 continue
-            setattr(parent, child_name, GroupedExperts.from_experts(child, gemm))
+            setattr(parent, child_name, GroupedExperts.from_experts(child, gemm, quantize=quantize))
             replaced.append(f"{parent_name}.{child_name}" if parent_name else child_name)
     return replaced

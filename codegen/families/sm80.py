@@ -21,10 +21,8 @@ class Sm80Family(MainloopFamily):
     summary = "multi-stage cp.async pipeline"
 
     def grouped_error(self, spec: KernelSpec) -> str | None:
-        """Dense stacked nn.Linear weights ([E, N, K], "nk") for now: the quantized grouped
-        form (stacked scales and zeros) comes next (docs/MOE.md)."""
-        if spec.quantized:
-            return "false for quantized B (grouped sm80 kernels are dense so far)"
+        """Stacked nn.Linear weights ([E, N, K], "nk"), dense or packed
+        (gemm_runtime.experts.PackedExperts)."""
         if spec.b_order is not BOrder.NK:
             return "false for b_order 'kn' (grouped weights are stacked [E, N, K]: 'nk')"
         return None
@@ -41,8 +39,10 @@ class Sm80Family(MainloopFamily):
         without rows 8-15, MainloopSm80), which NVRTC 13 allocates at 142 registers
         uncapped against 128 and 116 for either loop alone. Not asked of 8-bit 4-warp
         CTAs nor 32-row ones (they spill at 128), nor of bf16 activations (their 4-bit
-        8-warp tile spills 4 bytes at 128 on sm_80; NVRTC 13)."""
-        if not spec.direct_b or spec.a_type is not DataType.F16:
+        8-warp tile spills 4 bytes at 128 on sm_80; NVRTC 13), nor of grouped kernels
+        (the expert's shifted pointers and the gather index cost registers the cap
+        does not leave)."""
+        if not spec.direct_b or spec.a_type is not DataType.F16 or spec.grouped:
             return 1
         if spec.threads == 256:
             return 2

@@ -1,6 +1,6 @@
 """bench.moe without a GPU: the top-k routings it benchmarks are what a MoE layer makes
 (rows sorted by expert, each token k times, weights normalized per token), and the
-weight bytes it divides by count the touched experts only."""
+weight bytes it divides by count the touched experts only (dense, and packed W4A16)."""
 
 from __future__ import annotations
 
@@ -35,3 +35,15 @@ def test_weight_bytes_count_the_touched_experts_only() -> None:
     assert touched_weight_bytes(r, 64, 32) == 2 * 64 * 32 * 2
     r = route(4096, cfg, torch.Generator().manual_seed(0))
     assert experts_touched(r) == 8
+
+
+def test_packed_bytes_count_the_touched_experts_packed_weights_scales_and_zeros() -> None:
+    from bench.moe import touched_packed_bytes
+    from gemm_runtime.experts import pack_experts
+    from gemm_runtime.quant import quantize
+
+    cfg = MoeConfig(experts=4, top_k=2, hidden=256, intermediate=64)
+    r = route(1, cfg, torch.Generator().manual_seed(0))
+    w = pack_experts([quantize(torch.randn(64, 256).half(), bits=4, group_size=128) for _ in range(4)])
+    # Per expert: 64 x 256 4-bit codes, and 2 groups of scales and zeros for 64 columns.
+    assert touched_packed_bytes(r, w) == 2 * (64 * 256 // 2 + 2 * 2 * 64 * 2)

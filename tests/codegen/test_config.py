@@ -407,12 +407,16 @@ def test_default_configs() -> None:
         "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 191
+    assert len(loaded) == 203
     grouped = [k.spec for k in loaded if k.spec.grouped]
     # Grouped kernels (docs/MOE.md): the sm80 and sm90 families, both 16-bit types, stacked
-    # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill.
-    assert len(grouped) == 16 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {("sm80", "nk"),
+    # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill; quantized
+    # experts (4- and 8-bit, both activation types) on the sm80 family.
+    assert len(grouped) == 28 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {("sm80", "nk"),
                                                                                                ("sm90", "nk")}
+    assert {(s.a_type.value, s.b_type.value) for s in grouped if s.quantized} == {
+        (a, b) for a in ("f16", "bf16") for b in ("u4", "u8")}
+    assert {s.mainloop.value for s in grouped if s.quantized} == {"sm80"}
     assert {s.a_type.value for s in grouped} == {"f16", "bf16"} and {s.cta[0] for s in grouped} == {16, 32, 64, 128, 256}
     assert {s.cluster for s in grouped} == {1}
     hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90" and not k.spec.grouped]
@@ -519,7 +523,8 @@ def test_a_grouped_family_makes_grouped_kernels_named_so(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     "overrides, needle",
     [
-        (dict(b_type="u4", tiles=[{"cta": [32, 128, 64], "warps": [1, 4, 1], "stages": 4}]), "quantized B"),
+        (dict(mainloop="sm90_quant", mma="m64nNk16", arch=[90, 90], b_type="u4",
+              tiles=[{"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 8}]), "the sm90_quant family has no grouped"),
         (dict(b_orders=["kn"]), "stacked [E, N, K]"),
         (dict(mainloop="sm70", mma="m16n8k16", tiles=[{"cta": [128, 128, 32], "warps": [2, 2, 1], "stages": 2}]),
          "the sm70 family has no grouped kernels"),
@@ -528,11 +533,23 @@ def test_a_grouped_family_makes_grouped_kernels_named_so(tmp_path: Path) -> None
         (dict(mainloop="sm90", mma="m64nNk16", arch=[90, 90],
               tiles=[{"cta": [128, 128, 64], "warps": [8, 1, 1], "stages": 4, "cluster": 2}]), "with a cluster"),
     ],
-    ids=["quantized-sm80", "kn-sm80", "sm70", "kn-sm90", "cluster-sm90"],
+    ids=["sm90_quant", "kn-sm80", "sm70", "kn-sm90", "cluster-sm90"],
 )
 def test_grouped_kernels_only_where_the_family_has_them(tmp_path: Path, overrides, needle) -> None:
     error(tmp_path, {"families": [family(grouped=True, **overrides)]}, f"{FAM}.tiles[0]", "grouped", "got true",
           needle)  # fmt: skip
+
+
+def test_quantized_grouped_sm80_kernels_take_the_weights_directly_without_a_register_cap(tmp_path: Path) -> None:
+    tiles = [{"cta": [16, 128, 128], "warps": [1, 4, 1], "stages": 4}, {"cta": [64, 128, 64], "warps": [1, 4, 1], "stages": 4}]
+    data = {"families": [family(grouped=True, b_type="u4", tiles=tiles)]}
+    decode, prefill = (k.spec for k in load_configs([write(tmp_path, data)]))
+    assert decode.grouped and decode.quantized and decode.direct_b and not prefill.direct_b
+    # The dense 16-row W4 tile runs 4 CTAs of 128 registers; the grouped one's expert
+    # pointers and gather index do not fit that cap.
+    assert decode.min_ctas_per_sm == 1
+    dense = load_configs([write(tmp_path, {"families": [family(b_type="u4", tiles=tiles[:1])]}, "dense.yaml")])[0].spec
+    assert dense.min_ctas_per_sm == 4
 
 
 def test_grouped_must_be_a_boolean(tmp_path: Path) -> None:

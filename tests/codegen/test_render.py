@@ -53,7 +53,8 @@ def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
     assert direct, "the default set ships direct-B decode kernels"
     for k in direct:
         text = render_kernel(k.spec, k.source)
-        assert f", {k.spec.align}, true, false>;" in text  # direct B, not grouped
+        grouped = "true" if k.spec.grouped else "false"
+        assert f", {k.spec.align}, true, {grouped}>;" in text  # direct B, and the grouped flag
         bounds = f"{k.spec.threads}, {k.spec.min_ctas_per_sm}" if k.spec.min_ctas_per_sm > 1 else f"{k.spec.threads}"
         assert f"__launch_bounds__({bounds}) {k.spec.name}(" in text
     dense = render_kernel(default_set[0].spec, default_set[0].source)

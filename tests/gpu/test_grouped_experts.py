@@ -1,6 +1,7 @@
 """The expert layer on the GPU (gemm_runtime.nn.GroupedExperts, docs/MOE.md): a
 transformers sparse MoE block (Mixtral's, Qwen2-MoE's) built from a small config with
-random weights gives the same output after replace_experts as before, fp16 and bf16."""
+random weights gives the same output after replace_experts as before, fp16 and bf16, and
+with quantized experts the output of the block holding their dequantized weights."""
 
 from __future__ import annotations
 
@@ -45,6 +46,39 @@ def test_the_block_computes_the_same_after_replace_experts(gemm, make, dtype, to
         want = want[0] if isinstance(want, tuple) else want
         assert replace_experts(block, gemm=gemm) == ["experts"]
         assert isinstance(block.experts, GroupedExperts)
+        got = block(x)
+        got = got[0] if isinstance(got, tuple) else got
+    err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert err < 1e-2, f"rel err {err}"
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("make", [_mixtral, _qwen2_moe], ids=["mixtral", "qwen2_moe"])
+def test_quantized_experts_compute_the_block_with_dequantized_weights(gemm, make, dtype, bits, tokens) -> None:
+    """W4A16 / W8A16 experts against the same block whose experts hold the weights the
+    quantized layer dequantizes to."""
+    import copy
+
+    torch.manual_seed(tokens + bits)
+    block = make(dtype)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(0, p.shape[-1] ** -0.5)
+    block = block.to("cuda", dtype).eval()
+    reference = copy.deepcopy(block)
+    x = torch.randn(1, tokens, 256, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        assert replace_experts(block, gemm=gemm, quantize={"bits": bits, "group_size": 64}) == ["experts"]
+        layer = block.experts
+        assert isinstance(layer, GroupedExperts) and layer.quantized
+        gate_up, down = (w.dequantize(dtype) for w in layer.weights())
+        # The layer's gate_up rows interleave (gate, up); transformers' stack gate, then up.
+        reference.experts.gate_up_proj.copy_(torch.cat((gate_up[:, 0::2], gate_up[:, 1::2]), dim=1))
+        reference.experts.down_proj.copy_(down)
+        want = reference(x)
+        want = want[0] if isinstance(want, tuple) else want
         got = block(x)
         got = got[0] if isinstance(got, tuple) else got
     err = ((got.float() - want.float()).norm() / want.float().norm()).item()

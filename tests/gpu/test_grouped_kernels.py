@@ -2,15 +2,18 @@
 against experts.grouped_reference: sorted and gathered A (the sm80 kernels read it
 through the index, the sm90 launches sort it first), uneven row groups (empty experts,
 one row, one expert with every row, rows past the last expert that must stay
-untouched), residues against the tile on N and K, fp16 and bf16, row scales,
-per-expert bias, gated SiLU and beta * C, outputs poisoned with NaN before each launch."""
+untouched), residues against the tile on N and K, fp16 and bf16, dense and quantized
+experts (4 and 8 bits, grouped and per-channel scales, asymmetric and symmetric: against
+their dequantized weights), row scales, per-expert bias, gated SiLU and beta * C, outputs
+poisoned with NaN before each launch."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gemm_runtime.experts import check_routing, grouped_reference
+from gemm_runtime.experts import check_routing, grouped_reference, pack_experts
+from gemm_runtime.quant import quantize
 from gemm_runtime.types import torch_dtype
 from tests.gpu.util import shared_gemm
 
@@ -45,17 +48,24 @@ def _launch(gemm, name: str, x, w, routing, out, **epilogue) -> None:
     torch.cuda.synchronize()  # surfaces a fault here, with the buffers alive
 
 
-def _problem(spec, starts: tuple[int, ...], gen: torch.Generator, past: int = 16):
-    """N is ``past`` beyond two tiles: 16 keeps the gated output's N / 2 columns whole
+def _problem(spec, starts: tuple[int, ...], gen: torch.Generator, past: int = 16, group_size: int = 32,
+             symmetric: bool = False):  # fmt: skip
+    """(A, the weights the kernel takes, the weights the reference takes, offsets, N).
+    N is ``past`` beyond two tiles: 16 keeps the gated output's N / 2 columns whole
     16-byte rows (the sm90 kernels store whole boxes through TMA), 12 leaves D's rows
-    a partial chunk (they store directly)."""
+    a partial chunk (they store directly). A quantized kernel's experts are quantized
+    with ``group_size`` (-1: one group over K) and packed; the reference takes them
+    dequantized."""
     cm, cn, ck = spec.cta
     experts, n, k = len(starts) - 1, 2 * cn + past, 3 * ck - 8
     dt = torch_dtype(spec.a_type)
     a = torch.randn(ROWS, k, device="cuda", dtype=dt, generator=gen)
     w = torch.randn(experts, n, k, device="cuda", dtype=dt, generator=gen) / k**0.5
     offsets = torch.tensor(starts, dtype=torch.int32, device="cuda")
-    return a, w, offsets, n
+    if not spec.quantized:
+        return a, w, w, offsets, n
+    packed = pack_experts([quantize(we, bits=spec.b_type.bits, group_size=group_size, symmetric=symmetric) for we in w])
+    return a, packed, packed.dequantize(torch.float32), offsets, n
 
 
 @pytest.mark.parametrize("routing_name", list(ROUTINGS))
@@ -64,7 +74,7 @@ def test_grouped_kernel_matches_the_reference(gemm, name: str, routing_name: str
     spec = gemm.registry.get(name).spec
     starts = ROUTINGS[routing_name]
     gen = torch.Generator(device="cuda").manual_seed(hash((name, routing_name)) % 2**31)
-    a, w, offsets, n = _problem(spec, starts, gen, past=12 if routing_name == "uneven-with-empty-experts" else 16)
+    a, w, w_ref, offsets, n = _problem(spec, starts, gen, past=12 if routing_name == "uneven-with-empty-experts" else 16)
     tokens = torch.randn(TOKENS, a.shape[1], device="cuda", dtype=a.dtype, generator=gen)
     index = torch.randint(0, TOKENS, (ROWS,), device="cuda", dtype=torch.int32, generator=gen)
     failures = []
@@ -74,7 +84,7 @@ def test_grouped_kernel_matches_the_reference(gemm, name: str, routing_name: str
         routing = check_routing(offsets, experts=len(starts) - 1, rows=ROWS, device=a.device, row_scale=scale,
                                 tokens=TOKENS if gathered else None, index=index if gathered else None,
                                 check_values=True)  # fmt: skip
-        ref = grouped_reference(x, w, routing)
+        ref = grouped_reference(x, w_ref, routing)
         # Padding columns, and the rows past the last expert, must stay NaN.
         out = torch.full((ROWS, (n + 7) // 8 * 8 + 8), float("nan"), device="cuda", dtype=a.dtype)
         _launch(gemm, name, x, w, routing, out[:, :n])
@@ -89,11 +99,12 @@ def test_grouped_kernel_matches_the_reference(gemm, name: str, routing_name: str
 
 @pytest.mark.parametrize("name", _kernel_names())
 def test_grouped_epilogues(gemm, name: str) -> None:
-    """Per-expert bias, the gated SiLU over (gate, up) pairs and beta * C, with row scales."""
+    """Per-expert bias, the gated SiLU over (gate, up) pairs and beta * C, with row scales
+    (quantized experts: one symmetric group over K)."""
     spec = gemm.registry.get(name).spec
     starts = ROUTINGS["uneven-with-empty-experts"]
     gen = torch.Generator(device="cuda").manual_seed(hash(name) % 2**31)
-    a, w, offsets, n = _problem(spec, starts, gen)
+    a, w, w_ref, offsets, n = _problem(spec, starts, gen, group_size=-1, symmetric=True)
     experts = len(starts) - 1
     scale = torch.rand(ROWS, device="cuda", generator=gen) + 0.5
     routing = check_routing(offsets, experts=experts, rows=ROWS, device=a.device, row_scale=scale, check_values=True)
@@ -102,7 +113,7 @@ def test_grouped_epilogues(gemm, name: str) -> None:
     for gated in (False, True):
         cols = n // 2 if gated else n
         c = torch.randn(ROWS, cols, device="cuda", dtype=a.dtype, generator=gen)
-        ref = grouped_reference(a, w, routing, bias=bias, alpha=0.75, beta=0.5, c=c, gated=gated)
+        ref = grouped_reference(a, w_ref, routing, bias=bias, alpha=0.75, beta=0.5, c=c, gated=gated)
         out = torch.full((ROWS, cols), float("nan"), device="cuda", dtype=a.dtype)
         _launch(gemm, name, a, w, routing, out, alpha=0.75, beta=0.5, c=c, bias=bias, gated=gated)
         err = _rel_err(out, ref)

@@ -2,7 +2,8 @@
 and by default choice, against experts.grouped_reference, with A gathered through an
 index (unsorted tokens, each routed to top-k experts), routing weights as row scales in
 bf16 (converted by the runtime), per-expert bias, the gated SiLU, beta * C, outputs
-poisoned with NaN; and the errors of a forced kernel that cannot serve the launch."""
+poisoned with NaN; quantized experts (W4A16, W8A16) the same way against their
+dequantized weights; and the errors of a forced kernel that cannot serve the launch."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from gemm_runtime import DispatchPolicy, GemmArgumentError
-from gemm_runtime.experts import check_routing, grouped_reference
+from gemm_runtime.experts import check_routing, grouped_reference, pack_experts
+from gemm_runtime.quant import quantize
 from gemm_runtime.plan import LaunchSpec
 from tests.gpu.util import rel_err
 
@@ -18,8 +20,9 @@ pytestmark = pytest.mark.gpu
 TOL = 1e-2
 
 
-def _grouped(gemm):
-    return [k.name for k in gemm.kernels if k.spec.grouped]
+def _grouped(gemm, bits: int = 0):
+    """The grouped kernels of the build for dense experts (``bits`` 0) or quantized ones."""
+    return [k.name for k in gemm.kernels if k.spec.grouped and (k.spec.b_type.bits if k.spec.quantized else 0) == bits]
 
 
 def _routing(tokens: int, experts: int, top_k: int, gen: torch.Generator):
@@ -32,17 +35,24 @@ def _routing(tokens: int, experts: int, top_k: int, gen: torch.Generator):
     return offsets, (order // top_k).int(), weights.reshape(-1)[order]
 
 
+@pytest.mark.parametrize("bits", [0, 4, 8], ids=["dense", "w4", "w8"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("tokens", [1, 37, 300])
-def test_grouped_matmul_matches_the_reference(gemm, dtype, tokens) -> None:
-    names = [n for n in _grouped(gemm) if gemm.registry.get(n).spec.a_type.value == {torch.float16: "f16",
-                                                                                      torch.bfloat16: "bf16"}[dtype]]
-    assert names, "the default set has grouped kernels for both 16-bit types"
-    gen = torch.Generator(device="cuda").manual_seed(tokens)
-    # N / 2 = 136: the gated output keeps whole 16-byte rows; both N and N / 2 leave a tile residue.
+def test_grouped_matmul_matches_the_reference(gemm, dtype, bits, tokens) -> None:
+    """Dense experts, or quantized ones (``bits``) against their dequantized weights."""
+    names = [n for n in _grouped(gemm, bits) if gemm.registry.get(n).spec.a_type.value == {torch.float16: "f16",
+                                                                                            torch.bfloat16: "bf16"}[dtype]]
+    assert names, "the default set has grouped kernels for both 16-bit types, dense and 4- and 8-bit"
+    gen = torch.Generator(device="cuda").manual_seed(tokens + bits)
+    # N / 2 = 136: the gated output keeps whole 16-byte rows; both N and N / 2 leave a tile
+    # residue. K: six quantization groups of 32 and a partial one.
     experts, top_k, n, k = 8, 2, 272, 200
     x = torch.randn(tokens, k, device="cuda", dtype=dtype, generator=gen)
     w = torch.randn(experts, n, k, device="cuda", dtype=dtype, generator=gen) / k**0.5
+    w_ref = w
+    if bits:
+        w = pack_experts([quantize(we, bits=bits, group_size=32) for we in w])
+        w_ref = w.dequantize(torch.float32)
     bias = torch.randn(experts, n, device="cuda", dtype=dtype, generator=gen)
     offsets, index, scale = _routing(tokens, experts, top_k, gen)
     rows = tokens * top_k
@@ -52,7 +62,7 @@ def test_grouped_matmul_matches_the_reference(gemm, dtype, tokens) -> None:
     for gated in (False, True):
         cols = n // 2 if gated else n
         c = torch.randn(rows, cols, device="cuda", dtype=dtype, generator=gen)
-        ref = grouped_reference(x, w, routing, bias=bias, alpha=0.5, beta=0.25, c=c, gated=gated)
+        ref = grouped_reference(x, w_ref, routing, bias=bias, alpha=0.5, beta=0.25, c=c, gated=gated)
         for name in [None, *names]:
             out = torch.full((rows, cols), float("nan"), device="cuda", dtype=dtype)
             gemm.grouped_matmul(x, w, offsets, index=index, row_scale=scale.to(dtype), bias=bias, gated=gated,
@@ -62,6 +72,12 @@ def test_grouped_matmul_matches_the_reference(gemm, dtype, tokens) -> None:
             if not err < TOL:
                 failures.append(f"{name or 'default'} gated={gated}: rel err {err}")
     assert not failures, "; ".join(failures)
+    if bits:
+        # A dense kernel cannot take quantized experts, nor a quantized one dense experts.
+        with pytest.raises(GemmArgumentError, match="operand type"):
+            gemm.grouped_matmul(x, w, offsets, index=index, kernel=_grouped(gemm)[0])
+        with pytest.raises(GemmArgumentError, match="operand type"):
+            gemm.grouped_matmul(x, w_ref.to(dtype), offsets, index=index, kernel=names[0])
 
 
 def test_a_forced_kernel_must_serve_the_launch(gemm) -> None:

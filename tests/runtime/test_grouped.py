@@ -81,7 +81,7 @@ def test_bad_arguments_are_named() -> None:
     _error("w.shape", "3 dimensions", w=torch.randn(N, K).half())
     _error("w.dtype", "x's dtype", w=torch.randn(E, N, K).bfloat16())
     _error("x.shape", f"(rows, {K})", x=torch.randn(TOKENS, K + 8).half())
-    _error("w.shape", "an even N", w=torch.randn(E, N + 1, K).half(), gated=True)
+    _error("w", "an even N", w=torch.randn(E, N + 1, K).half(), gated=True)
     _error("x", "16-byte vectors", x=torch.randn(TOKENS, 2 * K).half()[:, ::2])
     _error("w", "one after another", w=torch.randn(E, 2 * N, K).half()[:, :N])
     _error("offsets.shape", f"({E + 1},)", offsets=torch.tensor([0, 9], dtype=torch.int32))
@@ -295,3 +295,81 @@ def test_the_sm90_form_refuses_what_tma_cannot_describe() -> None:
     key = grouped_key(grouped_operands(**_args()), 90)._replace(k=0)
     assert "K = 0" in infeasible_reason(_sm90_spec(), key)
     assert infeasible_reason(spec_for(grouped=True), key) is None
+
+
+# ---- quantized experts ------------------------------------------------------------------
+
+QK = 64  # K of the quantized experts: two groups of 32
+
+
+def _packed(bits=4, group_size=32, dtype=torch.float16, n=N):
+    from gemm_runtime.experts import pack_experts
+    from gemm_runtime.quant import quantize
+
+    gen = torch.Generator().manual_seed(1)
+    return pack_experts([quantize(torch.randn(n, QK, generator=gen).to(dtype), bits=bits, group_size=group_size)
+                         for _ in range(E)])  # fmt: skip
+
+
+def _packed_ops(w, dtype=torch.float16, **kwargs):
+    x = torch.randn(TOKENS, QK, generator=torch.Generator().manual_seed(2)).to(dtype)
+    return grouped_operands(x, w, torch.tensor([0, 3, 3, 7, 9], dtype=torch.int32), **kwargs)
+
+
+def test_quantized_experts_key_their_bits_and_group_size() -> None:
+    ops = _packed_ops(_packed())
+    assert (ops.experts, ops.n, ops.k, ops.packed is not None) == (E, N, QK, True)
+    key = grouped_key(ops, 90)
+    assert (key.b_type, key.quant, key.n, key.k, key.experts) == (DataType.U4, "u4g32", N, QK, E)
+    key.validate()
+    # One group over K is spelled with K as its size, as dense quantized keys spell it.
+    whole = grouped_key(_packed_ops(_packed(bits=8, group_size=-1, dtype=torch.bfloat16), torch.bfloat16), 90)
+    assert (whole.a_type, whole.b_type, whole.quant) == (DataType.BF16, DataType.U8, f"u8g{QK}")
+    whole.validate()
+    # Only quantized grouped kernels serve it, of its bits.
+    w4 = spec_for(cta=(16, 128, 128), warps=(1, 4, 1), b_type=DataType.U4, grouped=True)
+    w8 = spec_for(cta=(16, 128, 128), warps=(1, 4, 1), b_type=DataType.U8, grouped=True)
+    dense = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
+    assert infeasible_reason(w4, key) is None
+    assert "operand type" in infeasible_reason(w8, key) and "operand type" in infeasible_reason(dense, key)
+    assert "not a grouped kernel" in infeasible_reason(spec_for(cta=(16, 128, 128), warps=(1, 4, 1),
+                                                                b_type=DataType.U4), key)  # fmt: skip
+
+
+def test_the_quantized_parameter_block_points_at_the_stacked_blocks_and_scales() -> None:
+    w = _packed()
+    scale = torch.rand(TOKENS)
+    ops = _packed_ops(w, row_scale=scale, gated=True)
+    spec = spec_for(cta=(16, 128, 128), warps=(1, 4, 1), b_type=DataType.U4, grouped=True)
+    grid, block = launch_block(SimpleNamespace(spec=spec, resident=132), ops)
+    assert grid == (math.ceil(TOKENS / 16) + E, math.ceil(N / 128), 1)
+    p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
+    assert (p["B"], p["V"], p["U"]) == (w.b.data_ptr(), w.v.data_ptr(), scale.data_ptr())
+    # One row of 8 columns' blocks: QK * 4 bits bytes, counted in 16-bit units; V's rows
+    # are the padded N; two groups of 32 along K.
+    assert (p["ldb"], p["ldv"], p["groups"], p["group_shift"]) == (QK * 4 // 2, w.v.shape[2], 2, 5)
+    assert w.b.stride(0) == math.ceil(N / 8) * p["ldb"] * 2 and w.v.stride(0) == 2 * p["groups"] * p["ldv"]
+    assert (p["N"], p["K"], p["lda"], p["ldd"], p["epilogue"]) == (N, QK, QK, N // 2, 2)
+    dense = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(launch_block(SimpleNamespace(spec=spec_for(
+        cta=(16, 64, 128), warps=(1, 2, 2), grouped=True), resident=132), grouped_operands(**_args()))[1])))
+    assert (dense["V"], dense["groups"], dense["ldv"]) == (0, 0, 0)
+
+
+def test_bad_quantized_experts_are_named() -> None:
+    import dataclasses
+
+    w = _packed()
+    for bad, argument, needle in (
+        (w, "w.dtype", "x's dtype"),  # fp16 scales under bf16 activations
+        (dataclasses.replace(w, b=w.b.transpose(1, 2).contiguous().transpose(1, 2)), "w.b", "contiguous"),
+        (dataclasses.replace(w, v=w.v[:, :2].contiguous()), "w", "as its layout says"),
+    ):  # fmt: skip
+        dtype = torch.bfloat16 if argument == "w.dtype" else torch.float16
+        with pytest.raises(GemmArgumentError) as info:
+            _packed_ops(bad, dtype)
+        assert info.value.argument == argument and needle in str(info.value), str(info.value)
+    with pytest.raises(GemmArgumentError, match="an even N"):
+        _packed_ops(_packed(n=N + 8 + 1), gated=True)
+    x = torch.randn(TOKENS, QK + 8).half()
+    with pytest.raises(GemmArgumentError, match=r"x.shape.*\(rows, 64\)"):
+        grouped_operands(x, w, torch.tensor([0, 3, 3, 7, 9], dtype=torch.int32))

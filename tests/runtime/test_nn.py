@@ -136,8 +136,10 @@ class _ReferenceGemm:
     the layer's routing, launches and combine checked without a GPU."""
 
     def grouped_matmul(self, x, w, offsets, *, index=None, row_scale=None, gated=False):
-        from gemm_runtime.experts import check_routing, grouped_reference
+        from gemm_runtime.experts import PackedExperts, check_routing, grouped_reference
 
+        if isinstance(w, PackedExperts):
+            w = w.dequantize(torch.float32)
         rows = index.shape[0] if index is not None else x.shape[0]
         routing = check_routing(offsets, experts=w.shape[0], rows=rows, device=x.device, tokens=x.shape[0],
                                 index=index, row_scale=row_scale, check_values=True)  # fmt: skip
@@ -191,6 +193,46 @@ def test_grouped_experts_compute_what_transformers_experts_compute() -> None:
         want = module(x, index, weights)
         got = layer(x, index, weights)
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got - want).abs().max()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantized_grouped_experts_compute_the_dequantized_experts(bits: int) -> None:
+    from gemm_runtime.experts import PackedExperts
+    from gemm_runtime.nn import GroupedExperts
+    from gemm_runtime.quant import quantize
+
+    module = _mixtral_experts(hidden=64, intermediate=48)
+    layer = GroupedExperts.from_experts(module, gemm=_ReferenceGemm(), quantize={"bits": bits, "group_size": 32})
+    assert layer.quantized and "gate_up" not in dict(layer.named_parameters())
+    assert {"gate_up_q", "gate_up_sz", "down_q", "down_sz"} <= set(layer.state_dict())
+    gate_up, down = layer.weights()
+    assert isinstance(gate_up, PackedExperts) and gate_up.b.data_ptr() == layer.gate_up_q.data_ptr()
+    # The interleaved (gate, up) rows, quantized expert by expert.
+    gate, up = module.gate_up_proj.detach().chunk(2, dim=1)
+    for e in range(4):
+        want = quantize(torch.stack((gate[e], up[e]), dim=1).reshape(96, 64), bits=bits, group_size=32)
+        assert torch.equal(gate_up.expert(e).unpack().q, want.q)
+    # The same layer computes what the transformers module does with the dequantized weights.
+    reference = _mixtral_experts(hidden=64, intermediate=48)
+    with torch.no_grad():
+        deq_gate_up = gate_up.dequantize(torch.float32)
+        reference.gate_up_proj.copy_(torch.cat((deq_gate_up[:, 0::2], deq_gate_up[:, 1::2]), dim=1))
+        reference.down_proj.copy_(down.dequantize(torch.float32))
+    x = torch.randn(9, 64)
+    weights, index = torch.topk(torch.softmax(torch.randn(9, 4), -1), 2, dim=-1)
+    with torch.no_grad():
+        got, want = layer(x, index, weights), reference(x, index, weights)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got - want).abs().max()
+    assert f"bits={bits}, group_size=32" in repr(layer)
+
+
+def test_grouped_experts_quantize_must_be_a_dict() -> None:
+    from gemm_runtime.nn import GroupedExperts
+
+    with pytest.raises(GemmArgumentError, match="quantize: got int"):
+        GroupedExperts(torch.randn(4, 48, 32), torch.randn(4, 32, 24), quantize=4)
+    with pytest.raises(GemmArgumentError, match="bits"):
+        GroupedExperts(torch.randn(4, 48, 32), torch.randn(4, 32, 24), quantize={"bits": 3})
 
 
 def test_grouped_experts_need_silu_and_matching_shapes() -> None:

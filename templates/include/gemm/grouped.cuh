@@ -50,12 +50,11 @@ __device__ __forceinline__ GroupTile find_group_tile(const int* offsets, int exp
   return {-1, 0, 0, 0};
 }
 
-// The expert's problem: `p` with A, B, C, D, U and the bias moved to the expert's rows
-// and weight, and M its rows.
+// The expert's problem: `p` with A, B, C, D, U, the bias and (quantized B) the scales
+// and zeros V moved to the expert's rows and weight, and M its rows.
 template <class Cfg, class Params>
 __device__ __forceinline__ Params expert_problem(const Params& p, const GroupTile& g) {
   using Storage = typename Cfg::TD::Storage;
-  static_assert(!Cfg::kQuantB, "grouped kernels take dense B so far (docs/MOE.md)");
   Params q = p;
   const i64 row0 = g.row0;
   // Gathered A stays where it is; the expert's rows read their A rows through gather.
@@ -64,8 +63,15 @@ __device__ __forceinline__ Params expert_problem(const Params& p, const GroupTil
   } else {
     q.A = static_cast<const char*>(p.A) + row0 * p.lda * 2;
   }
-  // The experts' [N, K] weights follow each other: N rows of ldb apart (the runtime checks).
-  q.B = static_cast<const char*>(p.B) + static_cast<i64>(g.expert) * p.N * p.ldb * 2;
+  // The experts' weights follow each other (the runtime checks): dense [N, K], N rows of
+  // ldb 16-bit units apart; packed (gemm_runtime.packed_weight), ceil(N / 8) rows of
+  // blocks, then the scales and zeros, 2 * groups rows of ldv.
+  if constexpr (Cfg::kQuantB) {
+    q.B = static_cast<const char*>(p.B) + static_cast<i64>(g.expert) * ((p.N + 7) / 8) * p.ldb * 2;
+    q.V = static_cast<const char*>(p.V) + static_cast<i64>(g.expert) * 2 * p.groups * p.ldv * 2;
+  } else {
+    q.B = static_cast<const char*>(p.B) + static_cast<i64>(g.expert) * p.N * p.ldb * 2;
+  }
   q.D = static_cast<char*>(p.D) + row0 * p.ldd * static_cast<i64>(sizeof(Storage));
   if (p.C != nullptr) q.C = static_cast<const char*>(p.C) + row0 * p.ldc * static_cast<i64>(sizeof(Storage));
   if (p.U != nullptr) q.U = static_cast<const float*>(p.U) + row0;
