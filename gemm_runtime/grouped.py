@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 
-from codegen.families.sm90 import a_box_rows
 from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.spec import KernelSpec
 from codegen.vocabulary import BOrder, DataType
@@ -207,28 +206,43 @@ def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:
         return ops.a.index_select(0, index)
 
 
-def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor) -> tuple[bytes, bool]:
-    """The sm90 family's descriptors and whether D has one: A over the grouped rows, B
-    over the stacked weights as one [E * N, K] matrix (expert e's tiles start at row
-    e * N), D over all rows (the kernel stores through it only the boxes whose rows
-    belong to one expert). D has none where its rows are not whole 16-byte chunks
-    (gemm_runtime.launch.TensorMaps: a TMA store writes a row's last chunk whole)."""
-    _, b_box, d_box = spec.mainloop.tensor_maps(spec)
-    dtype = ops.dtype
-    a_map = TensorMap2D(a.data_ptr(), ops.rows, ops.k, a.stride(0), dtype, a_box_rows(spec.cta[0], ops.rows),
-                        spec.cta[2])  # fmt: skip
-    b_map = TensorMap2D(ops.w.data_ptr(), ops.experts * ops.n, ops.k, ops.w.stride(1), dtype, b_box.box_rows,
-                        b_box.box_cols)  # fmt: skip
-    out = ops.out
-    cols = out.shape[1]
-    d_map = None
-    if cols * out.element_size() % 16 == 0:
-        try:
-            d_map = TensorMap2D(out.data_ptr(), ops.rows, cols, out.stride(0), dtype, d_box.box_rows, d_box.box_cols)
-        except GemmArgumentError:
+def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor, key: ProblemKey) -> tuple[bytes, bool]:
+    """The TMA families' descriptors, in the order the family lists their boxes, and
+    whether D has one: A over the grouped rows; B over the stacked weights as one matrix
+    of E times an expert's rows (expert e's tiles start at e times them): [E * N, K], or
+    packed (32-bit words: TMA moves them as bytes) [E * ceil(N / 8), padded K words]; V
+    (quantized) the same over the experts' scales and zeros [E * 2 * groups, N]; D over
+    all rows (the kernel stores through it only the boxes whose rows belong to one
+    expert). D has none where its rows are not whole 16-byte chunks (gemm_runtime.
+    launch.TensorMaps: a TMA store writes a row's last chunk whole)."""
+    dtype, e = ops.dtype, ops.experts
+    maps, stores_d = b"", False
+    for box in spec.mainloop.tensor_maps(spec, key):
+        if box.operand == "a":
+            matrix = (a.data_ptr(), ops.rows, ops.k, a.stride(0), dtype)
+        elif box.operand == "b" and ops.packed is not None:
+            b = ops.packed.b
+            matrix = (b.data_ptr(), e * b.shape[1], b.shape[2] // 4, b.stride(1) // 4, DataType.F32)
+        elif box.operand == "b":
+            matrix = (ops.w.data_ptr(), e * ops.n, ops.k, ops.w.stride(1), dtype)
+        elif box.operand == "v":
+            v = ops.packed.v
+            matrix = (v.data_ptr(), e * v.shape[1], ops.n, v.stride(1), dtype)
+        else:  # "d"
+            out = ops.out
             d_map = None
-    maps = b"".join(Encoder(m)(m.address) for m in (a_map, b_map))
-    return maps + (bytes(TENSOR_MAP_BYTES) if d_map is None else Encoder(d_map)(d_map.address)), d_map is not None
+            if out.shape[1] * out.element_size() % 16 == 0:
+                try:
+                    d_map = TensorMap2D(out.data_ptr(), ops.rows, out.shape[1], out.stride(0), dtype, box.box_rows,
+                                        box.box_cols, box.swizzle)  # fmt: skip
+                except GemmArgumentError:
+                    d_map = None
+            stores_d = d_map is not None
+            maps += bytes(TENSOR_MAP_BYTES) if d_map is None else Encoder(d_map)(d_map.address)
+            continue
+        tmap = TensorMap2D(*matrix, box.box_rows, box.box_cols, box.swizzle)
+        maps += Encoder(tmap)(tmap.address)
+    return maps, stores_d
 
 
 def launch_block(
@@ -245,6 +259,7 @@ def launch_block(
     spec = kernel.spec
     cm, cn, ck = spec.cta
     tiles_m, tiles_n = math.ceil(ops.rows / cm) + ops.experts, math.ceil(ops.n / cn)
+    key = grouped_key(ops, 0)
     tma = reads_a_by_tma(spec)
     gather = ops.routing.index
     if tma and gather is not None:
@@ -281,10 +296,11 @@ def launch_block(
         ("epilogue", (_EPILOGUE_BIAS if ops.bias is not None else 0) | (_EPILOGUE_GATED if ops.gated else 0)),
     ):  # fmt: skip
         values[_INDEX[name]] = value
+    grid = spec.mainloop.grid(spec, (tiles_m, tiles_n), 1, swizzle, kernel.resident)
     if not tma:
-        return (tiles_m, tiles_n, 1), PARAM_STRUCT.pack(*values)
-    maps, stores_d = _tensor_maps(spec, ops, a)
+        return grid, PARAM_STRUCT.pack(*values)
+    maps, stores_d = _tensor_maps(spec, ops, a, key)
     values[_INDEX["epilogue"]] |= EPILOGUE_TMA_STORE if stores_d else 0
     block = maps + PARAM_STRUCT.pack(*values)
     block += bytes(block_bytes(spec.mainloop.params_offset(spec)) - len(block))
-    return (max(1, min(tiles_m * tiles_n, kernel.resident)), 1, 1), block
+    return grid, block

@@ -94,6 +94,14 @@ class Sm90QuantFamily(MainloopFamily):
             return "arch", [spec.arch_min, spec.arch_max], "[90, 90] (wgmma is an sm_90a instruction)"
         return None
 
+    def grouped_error(self, spec: KernelSpec) -> str | None:
+        """Quantized experts (gemm_runtime.experts.PackedExperts): token tile y of a
+        launch is one expert's, its weight and scale tiles found in the stacked experts
+        seen as one matrix (kernel_sm90_quant.cuh). The register-A form only."""
+        if self.shared_b:
+            return f"false (the {self.value} form has no grouped kernels)"
+        return None
+
     # ---- what a kernel implies --------------------------------------------------------
     def threads(self, spec: KernelSpec) -> int:
         return super().threads(spec) + PRODUCER_THREADS

@@ -407,16 +407,16 @@ def test_default_configs() -> None:
         "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 203
+    assert len(loaded) == 221
     grouped = [k.spec for k in loaded if k.spec.grouped]
     # Grouped kernels (docs/MOE.md): the sm80 and sm90 families, both 16-bit types, stacked
     # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill; quantized
-    # experts (4- and 8-bit, both activation types) on the sm80 family.
-    assert len(grouped) == 28 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {("sm80", "nk"),
-                                                                                               ("sm90", "nk")}
+    # experts (4- and 8-bit, both activation types) on the sm80 and sm90_quant families.
+    assert len(grouped) == 46 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {
+        ("sm80", "nk"), ("sm90", "nk"), ("sm90_quant", "nk")}
     assert {(s.a_type.value, s.b_type.value) for s in grouped if s.quantized} == {
         (a, b) for a in ("f16", "bf16") for b in ("u4", "u8")}
-    assert {s.mainloop.value for s in grouped if s.quantized} == {"sm80"}
+    assert {s.mainloop.value for s in grouped if s.quantized} == {"sm80", "sm90_quant"}
     assert {s.a_type.value for s in grouped} == {"f16", "bf16"} and {s.cta[0] for s in grouped} == {16, 32, 64, 128, 256}
     assert {s.cluster for s in grouped} == {1}
     hopper = [k.spec for k in loaded if k.spec.mainloop.value == "sm90" and not k.spec.grouped]
@@ -523,8 +523,8 @@ def test_a_grouped_family_makes_grouped_kernels_named_so(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     "overrides, needle",
     [
-        (dict(mainloop="sm90_quant", mma="m64nNk16", arch=[90, 90], b_type="u4",
-              tiles=[{"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 8}]), "the sm90_quant family has no grouped"),
+        (dict(mainloop="sm90_quant_smem", mma="m64nNk16", arch=[90, 90], b_type="u4",
+              tiles=[{"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 4}]), "the sm90_quant_smem form has no grouped"),
         (dict(b_orders=["kn"]), "stacked [E, N, K]"),
         (dict(mainloop="sm70", mma="m16n8k16", tiles=[{"cta": [128, 128, 32], "warps": [2, 2, 1], "stages": 2}]),
          "the sm70 family has no grouped kernels"),
@@ -533,7 +533,7 @@ def test_a_grouped_family_makes_grouped_kernels_named_so(tmp_path: Path) -> None
         (dict(mainloop="sm90", mma="m64nNk16", arch=[90, 90],
               tiles=[{"cta": [128, 128, 64], "warps": [8, 1, 1], "stages": 4, "cluster": 2}]), "with a cluster"),
     ],
-    ids=["sm90_quant", "kn-sm80", "sm70", "kn-sm90", "cluster-sm90"],
+    ids=["sm90_quant_smem", "kn-sm80", "sm70", "kn-sm90", "cluster-sm90"],
 )
 def test_grouped_kernels_only_where_the_family_has_them(tmp_path: Path, overrides, needle) -> None:
     error(tmp_path, {"families": [family(grouped=True, **overrides)]}, f"{FAM}.tiles[0]", "grouped", "got true",

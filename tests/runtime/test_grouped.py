@@ -373,3 +373,41 @@ def test_bad_quantized_experts_are_named() -> None:
     x = torch.randn(TOKENS, QK + 8).half()
     with pytest.raises(GemmArgumentError, match=r"x.shape.*\(rows, 64\)"):
         grouped_operands(x, w, torch.tensor([0, 3, 3, 7, 9], dtype=torch.int32))
+
+
+def test_the_sm90_quant_block_maps_the_stacked_packed_weights_and_scales(monkeypatch) -> None:
+    """The quantized TMA kernels: one CTA per tile (weight tiles in x, the tile rows'
+    bound in y), X the sorted rows, W the experts' packed rows as one matrix of 32-bit
+    words, V their scales and zeros as one matrix of E * 2 * groups rows."""
+    encoded = []
+
+    class FakeEncoder:
+        def __init__(self, tmap):
+            encoded.append(tmap)
+
+        def __call__(self, address):
+            return address.to_bytes(8, "little") * 16
+
+    monkeypatch.setattr(grouped, "Encoder", FakeEncoder)
+    w = _packed()
+    index = torch.arange(TOKENS - 1, -1, -1, dtype=torch.int32)
+    x = torch.randn(TOKENS, QK).half()
+    ops = grouped_operands(x, w, torch.tensor([0, 3, 3, 7, 9], dtype=torch.int32), index=index)
+    spec = spec_for(mainloop=Mainloop.SM90_QUANT, mma=MmaAtom.M64NK16, cta=(64, 128, 64), warps=(1, 8, 1), stages=8,
+                    arch_min=90, arch_max=90, b_type=DataType.U4, grouped=True)  # fmt: skip
+    assert grouped.reads_a_by_tma(spec)
+    sorted_a = x[index.long()]
+    grid, block = launch_block(SimpleNamespace(spec=spec, resident=264), ops, sorted_a)
+    assert grid == (math.ceil(N / 128), math.ceil(TOKENS / 64) + E, 1)
+    x_map, w_map, v_map = encoded
+    assert (x_map.address, x_map.rows, x_map.cols, x_map.box_cols) == (sorted_a.data_ptr(), TOKENS, QK, 64)
+    n8 = math.ceil(N / 8)
+    # A row: 8 weight rows x QK codes of 4 bits, as 32-bit words.
+    assert (w_map.address, w_map.rows, w_map.cols, w_map.ld) == (w.b.data_ptr(), E * n8, 8 * QK * 4 // 32, 8 * QK * 4 // 32)
+    assert (w_map.box_rows, w_map.box_cols, w_map.swizzle) == (128 // 8, 64, 0)
+    # Two groups of 32 per expert: the scales then the zeros, 2 * 2 rows an expert.
+    assert (v_map.address, v_map.rows, v_map.cols, v_map.ld, v_map.box_rows) == (w.v.data_ptr(), E * 4, N,
+                                                                                 w.v.shape[2], 2)  # fmt: skip
+    offset = spec.mainloop.params_offset(spec)
+    p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block[offset:offset + PARAM_STRUCT.size])))
+    assert (p["A"], p["gather"], p["groups"], p["group_shift"], p["experts"]) == (sorted_a.data_ptr(), 0, 2, 5, E)

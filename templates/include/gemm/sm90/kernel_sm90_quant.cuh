@@ -27,6 +27,12 @@
 // them, stream-K (stream_k.cuh): a grid of at most the resident CTAs, each taking an
 // equal share of all tiles' K tiles, handing cut tiles over through the workspace.
 //
+// Grouped (Grouped_, docs/MOE.md): token tile y of the launch is a tile of one expert's
+// rows (find_group_tile over the offsets; a bound on them is launched, the CTAs past the
+// last do nothing), X's rows are the grouped rows (sorted by expert), the weight and V
+// tiles the expert's (the stacked experts seen as one matrix of E times the rows), and
+// the epilogue stores the expert's rows only (expert_problem). No splits.
+//
 // The shared-B form (Sm90QuantConfig's kSharedB; the experimental sm90_quant_smem family)
 // computes D = X . W^T instead: each of two consumer warpgroups dequantizes half the
 // CTA's weight rows into buffers in shared memory (SharedBWeights, one stmatrix per
@@ -36,6 +42,7 @@
 #pragma once
 #include "gemm/dequant.cuh"
 #include "gemm/epilogue.cuh"
+#include "gemm/grouped.cuh"
 #include "gemm/numeric.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
 #include "gemm/sm90/stream_k.cuh"
@@ -57,12 +64,14 @@
 
 namespace gemm {
 
-template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_, bool SharedB_ = false>
+template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_, bool SharedB_ = false,
+          bool Grouped_ = false>
 struct Sm90QuantConfig {
   using TA = TA_;
   using TD = TD_;
   static constexpr int kBits = Bits_;
-  static constexpr bool kGrouped = false;  // no grouped form yet (docs/MOE.md)
+  static constexpr bool kQuantB = true;
+  static constexpr bool kGrouped = Grouped_;
   static constexpr int kTokens = Tokens_;  // rows of D per CTA
   static constexpr int kRows = Rows_;      // columns of D (weight rows) per CTA
   static constexpr int kStages = Stages_;
@@ -120,6 +129,7 @@ struct Sm90QuantConfig {
   static_assert(kSharedB ? (kTokens == 64 || kTokens == 128) : (kTokens == 64 || kTokens == 128 || kTokens == 256),
                 "the wgmma widths implemented");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
+  static_assert(!kGrouped || !kSharedB, "the grouped form is the register-A one's");
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
 };
 
@@ -308,6 +318,12 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   __shared__ u64 ring_free_bar;  // the consumers are done with a tile's end (ring_free)
   if (dynamic_smem_size() < static_cast<u32>(Cfg::kSmemBytes)) __trap();
 
+  // A grouped CTA's expert and tile of its rows (every thread finds it: full-warp scans).
+  GroupTile g{};
+  if constexpr (Cfg::kGrouped) {
+    g = find_group_tile<Cfg::kTokens>(p.offsets, p.experts, blockIdx.y);
+    if (g.expert < 0) return;  // past the last tile row: the grid is a bound
+  }
   const Sm90QuantStage<Cfg> st{(smem_addr(smem_raw) + 1023u) & ~1023u};
   const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
@@ -355,6 +371,13 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       bool pending = false;
       int runs_freed = 0;
       int m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
+      // Grouped: the expert's first row of W (n8 tiles) and of V in the stacked experts.
+      int w_row0 = 0, v_row0 = 0;
+      if constexpr (Cfg::kGrouped) {
+        m0 = g.row0 + g.tile * Cfg::kTokens;
+        w_row0 = g.expert * ((p.N + 7) / 8);
+        v_row0 = g.expert * 2 * p.groups;
+      }
       for (int it = 0; it < count; ++it) {
         const int s = it % kStages;
         if (it > 0 && kt == 0) pending = true;
@@ -367,8 +390,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
         const int k0 = kt * Cfg::kCtaK;
         if (GEMM_SM90Q_LEAVE_OUT != 4) tma_load_2d(st.x(s), tma_x, full(s), k0, m0);
         if (GEMM_SM90Q_LEAVE_OUT != 5) {
-          tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, n0 / 8);
-          const int group = k0 >> p.group_shift;
+          tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, w_row0 + n0 / 8);
+          const int group = v_row0 + (k0 >> p.group_shift);
           tma_load_2d(st.scales(s), tma_v, full(s), n0, group);
           tma_load_2d(st.zeros(s), tma_v, full(s), n0, p.groups + group);
         }
@@ -526,8 +549,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     // This tile's run of the share: K tiles [kt0, kt0 + n).
     const int kt0 = it == 0 ? static_cast<int>(begin - static_cast<long long>(tile) * k_tiles) : 0;
     const int n = static_cast<int>(min(static_cast<long long>(k_tiles - kt0), end - begin - it));
-    const int m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
-    const int rows_left = min(Cfg::kTokens, p.M - m0);  // rows of D the tile has
+    // Grouped: m0 counts within the expert's rows, which the epilogue's problem starts at.
+    const int m0 = Cfg::kGrouped ? g.tile * Cfg::kTokens : tile / p.tiles_n * Cfg::kTokens;
+    const int n0 = tile % p.tiles_n * Cfg::kRows;
+    const int rows_left = min(Cfg::kTokens, (Cfg::kGrouped ? g.rows : p.M) - m0);  // rows of D the tile has
 
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
@@ -554,7 +579,11 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
           named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
           staged.stage(acc, wg);
           named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-          Epilogue<Cfg>::store(staged, p, m0, n0);
+          if constexpr (Cfg::kGrouped) {
+            Epilogue<Cfg>::store(staged, expert_problem<Cfg>(p, g), m0, n0);
+          } else {
+            Epilogue<Cfg>::store(staged, p, m0, n0);
+          }
         };
         if constexpr (Cfg::kSharedB) {
           stage_and_store(StagedTile<Cfg>{{rows, rows_left}});
