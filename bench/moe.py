@@ -152,27 +152,40 @@ def main() -> None:
 
                 loop()
                 results["loop"] = median_ms(loop) if _rel_err(out, ref) < TOL else float("nan")
-                timed = _time_ours(gemm, a, w, routing, [None, *plans], ref)
+                timed = _time_ours(gemm, a, w, routing, [None, *plans, *_top_ranked(gemm, a, w, routing)], ref)
                 default = timed.get(None, float("nan"))
                 # Every forced kernel's time, for the log (what the cost model's rules are fitted to).
                 print(f"# {name} {tokens} {proj}: " + ", ".join(
-                    f"{_tile(gemm.registry.get(p.kernel).spec)}/s{p.swizzle} {t * 1e3:.1f}" for p, t in timed.items()
+                    f"{_plan_text(gemm, p)}/s{p.swizzle} {t * 1e3:.1f}" for p, t in timed.items()
                     if p is not None),
                     flush=True)  # fmt: skip
                 ops = grouped.grouped_operands(a, w, routing.offsets)
-                chosen = gemm.registry.get(gemm.select(grouped.grouped_key(ops, gemm.registry.device.arch)).kernel).spec
+                chosen = gemm.select(grouped.grouped_key(ops, gemm.registry.device.arch))
                 best_name = min((kk for kk in timed if kk is not None), key=timed.get, default=None)
                 ours = timed[best_name] if best_name else float("nan")
                 bw = touched_weight_bytes(routing, n, k) / (default * 1e-3) / copy_bw
                 gm = results.get("grouped_mm", float("nan"))
-                tile_text = _tile(gemm.registry.get(best_name.kernel).spec) if best_name else "-"
+                tile_text = _plan_text(gemm, best_name) if best_name else "-"
                 w4 = _w4_columns(gemm, a, w, routing, w4_plans, gm, copy_bw)
                 lines.append(f"| {name} | {tokens} | {proj} | {rows} | {experts_touched(routing)} | {gm * 1e3:.1f} | "
-                             f"{results['loop'] * 1e3:.1f} | {default * 1e3:.1f} ({_tile(chosen)}) | {ours * 1e3:.1f} ({tile_text}) | "
+                             f"{results['loop'] * 1e3:.1f} | {default * 1e3:.1f} ({_plan_text(gemm, chosen)}) | {ours * 1e3:.1f} ({tile_text}) | "
                              f"{gm / default:.2f} | {results['loop'] / default:.2f} | {bw:.0%} | {w4}")  # fmt: skip
                 print(lines[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
+
+
+def _top_ranked(gemm, a, w, routing: Routing, count: int = 4) -> list:
+    """The cost model's best ``count`` plans for the launch (split and rasterized as it
+    ranks them; the forced kernels run unsplit)."""
+    key = grouped.grouped_key(grouped.grouped_operands(a, w, routing.offsets), gemm.registry.device.arch)
+    return [plan for _, plan in gemm.ranked(key)[:count]]
+
+
+def _plan_text(gemm, plan) -> str:
+    """A plan by family and tile, with its split where it has one."""
+    tile = _tile(gemm.registry.get(plan.kernel).spec)
+    return f"{tile} split {plan.splits}" if plan.splits > 1 else tile
 
 
 def _time_ours(gemm, a, w, routing: Routing, plans: list, ref: torch.Tensor) -> dict:
@@ -182,7 +195,7 @@ def _time_ours(gemm, a, w, routing: Routing, plans: list, ref: torch.Tensor) -> 
 
     rows, n = a.shape[0], ref.shape[1]
     timed = {}
-    for kernel in plans:
+    for kernel in dict.fromkeys(plans):  # each plan once, in order
         d = torch.full((rows, n), float("nan"), device="cuda", dtype=a.dtype)
         call = lambda: gemm.grouped_matmul(a, w, routing.offsets, out=d, kernel=kernel)  # noqa: E731, B023
         call()
@@ -197,12 +210,14 @@ def _w4_columns(gemm, a, w, routing: Routing, plans: list, grouped_mm_ms: float,
     packed weights' bandwidth."""
     packed = pack_experts([quantize(we, bits=4, group_size=W4_GROUP) for we in w])
     ref = grouped_reference(a, packed.dequantize(torch.float32), Routing(routing.offsets, None, None))
-    timed = _time_ours(gemm, a, packed, routing, [None, *plans], ref)
+    timed = _time_ours(gemm, a, packed, routing, [None, *plans, *_top_ranked(gemm, a, packed, routing)], ref)
+    print("#   W4A16: " + ", ".join(f"{_plan_text(gemm, p)} {t * 1e3:.1f}" for p, t in timed.items()
+                                   if p is not None), flush=True)  # fmt: skip
     default = timed.get(None, float("nan"))
     key = grouped.grouped_key(grouped.grouped_operands(a, packed, routing.offsets), gemm.registry.device.arch)
-    chosen = _tile(gemm.registry.get(gemm.select(key).kernel).spec)
+    chosen = _plan_text(gemm, gemm.select(key))
     best = min((p for p in timed if p is not None), key=timed.get, default=None)
-    best_text = f"{timed[best] * 1e3:.1f} ({_tile(gemm.registry.get(best.kernel).spec)})" if best else "-"
+    best_text = f"{timed[best] * 1e3:.1f} ({_plan_text(gemm, best)})" if best else "-"
     bw = touched_packed_bytes(routing, packed) / (default * 1e-3) / copy_bw
     return f"{default * 1e3:.1f} ({chosen}) | {best_text} | {grouped_mm_ms / default:.2f} | {bw:.0%} |"
 

@@ -62,7 +62,10 @@ class _Kernel(Protocol):
 
 
 def tiles_of(spec: KernelSpec, key: ProblemKey) -> tuple[int, int]:
-    return math.ceil(key.m / spec.cta[0]), math.ceil(key.n / spec.cta[1])
+    """(M, N) output tiles of a launch; a grouped launch's M tiles are its bound on the
+    experts' tile rows, ceil(rows / CTA M) + E (each expert adds at most one partial
+    tile row: gemm_runtime.grouped.launch_block), what its grid and workspace cover."""
+    return math.ceil(key.m / spec.cta[0]) + key.experts, math.ceil(key.n / spec.cta[1])
 
 
 def resident_ctas(device: DeviceModel, ctas_per_sm: int) -> int:
@@ -145,7 +148,9 @@ def grouped_pricing_key(key: ProblemKey) -> ProblemKey:
 # level with or up to 10% faster than the best sm90 one at 1 to 12 rows per expert
 # (Mixtral-like at 1 and 16 tokens, Qwen-MoE-like at 1, 16 and 128), where the dense
 # pricing below calls the sm90 kernels faster; at 32 rows (Mixtral, 128 tokens) sm90's
-# 64x128 was 16-37% faster. Fitted, not explained.
+# 64x128 was 16-37% faster. Fitted, not explained. Not for quantized experts: there
+# the sm90_quant 64x128 kernel was the fastest at one token in both configurations
+# (W4A16, bench.moe, H200: 7-19% faster than the sm80 ones), priced as it is.
 _GROUPED_TMA_FEW_ROWS = 16
 _GROUPED_TMA_FEW_ROWS_FACTOR = 2.0
 
@@ -155,7 +160,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     if key.experts:
         priced = grouped_pricing_key(key)
         t = predict(spec, ctas_per_sm, device, priced, splits)
-        if spec.mainloop.tensor_maps(spec) and priced.m < _GROUPED_TMA_FEW_ROWS:
+        if spec.mainloop.tensor_maps(spec) and not spec.quantized and priced.m < _GROUPED_TMA_FEW_ROWS:
             t *= _GROUPED_TMA_FEW_ROWS_FACTOR
         return t
     cm, cn, ck = spec.cta

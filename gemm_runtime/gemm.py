@@ -299,45 +299,50 @@ class Gemm:
         key = grouped.grouped_key(ops, self.registry.device.arch)
         handle = self._stream_handle(stream)
         ensure_context(self.device.index)
-        sizes = self.dispatcher.default_workspace  # grouped launches do not split: no workspace is used
+        capturing = is_capturing(handle)
+        ws = self._workspace(handle, capturing)  # split-K's (the sm80 grouped kernels split)
+        sizes = _check_workspace(ws, self.device)
 
         def measure() -> Measurement:
-            if is_capturing(handle):
+            if capturing:
                 raise GraphCaptureError(
                     f"dispatch is {dispatch} for a grouped {ops.rows}x{ops.n}x{ops.k} over {ops.experts} experts while "
                     "the stream captures a CUDA graph; tune before capturing (one call outside the capture) or "
                     "capture with DispatchPolicy.DEFAULT / REUSE"
                 )  # fmt: skip
-            return self._measure_grouped(key, ops, handle)
+            return self._measure_grouped(key, ops, handle, ws, sizes)
 
         if kernel is not None:
             forced = kernel if isinstance(kernel, LaunchSpec) else LaunchSpec(kernel)
             plan = self.dispatcher.forced(forced, key, sizes)
         else:
             plan = self.dispatcher.plan(dispatch, key, sizes, measure)
-        self._launch_grouped(plan, ops, handle)
+        self._launch_grouped(plan, ops, handle, ws)
         return ops.out
 
-    def _launch_grouped(self, plan: LaunchSpec, ops: grouped.GroupedOperands, stream: int) -> None:
+    def _launch_grouped(self, plan: LaunchSpec, ops: grouped.GroupedOperands, stream: int, ws: Workspace) -> None:
         kern = self.dispatcher.kernel(plan.kernel)
         gathered = grouped.reads_a_by_tma(kern.spec) and ops.routing.index is not None
         a = grouped.sorted_rows(ops, stream) if gathered else None
-        grid, block = grouped.launch_block(kern, ops, a, plan.swizzle)
+        workspace = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
+        grid, block = grouped.launch_block(kern, ops, a, plan.swizzle, plan.splits, *workspace)
         buf = ctypes.create_string_buffer(block, len(block))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
         kern.function.launch(grid, kern.spec.threads, kern.spec.smem_bytes, stream, ctypes.addressof(args))
 
-    def _measure_grouped(self, key: ProblemKey, ops: grouped.GroupedOperands, stream: int) -> Measurement:
+    def _measure_grouped(
+        self, key: ProblemKey, ops: grouped.GroupedOperands, stream: int, ws: Workspace, sizes: tuple[int, int]
+    ) -> Measurement:
         """Time the cost model's best grouped candidates on the caller's operands, into a
         scratch output (and a copy of C where C is the output)."""
-        ranking = [plan for _, plan in self.dispatcher.ranked(key)]
+        ranking = [plan for _, plan in self.dispatcher.ranked(key, sizes)]
         c = ops.c
         if c is not None and c.data_ptr() == ops.out.data_ptr():
             c = c.clone()
         scratch = dataclasses.replace(ops, out=torch.empty_like(ops.out), c=c)
 
         def make_call(plan: LaunchSpec):
-            return lambda: self._launch_grouped(plan, scratch, stream)
+            return lambda: self._launch_grouped(plan, scratch, stream, ws)
 
         return self._on_stream(stream, lambda: tune(ranking, make_call, top_k=settings().tune.top_k,
                                                     measurer=self.measurer))  # fmt: skip

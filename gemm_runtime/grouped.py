@@ -21,6 +21,7 @@ from codegen.params import PARAM_NAMES, PARAM_STRUCT, block_bytes
 from codegen.spec import KernelSpec
 from codegen.vocabulary import BOrder, DataType
 from gemm_runtime.context import ProblemKey, quant_name
+from gemm_runtime.cost_model import tiles_of
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.experts import PackedExperts, Routing, check_routing
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
@@ -246,20 +247,25 @@ def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor, key: P
 
 
 def launch_block(
-    kernel, ops: GroupedOperands, a: torch.Tensor | None = None, swizzle: int | None = None
-) -> tuple[tuple[int, int, int], bytes]:
+    kernel, ops: GroupedOperands, a: torch.Tensor | None = None, swizzle: int | None = None, splits: int = 1,
+    semaphores: int = 0, partials: int = 0,
+) -> tuple[tuple[int, int, int], bytes]:  # fmt: skip
     """The grid and the parameter block of one grouped launch of ``kernel`` (a
     registry.Kernel); ``a``: the sorted rows (``sorted_rows``) where the kernel reads A by
-    TMA and the launch is gathered; ``swizzle``: the plan's (None: the family's preferred).
+    TMA and the launch is gathered; ``swizzle``: the plan's (None: the family's preferred);
+    ``splits``: K slices (the families whose max_splits allows), with the workspace's
+    ``semaphores`` and ``partials``.
 
     The tiles cover a bound on the tile rows, ceil(rows / CTA M) + E (each expert adds
-    at most one partial tile row); the work past the last one is skipped
-    (gemm/grouped.cuh). The sm80 kernels take a CTA per tile; the sm90 kernels are
-    persistent, as many CTAs as the device holds, in groups of 2^swizzle tile rows."""
+    at most one partial tile row: cost_model.tiles_of); the work past the last one is
+    skipped (gemm/grouped.cuh). The family lays the grid out: the sm80 kernels take a
+    CTA per tile and split, the sm90 kernels are persistent, as many CTAs as the device
+    holds, in groups of 2^swizzle tile rows, the sm90_quant ones a CTA per tile."""
     spec = kernel.spec
-    cm, cn, ck = spec.cta
-    tiles_m, tiles_n = math.ceil(ops.rows / cm) + ops.experts, math.ceil(ops.n / cn)
+    ck = spec.cta[2]
     key = grouped_key(ops, 0)
+    tiles_m, tiles_n = tiles_of(spec, key)
+    k_tiles = math.ceil(ops.k / ck)
     tma = reads_a_by_tma(spec)
     gather = ops.routing.index
     if tma and gather is not None:
@@ -291,12 +297,13 @@ def launch_block(
         ("gather", gather.data_ptr() if gather is not None else 0),
         ("lda", a.stride(0)), ("ldb", ldb), ("ldc", ops.c.stride(0) if ops.c is not None else 0),
         ("ldd", ops.out.stride(0)), ("M", ops.rows), ("N", ops.n), ("K", ops.k),
-        ("tiles_m", tiles_m), ("tiles_n", tiles_n), ("splits", 1), ("k_tiles_per_split", math.ceil(ops.k / ck)),
+        ("tiles_m", tiles_m), ("tiles_n", tiles_n), ("splits", splits), ("k_tiles_per_split", math.ceil(k_tiles / splits)),
+        ("semaphores", semaphores), ("partials", partials),
         ("swizzle", swizzle), ("experts", ops.experts), ("alpha", ops.alpha), ("beta", ops.beta),
         ("epilogue", (_EPILOGUE_BIAS if ops.bias is not None else 0) | (_EPILOGUE_GATED if ops.gated else 0)),
     ):  # fmt: skip
         values[_INDEX[name]] = value
-    grid = spec.mainloop.grid(spec, (tiles_m, tiles_n), 1, swizzle, kernel.resident)
+    grid = spec.mainloop.grid(spec, (tiles_m, tiles_n), splits, swizzle, kernel.resident)
     if not tma:
         return grid, PARAM_STRUCT.pack(*values)
     maps, stores_d = _tensor_maps(spec, ops, a, key)

@@ -132,7 +132,7 @@ class MainloopFamily:
 
     def max_splits(self, spec: KernelSpec) -> int | None:
         """The most K splits the kernel takes (None: the runtime's limit). Grouped kernels
-        take none: their launches never split K (docs/MOE.md)."""
+        take none unless their family says so (docs/MOE.md)."""
         return 1 if spec.grouped else None
 
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:

@@ -27,6 +27,12 @@ class Sm80Family(MainloopFamily):
             return "false for b_order 'kn' (grouped weights are stacked [E, N, K]: 'nk')"
         return None
 
+    def max_splits(self, spec: KernelSpec) -> int | None:
+        """Grouped kernels split K as the others do (serial split-K through the workspace,
+        a slot per tile of the launch's bound on the tile rows): decode's few experts
+        otherwise leave most SMs a single CTA streaming a long K."""
+        return None
+
     def direct_b(self, spec: KernelSpec) -> bool:
         """Tiles whose quantized weights each feed one warp (one warp along M, <= 32
         rows) load them straight into registers, one K tile ahead (weight_stream.cuh)."""

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 def _quant_kernels():
     if not torch.cuda.is_available():
         return ["no-gpu"]
-    return [k.name for k in shared_gemm().kernels if k.spec.quantized and not k.spec.grouped]
+    return [k.name for k in shared_gemm().kernels if k.spec.quantized and not k.spec.grouped]  # grouped: test_grouped_kernels.py
 
 
 def _weight(n, k, dtype, bits, group_size, gen, symmetric=False):
@@ -96,7 +96,8 @@ def test_quant_kernel_epilogues_and_split_k(gemm, name):
 def _wgmma_quant_kernels():
     if not torch.cuda.is_available():
         return ["no-gpu"]
-    return [k.name for k in shared_gemm().kernels if k.spec.mainloop.value == "sm90_quant"] or ["none on this GPU"]
+    return [k.name for k in shared_gemm().kernels if k.spec.mainloop.value == "sm90_quant" and not k.spec.grouped] or [
+        "none on this GPU"]
 
 
 @pytest.mark.parametrize("name", _wgmma_quant_kernels())

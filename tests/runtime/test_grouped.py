@@ -18,7 +18,7 @@ from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
 from gemm_runtime import grouped
 from gemm_runtime.context import infeasible_reason
-from gemm_runtime.cost_model import expected_experts_touched, grouped_pricing_key, predict
+from gemm_runtime.cost_model import expected_experts_touched, grouped_pricing_key, predict, tiles_of
 from gemm_runtime.errors import UnsupportedProblemError
 from gemm_runtime.grouped import grouped_key, grouped_operands, launch_block
 from gemm_runtime.plan import LaunchSpec
@@ -137,9 +137,10 @@ def _dispatcher(kernels):
     return Dispatcher(kernels, H200, DispatchCache(90), (1 << 20, 1 << 24))
 
 
-def test_dispatch_ranks_grouped_kernels_of_the_dtype_without_splits() -> None:
-    """Grouped keys rank grouped kernels only, one split, rasterized only where the family
-    is persistent; dense keys never see grouped kernels."""
+def test_dispatch_ranks_grouped_kernels_of_the_dtype() -> None:
+    """Grouped keys rank grouped kernels only, split only where the family splits them
+    (sm80), rasterized only where the family is persistent (sm90); dense keys never see
+    grouped kernels."""
     plain = _kernel(spec_for())
     bf16 = _kernel(spec_for(a_type=DataType.BF16, b_type=DataType.BF16, d_type=DataType.BF16, grouped=True))
     small = _kernel(spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True), 4)
@@ -148,7 +149,11 @@ def test_dispatch_ranks_grouped_kernels_of_the_dtype_without_splits() -> None:
     key = grouped_key(grouped_operands(**_args()), 90)._replace(m=4096, n=4096, k=4096)
     ranked = [plan for _, plan in d.ranked(key)]
     assert {p.kernel for p in ranked} == {small.spec.name, tma.spec.name}
-    assert all(p.splits == 1 for p in ranked)
+    assert all(p.splits == 1 for p in ranked if p.kernel == tma.spec.name)
+    # Decode: two experts' rows against a long K, the sm80 kernel split.
+    decode = key._replace(m=2, n=4096, k=14336, experts=8)
+    assert {p.splits for _, p in d.ranked(decode) if p.kernel == small.spec.name} > {1}
+    assert {p.splits for _, p in d.ranked(decode) if p.kernel == tma.spec.name} == {1}
     assert {p.swizzle for p in ranked if p.kernel == small.spec.name} == {0}
     assert len({p.swizzle for p in ranked if p.kernel == tma.spec.name}) > 1
     dense = key._replace(experts=0)
@@ -156,8 +161,12 @@ def test_dispatch_ranks_grouped_kernels_of_the_dtype_without_splits() -> None:
     # A forced launch is checked like any other: a dense kernel, a split, a swizzle the family ignores.
     with pytest.raises(GemmArgumentError, match="not a grouped kernel"):
         d.forced(LaunchSpec(plain.spec.name), key, d.default_workspace)
-    with pytest.raises(GemmArgumentError, match="kernel.splits"):
+    with pytest.raises(GemmArgumentError, match=r"kernel.splits: got 2; accepted: 1 \(this kernel takes no split-K\)"):
+        d.forced(LaunchSpec(tma.spec.name, 2), key, d.default_workspace)
+    # A split's workspace covers the tiles of the launch's bound on the tile rows.
+    with pytest.raises(GemmArgumentError, match="for the 16640 tiles that split"):
         d.forced(LaunchSpec(small.spec.name, 2), key, d.default_workspace)
+    assert d.forced(LaunchSpec(small.spec.name, 2), decode, d.default_workspace).splits == 2
     with pytest.raises(GemmArgumentError, match="kernel.swizzle"):
         d.forced(LaunchSpec(small.spec.name, 1, 2), key, d.default_workspace)
     with pytest.raises(UnsupportedProblemError):
@@ -242,6 +251,16 @@ def test_the_parameter_block_and_the_grid() -> None:
 def _sm90_spec(cta=(128, 256, 64), **overrides):
     return spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=cta, warps=(cta[0] // 16, 1, 1), stages=4,
                     arch_min=90, arch_max=90, grouped=True, **overrides)  # fmt: skip
+
+
+def test_a_split_launch_covers_the_bound_in_z_with_the_workspace() -> None:
+    ops = grouped_operands(**_args(w=torch.randn(E, N, 3 * 128).half(), x=torch.randn(TOKENS, 3 * 128).half()))
+    spec = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
+    assert tiles_of(spec, grouped_key(ops, 90)) == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64))
+    grid, block = launch_block(SimpleNamespace(spec=spec, resident=132), ops, splits=2, semaphores=1024, partials=4096)
+    assert grid == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64), 2)
+    p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
+    assert (p["splits"], p["k_tiles_per_split"], p["semaphores"], p["partials"]) == (2, 2, 1024, 4096)
 
 
 def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(monkeypatch) -> None:
