@@ -63,9 +63,14 @@ class _Kernel(Protocol):
 
 def tiles_of(spec: KernelSpec, key: ProblemKey) -> tuple[int, int]:
     """(M, N) output tiles of a launch; a grouped launch's M tiles are its bound on the
-    experts' tile rows, ceil(rows / CTA M) + E (each expert adds at most one partial
-    tile row: gemm_runtime.grouped.launch_block), what its grid and workspace cover."""
-    return math.ceil(key.m / spec.cta[0]) + key.experts, math.ceil(key.n / spec.cta[1])
+    experts' tile rows, ceil(rows / CTA M) + min(E, rows): each expert with rows adds at
+    most one partial tile row, and no more experts than rows have any (gemm_runtime.
+    grouped.launch_block). What its grid and workspace cover.
+
+    NOTE: min(E, rows), not E: at decode the CTAs past the last tile row only find that
+    they have nothing to do, but with E = 64 and one token's 6 rows the bound with E
+    launched 65 tile rows' CTAs for 6 rows of work."""
+    return math.ceil(key.m / spec.cta[0]) + min(key.experts, key.m), math.ceil(key.n / spec.cta[1])
 
 
 def resident_ctas(device: DeviceModel, ctas_per_sm: int) -> int:

@@ -257,6 +257,8 @@ def test_a_split_launch_covers_the_bound_in_z_with_the_workspace() -> None:
     ops = grouped_operands(**_args(w=torch.randn(E, N, 3 * 128).half(), x=torch.randn(TOKENS, 3 * 128).half()))
     spec = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
     assert tiles_of(spec, grouped_key(ops, 90)) == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64))
+    # No more experts than rows have any: one token's 6 rows over 64 experts, 1 + 6 tile rows.
+    assert tiles_of(spec, grouped_key(ops, 90)._replace(m=6, experts=64))[0] == 1 + 6
     grid, block = launch_block(SimpleNamespace(spec=spec, resident=132), ops, splits=2, semaphores=1024, partials=4096)
     assert grid == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64), 2)
     p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
