@@ -165,7 +165,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     if key.experts:
         priced = grouped_pricing_key(key)
         t = predict(spec, ctas_per_sm, device, priced, splits)
-        if spec.mainloop.tensor_maps(spec) and not spec.quantized and priced.m < _GROUPED_TMA_FEW_ROWS:
+        if spec.mainloop.reads_a_by_tma(spec) and not spec.quantized and priced.m < _GROUPED_TMA_FEW_ROWS:
             t *= _GROUPED_TMA_FEW_ROWS_FACTOR
         return t
     cm, cn, ck = spec.cta

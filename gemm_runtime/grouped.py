@@ -190,9 +190,10 @@ def grouped_key(ops: GroupedOperands, arch: int) -> ProblemKey:
 
 
 def reads_a_by_tma(spec: KernelSpec) -> bool:
-    """Whether the kernel loads A by TMA boxes of consecutive rows (the sm90 family): it
-    cannot follow a row index, so gathered launches sort A's rows first."""
-    return bool(spec.mainloop.tensor_maps(spec))
+    """Whether the kernel loads A by TMA boxes of consecutive rows (the family says:
+    MainloopFamily.reads_a_by_tma): it cannot follow a row index, so gathered launches
+    sort A's rows first."""
+    return spec.mainloop.reads_a_by_tma(spec)
 
 
 def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:

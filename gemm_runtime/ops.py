@@ -6,6 +6,12 @@ and ``mode="reduce-overhead"``'s CUDA graphs) and autograd see them as single op
     torch.ops.gemm_runtime.linear_packed(x, qweight, scales_zeros, bits, group_size, n, k,
                                           symmetric, bias, epilogue, gemm)
         x @ dequant(W).T (+ bias), W a packed_weight.PackedWeight's tensors
+    torch.ops.gemm_runtime.grouped_matmul(x, w, offsets, index, row_scale, bias, gated, gemm)
+    torch.ops.gemm_runtime.grouped_matmul_packed(x, qweight, scales_zeros, offsets, bits,
+                                                  group_size, n, k, symmetric, index,
+                                                  row_scale, bias, gated, gemm)
+        Gemm.grouped_matmul over stacked experts [E, N, K], or quantized ones (an
+        experts.PackedExperts' tensors); inference only (no backward)
 
 ``epilogue`` is an ``Epilogue`` value without the bias part ("none" or "gated_silu");
 a bias switches to the bias form. ``gemm`` is 0 for the device's shared ``Gemm``
@@ -258,3 +264,103 @@ def call_linear_packed(x, qweight, scales_zeros, bits, group_size, n, k, symmetr
         return _linear_packed_cuda(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias, epilogue, gemm)
     return torch.ops.gemm_runtime.linear_packed(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias,
                                                 epilogue, gemm)  # fmt: skip
+
+
+# ---- grouped (mixture-of-experts) ----------------------------------------------------------
+# NOTE: no backward: the expert layer (nn.GroupedExperts) holds its weights as buffers
+# or frozen parameters, and grouped training is not this library's job; an input that
+# requires a gradient gets torch's "no autograd kernel" error.
+_LIB.define(
+    "grouped_matmul(Tensor x, Tensor w, Tensor offsets, Tensor? index=None, Tensor? row_scale=None,"
+    " Tensor? bias=None, bool gated=False, int gemm=0) -> Tensor"
+)
+_LIB.define(
+    "grouped_matmul_packed(Tensor x, Tensor qweight, Tensor scales_zeros, Tensor offsets, int bits, int group_size,"
+    " int n, int k, bool symmetric, Tensor? index=None, Tensor? row_scale=None, Tensor? bias=None,"
+    " bool gated=False, int gemm=0) -> Tensor"
+)
+
+
+def packed_experts(qweight, scales_zeros, bits: int, group_size: int, n: int, k: int, symmetric: bool):
+    """The experts.PackedExperts whose stacked tensors the op was given."""
+    from gemm_runtime.experts import PackedExperts
+
+    layout = packed_weight(qweight[0], scales_zeros[0], bits, group_size, n, k, symmetric)
+    return PackedExperts(qweight, scales_zeros, layout)
+
+
+def _grouped_shape(x, index, n: int, gated: bool) -> tuple[int, int]:
+    rows = index.shape[0] if index is not None else x.shape[0]
+    if gated and n % 2:
+        raise GemmArgumentError("w", f"N = {n}", "an even N: the gated epilogue pairs (gate, up) columns")
+    return rows, n // 2 if gated else n
+
+
+def _grouped_reference(x, w, offsets, index, row_scale, bias, gated):
+    """The grouped product in fp32 torch (experts.grouped_reference), rounded to x's dtype."""
+    from gemm_runtime.experts import check_routing, grouped_reference
+
+    rows = index.shape[0] if index is not None else x.shape[0]
+    routing = check_routing(offsets, experts=w.shape[0], rows=rows, device=x.device,
+                            tokens=x.shape[0] if index is not None else None, index=index, row_scale=row_scale,
+                            check_values=True)  # fmt: skip
+    return grouped_reference(x, w, routing, bias=bias, gated=gated).to(x.dtype)
+
+
+def _grouped_cpu(x, w, offsets, index=None, row_scale=None, bias=None, gated=False, gemm=0):
+    return _grouped_reference(x, w, offsets, index, row_scale, bias, gated)
+
+
+def _grouped_cuda(x, w, offsets, index=None, row_scale=None, bias=None, gated=False, gemm=0):
+    return _gemm(gemm, x.get_device()).grouped_matmul(x, w, offsets, index=index, row_scale=row_scale, bias=bias,
+                                                      gated=gated)  # fmt: skip
+
+
+def _grouped_fake(x, w, offsets, index=None, row_scale=None, bias=None, gated=False, gemm=0):
+    return x.new_empty(_grouped_shape(x, index, w.shape[1], gated))
+
+
+def _grouped_packed_cpu(x, qweight, scales_zeros, offsets, bits, group_size, n, k, symmetric, index=None,
+                        row_scale=None, bias=None, gated=False, gemm=0):  # fmt: skip
+    w = packed_experts(qweight, scales_zeros, bits, group_size, n, k, symmetric).dequantize(torch.float32)
+    return _grouped_reference(x, w, offsets, index, row_scale, bias, gated)
+
+
+def _grouped_packed_cuda(x, qweight, scales_zeros, offsets, bits, group_size, n, k, symmetric, index=None,
+                         row_scale=None, bias=None, gated=False, gemm=0):  # fmt: skip
+    w = packed_experts(qweight, scales_zeros, bits, group_size, n, k, symmetric)
+    return _gemm(gemm, x.get_device()).grouped_matmul(x, w, offsets, index=index, row_scale=row_scale, bias=bias,
+                                                      gated=gated)  # fmt: skip
+
+
+def _grouped_packed_fake(x, qweight, scales_zeros, offsets, bits, group_size, n, k, symmetric, index=None,
+                         row_scale=None, bias=None, gated=False, gemm=0):  # fmt: skip
+    if x.shape[-1] != k:
+        raise GemmArgumentError("x.shape", tuple(x.shape), f"(rows, {k}): K of the experts' weights")
+    return x.new_empty(_grouped_shape(x, index, n, gated))
+
+
+for _name, (_cpu, _cuda, _fake) in {
+    "grouped_matmul": (_grouped_cpu, _grouped_cuda, _grouped_fake),
+    "grouped_matmul_packed": (_grouped_packed_cpu, _grouped_packed_cuda, _grouped_packed_fake),
+}.items():
+    _LIB.impl(_name, _cpu, "CPU")
+    _LIB.impl(_name, _cuda, "CUDA")
+    torch.library.register_fake(f"gemm_runtime::{_name}", _fake, lib=_LIB)
+
+
+def call_grouped(x, w, offsets, index, row_scale, bias, gated: bool, gemm: int) -> torch.Tensor:
+    """A grouped GEMM as nn.GroupedExperts calls it: ``w`` stacked [E, N, K] weights or
+    experts.PackedExperts; the op's CUDA body directly where nothing traces (see _direct),
+    else the op (torch.compile sees one node per grouped GEMM)."""
+    from gemm_runtime.experts import PackedExperts
+
+    packed = isinstance(w, PackedExperts)
+    if _direct(x, bias, None if packed else w):
+        return _gemm(gemm, x.get_device()).grouped_matmul(x, w, offsets, index=index, row_scale=row_scale, bias=bias,
+                                                          gated=gated)  # fmt: skip
+    if packed:
+        meta = (w.layout.bits, w.layout.group_size, w.layout.n, w.layout.k, w.layout.symmetric)
+        return torch.ops.gemm_runtime.grouped_matmul_packed(x, w.b, w.v, offsets, *meta, index, row_scale, bias, gated,
+                                                            gemm)  # fmt: skip
+    return torch.ops.gemm_runtime.grouped_matmul(x, w, offsets, index, row_scale, bias, gated, gemm)

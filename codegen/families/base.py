@@ -126,6 +126,12 @@ class MainloopFamily:
         may shape the boxes (None: the kernel's own tile)."""
         return ()
 
+    def reads_a_by_tma(self, spec: KernelSpec) -> bool:
+        """Whether the kernel loads A by TMA boxes of consecutive rows: it cannot follow a
+        row index (grouped launches sort gathered rows first, gemm_runtime.grouped), and
+        its grouped form is priced for it (cost_model.predict)."""
+        return any(box.operand == "a" for box in self.tensor_maps(spec))
+
     def params_offset(self, spec: KernelSpec) -> int:
         """Where GemmParams starts in the kernel's parameter block."""
         return TENSOR_MAP_BYTES * len(self.tensor_maps(spec))

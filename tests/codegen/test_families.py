@@ -118,3 +118,16 @@ def test_register_refuses_a_second_family_of_one_name():
         families.register(type("Again", (MainloopFamily,), {"value": "sm80"})())
     with pytest.raises(TypeError):
         families.register(object())
+
+
+def test_a_family_says_whether_it_reads_a_by_tma(fake):
+    """The one answer grouped launches (sort gathered rows first) and the cost model ask."""
+    from codegen.families.base import TensorMapBox
+
+    assert not Mainloop.SM80.reads_a_by_tma(spec_for()) and not fake.reads_a_by_tma(spec_for())
+    hopper = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 128, 64), warps=(8, 1, 1), stages=4,
+                      arch_min=90, arch_max=90)  # fmt: skip
+    assert Mainloop.SM90.reads_a_by_tma(hopper)
+    # A family whose maps describe other operands only does not.
+    fake.tensor_maps = lambda spec, key=None: (TensorMapBox("b", 64, 64),)
+    assert not fake.reads_a_by_tma(spec_for())

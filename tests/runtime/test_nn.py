@@ -131,21 +131,6 @@ def test_dtype_mismatch_is_named():
 # ---- the expert layer (docs/MOE.md) ----------------------------------------------------
 
 
-class _ReferenceGemm:
-    """Gemm.grouped_matmul's contract computed by experts.grouped_reference, on the CPU:
-    the layer's routing, launches and combine checked without a GPU."""
-
-    def grouped_matmul(self, x, w, offsets, *, index=None, row_scale=None, gated=False):
-        from gemm_runtime.experts import PackedExperts, check_routing, grouped_reference
-
-        if isinstance(w, PackedExperts):
-            w = w.dequantize(torch.float32)
-        rows = index.shape[0] if index is not None else x.shape[0]
-        routing = check_routing(offsets, experts=w.shape[0], rows=rows, device=x.device, tokens=x.shape[0],
-                                index=index, row_scale=row_scale, check_values=True)  # fmt: skip
-        return grouped_reference(x, w, routing, gated=gated).to(x.dtype)
-
-
 def _mixtral_experts(experts=4, hidden=32, intermediate=24, seed=0):
     from transformers import MixtralConfig
     from transformers.models.mixtral.modeling_mixtral import MixtralExperts
@@ -185,7 +170,8 @@ def test_grouped_experts_compute_what_transformers_experts_compute() -> None:
     from gemm_runtime.nn import GroupedExperts
 
     module = _mixtral_experts()
-    layer = GroupedExperts.from_experts(module, gemm=_ReferenceGemm())
+    # On the CPU the layer's grouped GEMMs are the custom ops' torch reference (gemm_runtime.ops).
+    layer = GroupedExperts.from_experts(module)
     x = torch.randn(7, 32)
     scores = torch.softmax(torch.randn(7, 4), -1)
     weights, index = torch.topk(scores, 2, dim=-1)
@@ -202,7 +188,7 @@ def test_quantized_grouped_experts_compute_the_dequantized_experts(bits: int) ->
     from gemm_runtime.quant import quantize
 
     module = _mixtral_experts(hidden=64, intermediate=48)
-    layer = GroupedExperts.from_experts(module, gemm=_ReferenceGemm(), quantize={"bits": bits, "group_size": 32})
+    layer = GroupedExperts.from_experts(module, quantize={"bits": bits, "group_size": 32})
     assert layer.quantized and "gate_up" not in dict(layer.named_parameters())
     assert {"gate_up_q", "gate_up_sz", "down_q", "down_sz"} <= set(layer.state_dict())
     gate_up, down = layer.weights()

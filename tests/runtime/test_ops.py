@@ -115,3 +115,98 @@ def test_handles_name_their_gemm():
     assert ops.handle_of(None) == 0 and ops._gemm(handle, torch.device("cpu")) is marker
     with pytest.raises(GemmArgumentError, match="gemm"):
         ops._gemm(12345, torch.device("cpu"))
+
+
+# ---- grouped (mixture-of-experts) ----------------------------------------------------------
+def _grouped(dtype=torch.float16, experts=4, n=24, k=64, tokens=7, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(tokens, k, generator=g) * 0.5).to(dtype)
+    w = (torch.randn(experts, n, k, generator=g) * 0.2).to(dtype)
+    offsets = torch.tensor([0, 3, 3, 8, 10], dtype=torch.int32)
+    index = torch.randint(0, tokens, (11,), generator=g, dtype=torch.int32)
+    scale = torch.rand(11, generator=g)
+    return x, w, offsets, index, scale
+
+
+def test_grouped_ops_are_registered():
+    assert hasattr(torch.ops.gemm_runtime, "grouped_matmul") and hasattr(torch.ops.gemm_runtime, "grouped_matmul_packed")
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_grouped_op_computes_the_reference_on_cpu(gated):
+    from gemm_runtime.experts import Routing, grouped_reference
+
+    x, w, offsets, index, scale = _grouped()
+    bias = torch.randn(4, 24).half()
+    out = torch.ops.gemm_runtime.grouped_matmul(x, w, offsets, index, scale, bias, gated, 0)
+    ref = grouped_reference(x, w, Routing(offsets, index, scale), bias=bias, gated=gated)
+    assert out.shape == (11, 12 if gated else 24) and out.dtype == torch.float16
+    torch.testing.assert_close(out.float(), ref, rtol=2e-3, atol=2e-3)
+    # The routing is checked like Gemm.grouped_matmul's: values too, on the CPU.
+    with pytest.raises(GemmArgumentError, match=r"offsets\[2\]"):
+        torch.ops.gemm_runtime.grouped_matmul(x, w, torch.tensor([0, 3, 2, 8, 10], dtype=torch.int32), index)
+
+
+def test_grouped_packed_op_matches_the_dequantized_experts():
+    from gemm_runtime.experts import Routing, grouped_reference, pack_experts
+
+    x, w, offsets, index, scale = _grouped()
+    packed = pack_experts([quantize(we, bits=4, group_size=32) for we in w])
+    meta = (4, 32, 24, 64, False)
+    out = torch.ops.gemm_runtime.grouped_matmul_packed(x, packed.b, packed.v, offsets, *meta, index, scale, None, True)
+    ref = grouped_reference(x, packed.dequantize(torch.float32), Routing(offsets, index, scale), gated=True)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-3, atol=2e-3)
+    assert ops.packed_experts(packed.b, packed.v, *meta).unpack()[2].q.equal(packed.unpack()[2].q)
+
+
+def test_grouped_fakes_give_the_grouped_rows_and_columns():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from gemm_runtime.experts import pack_experts
+
+    x, w, offsets, index, scale = _grouped(torch.bfloat16)
+    packed = pack_experts([quantize(we, bits=8, group_size=32) for we in w])
+    with FakeTensorMode() as mode:
+        fx, fw, fo, fi, fs, fb, fv = (mode.from_tensor(t) for t in (x, w, offsets, index, scale, packed.b, packed.v))
+        gathered = torch.ops.gemm_runtime.grouped_matmul(fx, fw, fo, fi, fs, None, True)
+        sorted_rows = torch.ops.gemm_runtime.grouped_matmul(fx, fw, fo)
+        quant = torch.ops.gemm_runtime.grouped_matmul_packed(fx, fb, fv, fo, 8, 32, 24, 64, False, fi)
+        with pytest.raises(GemmArgumentError, match="K of the experts"):
+            torch.ops.gemm_runtime.grouped_matmul_packed(fx, fb, fv, fo, 8, 32, 24, 128, False)
+    assert gathered.shape == (11, 12) and gathered.dtype == torch.bfloat16
+    assert sorted_rows.shape == (7, 24) and quant.shape == (11, 24)
+
+
+def test_opcheck_grouped():
+    from gemm_runtime.experts import pack_experts
+
+    x, w, offsets, index, scale = _grouped(torch.float32)
+    torch.library.opcheck(torch.ops.gemm_runtime.grouped_matmul.default, (x, w, offsets, index, scale, None, True, 0))
+    x16, w16, *_ = _grouped(torch.float16)
+    packed = pack_experts([quantize(we, bits=4, group_size=32) for we in w16])
+    torch.library.opcheck(torch.ops.gemm_runtime.grouped_matmul_packed.default,
+                          (x16, packed.b, packed.v, offsets, 4, 32, 24, 64, False, index, scale, None, False, 0))  # fmt: skip
+
+
+@pytest.mark.parametrize("quantized", [False, True], ids=["dense", "w4"])
+def test_the_expert_layer_compiles_into_one_graph(quantized):
+    """GroupedExperts under torch.compile(fullgraph=True): the routing, both grouped
+    GEMMs (as the custom ops) and the combine in one graph, as eager computes them."""
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+
+    from gemm_runtime.nn import GroupedExperts
+
+    torch.manual_seed(0)
+    module = MixtralExperts(MixtralConfig(hidden_size=64, intermediate_size=32, num_local_experts=4,
+                                          num_experts_per_tok=2))  # fmt: skip
+    with torch.no_grad():
+        module.gate_up_proj.normal_(0, 0.1)
+        module.down_proj.normal_(0, 0.1)
+    layer = GroupedExperts.from_experts(module, quantize={"bits": 4, "group_size": 32} if quantized else None)
+    x = torch.randn(9, 64)
+    weights, index = torch.topk(torch.softmax(torch.randn(9, 4), -1), 2, dim=-1)
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, index, weights), layer(x, index, weights))
