@@ -432,3 +432,21 @@ def test_the_sm90_quant_block_maps_the_stacked_packed_weights_and_scales(monkeyp
     offset = spec.mainloop.params_offset(spec)
     p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block[offset:offset + PARAM_STRUCT.size])))
     assert (p["A"], p["gather"], p["groups"], p["group_shift"], p["experts"]) == (sorted_a.data_ptr(), 0, 2, 5, E)
+
+
+def test_a_quantized_grouped_decision_survives_export_and_import_and_is_checked(tmp_path) -> None:
+    from gemm_runtime.dispatch_cache import DispatchCache
+
+    key = grouped_key(_packed_ops(_packed()), 90)
+    w4 = spec_for(cta=(16, 128, 128), warps=(1, 4, 1), b_type=DataType.U4, grouped=True)
+    cache = DispatchCache(90)
+    cache.put(key, LaunchSpec(w4.name, 2))
+    cache.export(tmp_path / "c.json")
+    back = DispatchCache(90)
+    assert back.import_(tmp_path / "c.json", {w4.name: w4}).added == 1 and back.get(key) == LaunchSpec(w4.name, 2)
+    # A dense grouped kernel recorded for the quantized key (a hand-edited file) is skipped.
+    dense = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
+    bad = DispatchCache(90)
+    with pytest.warns(Warning):
+        report = bad.import_(_swap_kernel(tmp_path / "c.json", w4.name, dense.name), {dense.name: dense})
+    assert report.added == 0 and len(bad) == 0
