@@ -322,7 +322,7 @@ class Gemm:
 
     def _launch_grouped(self, plan: LaunchSpec, ops: grouped.GroupedOperands, stream: int, ws: Workspace) -> None:
         kern = self.dispatcher.kernel(plan.kernel)
-        gathered = grouped.reads_a_by_tma(kern.spec) and ops.routing.index is not None
+        gathered = kern.spec.mainloop.reads_a_by_tma(kern.spec) and ops.routing.index is not None
         a = grouped.sorted_rows(ops, stream) if gathered else None
         workspace = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
         grid, block = grouped.launch_block(kern, ops, a, plan.swizzle, plan.splits, *workspace)

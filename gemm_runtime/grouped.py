@@ -1,12 +1,13 @@
 """Grouped GEMMs for mixture-of-experts (docs/MOE.md): the operands of one grouped
 launch checked, a grouped kernel chosen, its parameter block and grid. Gemm.grouped_matmul
 is the facade; the kernels are the grouped forms of the sm80 family (templates/include/
-gemm/grouped.cuh) and of the sm90 family (gemm/sm90/kernel_sm90.cuh).
+gemm/grouped.cuh), of the sm90 family (gemm/sm90/kernel_sm90.cuh) and, for quantized
+experts, of the sm90_quant family (gemm/sm90/kernel_sm90_quant.cuh).
 
     D[r] = row_scale[r] * act(alpha * A[src(r)] @ W[e(r)]^T + bias[e(r)]) + beta * C[r]
 
 With an ``index`` the sm80 kernels read A's rows through it (A is the unsorted token
-matrix); the sm90 kernels read A by TMA boxes of consecutive rows, so their launches
+matrix); the TMA families read A by boxes of consecutive rows, so their launches
 gather the rows first (``sorted_rows``). The routing's values are a contract
 (experts.check_routing) unless checked on request."""
 
@@ -189,13 +190,6 @@ def grouped_key(ops: GroupedOperands, arch: int) -> ProblemKey:
     return ProblemKey(arch, t, b_type, BOrder.NK, t, 8, quant, epilogue.value, ops.n, ops.k, ops.rows, ops.experts)
 
 
-def reads_a_by_tma(spec: KernelSpec) -> bool:
-    """Whether the kernel loads A by TMA boxes of consecutive rows (the family says:
-    MainloopFamily.reads_a_by_tma): it cannot follow a row index, so gathered launches
-    sort A's rows first."""
-    return spec.mainloop.reads_a_by_tma(spec)
-
-
 def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:
     """A's rows in grouped order (``x[index]``), for kernels that read A by TMA boxes,
     made on the launch's stream: the caching allocator then reuses the buffer only after
@@ -257,8 +251,8 @@ def launch_block(
     ``splits``: K slices (the families whose max_splits allows), with the workspace's
     ``semaphores`` and ``partials``.
 
-    The tiles cover a bound on the tile rows, ceil(rows / CTA M) + E (each expert adds
-    at most one partial tile row: cost_model.tiles_of); the work past the last one is
+    The tiles cover a bound on the tile rows, ceil(rows / CTA M) + min(E, rows)
+    (cost_model.tiles_of); the work past the last one is
     skipped (gemm/grouped.cuh). The family lays the grid out: the sm80 kernels take a
     CTA per tile and split, the sm90 kernels are persistent, as many CTAs as the device
     holds, in groups of 2^swizzle tile rows, the sm90_quant ones a CTA per tile."""
@@ -267,7 +261,7 @@ def launch_block(
     key = grouped_key(ops, 0)
     tiles_m, tiles_n = tiles_of(spec, key)
     k_tiles = math.ceil(ops.k / ck)
-    tma = reads_a_by_tma(spec)
+    tma = spec.mainloop.reads_a_by_tma(spec)  # it cannot follow a row index: gathered rows come sorted
     gather = ops.routing.index
     if tma and gather is not None:
         if a is None:

@@ -283,7 +283,7 @@ def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(monkeyp
     ops = grouped_operands(args["x"], args["w"], args["offsets"], index=index)
     spec = _sm90_spec()
     kernel = SimpleNamespace(spec=spec, resident=132)
-    assert grouped.reads_a_by_tma(spec) and not grouped.reads_a_by_tma(spec_for(grouped=True))
+    assert spec.mainloop.reads_a_by_tma(spec)
     with pytest.raises(ValueError, match="sorted rows"):
         launch_block(kernel, ops)
     sorted_a = args["x"][index.long()]
@@ -416,7 +416,7 @@ def test_the_sm90_quant_block_maps_the_stacked_packed_weights_and_scales(monkeyp
     ops = grouped_operands(x, w, torch.tensor([0, 3, 3, 7, 9], dtype=torch.int32), index=index)
     spec = spec_for(mainloop=Mainloop.SM90_QUANT, mma=MmaAtom.M64NK16, cta=(64, 128, 64), warps=(1, 8, 1), stages=8,
                     arch_min=90, arch_max=90, b_type=DataType.U4, grouped=True)  # fmt: skip
-    assert grouped.reads_a_by_tma(spec)
+    assert spec.mainloop.reads_a_by_tma(spec)
     sorted_a = x[index.long()]
     grid, block = launch_block(SimpleNamespace(spec=spec, resident=264), ops, sorted_a)
     assert grid == (math.ceil(N / 128), math.ceil(TOKENS / 64) + E, 1)
