@@ -317,15 +317,17 @@ class Gemm:
             plan = self.dispatcher.forced(forced, key, sizes)
         else:
             plan = self.dispatcher.plan(dispatch, key, sizes, measure)
-        self._launch_grouped(plan, ops, handle, ws)
+        self._launch_grouped(plan, ops, handle, ws, key)
         return ops.out
 
-    def _launch_grouped(self, plan: LaunchSpec, ops: grouped.GroupedOperands, stream: int, ws: Workspace) -> None:
+    def _launch_grouped(
+        self, plan: LaunchSpec, ops: grouped.GroupedOperands, stream: int, ws: Workspace, key: ProblemKey
+    ) -> None:
         kern = self.dispatcher.kernel(plan.kernel)
         gathered = kern.spec.mainloop.reads_a_by_tma(kern.spec) and ops.routing.index is not None
         a = grouped.sorted_rows(ops, stream) if gathered else None
         workspace = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
-        grid, block = grouped.launch_block(kern, ops, a, plan.swizzle, plan.splits, *workspace)
+        grid, block = grouped.launch_block(kern, ops, a, plan.swizzle, plan.splits, *workspace, key=key)
         buf = ctypes.create_string_buffer(block, len(block))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
         kern.function.launch(grid, kern.spec.threads, kern.spec.smem_bytes, stream, ctypes.addressof(args))
@@ -342,7 +344,7 @@ class Gemm:
         scratch = dataclasses.replace(ops, out=torch.empty_like(ops.out), c=c)
 
         def make_call(plan: LaunchSpec):
-            return lambda: self._launch_grouped(plan, scratch, stream, ws)
+            return lambda: self._launch_grouped(plan, scratch, stream, ws, key)
 
         return self._on_stream(stream, lambda: tune(ranking, make_call, top_k=settings().tune.top_k,
                                                     measurer=self.measurer))  # fmt: skip

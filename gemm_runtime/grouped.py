@@ -243,13 +243,14 @@ def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor, key: P
 
 def launch_block(
     kernel, ops: GroupedOperands, a: torch.Tensor | None = None, swizzle: int | None = None, splits: int = 1,
-    semaphores: int = 0, partials: int = 0,
+    semaphores: int = 0, partials: int = 0, key: ProblemKey | None = None,
 ) -> tuple[tuple[int, int, int], bytes]:  # fmt: skip
     """The grid and the parameter block of one grouped launch of ``kernel`` (a
     registry.Kernel); ``a``: the sorted rows (``sorted_rows``) where the kernel reads A by
     TMA and the launch is gathered; ``swizzle``: the plan's (None: the family's preferred);
     ``splits``: K slices (the families whose max_splits allows), with the workspace's
-    ``semaphores`` and ``partials``.
+    ``semaphores`` and ``partials``; ``key``: the launch's grouped_key where the caller
+    has it (else made here).
 
     The tiles cover a bound on the tile rows, ceil(rows / CTA M) + min(E, rows)
     (cost_model.tiles_of); the work past the last one is
@@ -258,7 +259,7 @@ def launch_block(
     holds, in groups of 2^swizzle tile rows, the sm90_quant ones a CTA per tile."""
     spec = kernel.spec
     ck = spec.cta[2]
-    key = grouped_key(ops, 0)
+    key = key if key is not None else grouped_key(ops, 0)
     tiles_m, tiles_n = tiles_of(spec, key)
     k_tiles = math.ceil(ops.k / ck)
     tma = spec.mainloop.reads_a_by_tma(spec)  # it cannot follow a row index: gathered rows come sorted

@@ -265,19 +265,26 @@ def test_a_split_launch_covers_the_bound_in_z_with_the_workspace() -> None:
     assert (p["splits"], p["k_tiles_per_split"], p["semaphores"], p["partials"]) == (2, 2, 1024, 4096)
 
 
-def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(monkeypatch) -> None:
-    """The TMA kernels: a persistent grid, the tile rows' bound in groups of 2^swizzle, A
-    the sorted rows (no gather pointer), B one [E * N, K] matrix, no map for D."""
-    encoded = []
+@pytest.fixture
+def encoded(monkeypatch) -> list:
+    """The tensor maps grouped launches encode, in order (the encoder replaced by one
+    that records them and writes each address 16 times)."""
+    maps = []
 
     class FakeEncoder:
         def __init__(self, tmap):
-            encoded.append(tmap)
+            maps.append(tmap)
 
         def __call__(self, address):
             return address.to_bytes(8, "little") * 16
 
     monkeypatch.setattr(grouped, "Encoder", FakeEncoder)
+    return maps
+
+
+def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(encoded) -> None:
+    """The TMA kernels: a persistent grid, the tile rows' bound in groups of 2^swizzle, A
+    the sorted rows (no gather pointer), B one [E * N, K] matrix, no map for D."""
     args = _args()
     index = torch.arange(TOKENS - 1, -1, -1, dtype=torch.int32)
     ops = grouped_operands(args["x"], args["w"], args["offsets"], index=index)
@@ -396,20 +403,10 @@ def test_bad_quantized_experts_are_named() -> None:
         grouped_operands(x, w, torch.tensor([0, 3, 3, 7, 9], dtype=torch.int32))
 
 
-def test_the_sm90_quant_block_maps_the_stacked_packed_weights_and_scales(monkeypatch) -> None:
+def test_the_sm90_quant_block_maps_the_stacked_packed_weights_and_scales(encoded) -> None:
     """The quantized TMA kernels: one CTA per tile (weight tiles in x, the tile rows'
     bound in y), X the sorted rows, W the experts' packed rows as one matrix of 32-bit
     words, V their scales and zeros as one matrix of E * 2 * groups rows."""
-    encoded = []
-
-    class FakeEncoder:
-        def __init__(self, tmap):
-            encoded.append(tmap)
-
-        def __call__(self, address):
-            return address.to_bytes(8, "little") * 16
-
-    monkeypatch.setattr(grouped, "Encoder", FakeEncoder)
     w = _packed()
     index = torch.arange(TOKENS - 1, -1, -1, dtype=torch.int32)
     x = torch.randn(TOKENS, QK).half()
