@@ -38,8 +38,8 @@
 // tensor map covers the stacked weights [E * N, K]: expert e's tile starts at row
 // e * N + n0, and columns past N (the next expert's rows, or zero fill) are dropped the
 // same way. D goes out through TMA where a warpgroup's rows all belong to the expert, and
-// directly where a box would reach into the next expert's rows. No clusters and no
-// split-K.
+// copied from the staging boxes by the threads where a box would reach into the next
+// expert's rows. No clusters and no split-K.
 #pragma once
 #include "gemm/config.cuh"
 #include "gemm/epilogue.cuh"
@@ -372,16 +372,17 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       const int barrier = kSplitKBarrier + 1 + wg;
       if constexpr (Cfg::kGrouped) {
         // NOTE: the expert's problem is built here, not kept across the mainloop. Its
-        // rows go out through TMA where the warpgroup's 64 all belong to the expert,
-        // else (the expert's last rows) directly.
+        // rows go out through the staging boxes, by TMA where the warpgroup's 64 all
+        // belong to the expert, else (the expert's last rows) copied (store_sm90.cuh).
         const Params q = expert_problem<Cfg>(p, g);
+        const int rows = q.M - row0 < 64 ? q.M - row0 : 64;
         if (row0 >= q.M) {
-        } else if (!tma_store || row0 + 64 > q.M) {
+        } else if (!tma_store) {
           Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, q, row0, n0);
         } else if (!gated) {
-          Store::template store<false>(acc, q, tma_d, staging, barrier, row0, n0, stored, g.row0 + row0);
+          Store::template store<false>(acc, q, tma_d, staging, barrier, row0, n0, stored, g.row0 + row0, rows);
         } else if constexpr (Store::kGatedFits) {
-          Store::template store<true>(acc, q, tma_d, staging, barrier, row0, n0, stored, g.row0 + row0);
+          Store::template store<true>(acc, q, tma_d, staging, barrier, row0, n0, stored, g.row0 + row0, rows);
         }
       } else if (!tma_store) {
         Epilogue<Cfg>::store(WgmmaTile<Cfg::kCtaN>{acc}, p, row0, n0);
