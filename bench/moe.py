@@ -155,12 +155,9 @@ def main() -> None:
                 timed = _time_ours(gemm, a, w, routing, [None, *plans, *_top_ranked(gemm, a, w, routing)], ref)
                 default = timed.get(None, float("nan"))
                 # Every forced kernel's time, for the log (what the cost model's rules are fitted to).
-                print(f"# {name} {tokens} {proj}: " + ", ".join(
-                    f"{_plan_text(gemm, p)}/s{p.swizzle} {t * 1e3:.1f}" for p, t in timed.items()
-                    if p is not None),
-                    flush=True)  # fmt: skip
-                ops = grouped.grouped_operands(a, w, routing.offsets)
-                chosen = gemm.select(grouped.grouped_key(ops, gemm.registry.device.arch))
+                print(f"# {name} {tokens} {proj}: " + _timed_text(gemm, timed, key_of(gemm, a, w, routing)),
+                      flush=True)
+                chosen = gemm.select(key_of(gemm, a, w, routing))
                 best_name = min((kk for kk in timed if kk is not None), key=timed.get, default=None)
                 ours = timed[best_name] if best_name else float("nan")
                 bw = touched_weight_bytes(routing, n, k) / (default * 1e-3) / copy_bw
@@ -178,8 +175,20 @@ def main() -> None:
 def _top_ranked(gemm, a, w, routing: Routing, count: int = 4) -> list:
     """The cost model's best ``count`` plans for the launch (split and rasterized as it
     ranks them; the forced kernels run unsplit)."""
-    key = grouped.grouped_key(grouped.grouped_operands(a, w, routing.offsets), gemm.registry.device.arch)
-    return [plan for _, plan in gemm.ranked(key)[:count]]
+    return [plan for _, plan in gemm.ranked(key_of(gemm, a, w, routing))[:count]]
+
+
+def key_of(gemm, a, w, routing: Routing):
+    """The grouped launch's dispatch key."""
+    return grouped.grouped_key(grouped.grouped_operands(a, w, routing.offsets), gemm.registry.device.arch)
+
+
+def _timed_text(gemm, timed: dict, key) -> str:
+    """Each forced plan's measured time beside the cost model's prediction (µs), for the
+    log: what the model's terms are fitted to."""
+    predicted = {plan: cost for cost, plan in gemm.ranked(key)}
+    return ", ".join(f"{_plan_text(gemm, p)}/s{p.swizzle} {t * 1e3:.1f} (model {predicted.get(p, float('nan')) * 1e6:.1f})"
+                     for p, t in timed.items() if p is not None)  # fmt: skip
 
 
 def _plan_text(gemm, plan) -> str:
@@ -211,10 +220,9 @@ def _w4_columns(gemm, a, w, routing: Routing, plans: list, grouped_mm_ms: float,
     packed = pack_experts([quantize(we, bits=4, group_size=W4_GROUP) for we in w])
     ref = grouped_reference(a, packed.dequantize(torch.float32), Routing(routing.offsets, None, None))
     timed = _time_ours(gemm, a, packed, routing, [None, *plans, *_top_ranked(gemm, a, packed, routing)], ref)
-    print("#   W4A16: " + ", ".join(f"{_plan_text(gemm, p)} {t * 1e3:.1f}" for p, t in timed.items()
-                                   if p is not None), flush=True)  # fmt: skip
+    key = key_of(gemm, a, packed, routing)
+    print("#   W4A16: " + _timed_text(gemm, timed, key), flush=True)
     default = timed.get(None, float("nan"))
-    key = grouped.grouped_key(grouped.grouped_operands(a, packed, routing.offsets), gemm.registry.device.arch)
     chosen = _plan_text(gemm, gemm.select(key))
     best = min((p for p in timed if p is not None), key=timed.get, default=None)
     best_text = f"{timed[best] * 1e3:.1f} ({_plan_text(gemm, best)})" if best else "-"

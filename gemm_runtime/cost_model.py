@@ -158,6 +158,22 @@ def grouped_pricing_key(key: ProblemKey) -> ProblemKey:
 # (W4A16, bench.moe, H200: 7-19% faster than the sm80 ones), priced as it is.
 _GROUPED_TMA_FEW_ROWS = 16
 _GROUPED_TMA_FEW_ROWS_FACTOR = 2.0
+# A grouped CTA (or, persistent, a unit) finds its expert before its first copy:
+# ceil(E / 32) rounds of loads of the offsets and a warp's prefix sum (gemm/grouped.cuh),
+# every CTA of the launch's bound on the tile rows, per split, the empty ones included.
+# Fitted to bench.moe (H200, one run, Qwen-MoE-like E = 64): at one token sm80's 16x64
+# split 2 (616 CTAs, two waves) took 21.3 us against 18.8 unsplit (308, one), where the
+# model without this term called the split 0.9 us faster; at 16 tokens 16x128 split 2
+# (3080 CTAs) 72.4 against 62.0.
+_GROUPED_SCAN_ROUND_S = 1.5e-6
+
+
+def grouped_scan_seconds(spec: KernelSpec, key: ProblemKey, splits: int, slots: int) -> float:
+    """Seconds a grouped launch's CTAs spend finding their experts: a scan of the offsets
+    per wave of the grid (the bound's tiles times the splits, ``slots`` at a time)."""
+    tm, tn = tiles_of(spec, key)
+    waves = math.ceil(tm * tn * splits / max(1, slots))
+    return waves * math.ceil(key.experts / 32) * _GROUPED_SCAN_ROUND_S
 
 
 def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: ProblemKey, splits: int = 1) -> float:
@@ -167,7 +183,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
         t = predict(spec, ctas_per_sm, device, priced, splits)
         if spec.mainloop.reads_a_by_tma(spec) and not spec.quantized and priced.m < _GROUPED_TMA_FEW_ROWS:
             t *= _GROUPED_TMA_FEW_ROWS_FACTOR
-        return t
+        return t + grouped_scan_seconds(spec, key, splits, resident_ctas(device, ctas_per_sm))
     cm, cn, ck = spec.cta
     tm, tn = tiles_of(spec, key)
     k_tiles = max(1, math.ceil(key.k / ck))

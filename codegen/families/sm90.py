@@ -142,7 +142,9 @@ class Sm90Family(MainloopFamily):
         # NOTE: split-K's last split waits for the others, so every CTA that owns one must
         # be resident; the co-resident cluster count is only an estimate of the driver's
         # (cuOccupancyMaxActiveClusters), so cluster kernels do not split.
-        return 1 if spec.cluster > 1 else super().max_splits(spec)
+        # Grouped kernels split too (their tail of tiles past whole rounds, as dense): a
+        # few experts' long K otherwise leaves the last round mostly idle.
+        return 1 if spec.cluster > 1 else None
 
     def grid(
         self, spec: KernelSpec, tiles: tuple[int, int], splits: int, swizzle: int, resident: int
@@ -184,6 +186,10 @@ class Sm90Family(MainloopFamily):
             return 0
         count = tiles[0] * tiles[1]
         grid = self.grid(spec, tiles, splits, 0, resident)[0]
+        if spec.grouped:
+            # ``tiles`` is the host's bound; the kernel splits the tail of the real tiles
+            # (any count up to the bound), which leaves at most grid - 1 beyond whole rounds.
+            return min(count, grid - 1)
         return count - self.split_units(count, splits, grid)[1]
 
     @staticmethod

@@ -92,12 +92,16 @@ def test_a_forced_kernel_must_serve_the_launch(gemm) -> None:
         gemm.grouped_matmul(x, w, offsets, kernel=bf16)
     with pytest.raises(GemmArgumentError, match="not a kernel name|a kernel name"):
         gemm.grouped_matmul(x, w, offsets, kernel="no_such_kernel")
-    # The families that do not split K refuse a split (the sm80 grouped kernels take one).
-    unsplit = [n for n in _grouped(gemm) if gemm.registry.get(n).spec.a_type.value == "f16"
+    # The families that do not split K refuse a split (sm90_quant's grouped kernels; the
+    # sm80 and sm90 ones take one).
+    unsplit = [n for n in _grouped(gemm, 4) if gemm.registry.get(n).spec.a_type.value == "f16"
                and gemm.registry.get(n).spec.mainloop.max_splits(gemm.registry.get(n).spec) == 1]  # fmt: skip
+    if gemm.registry.device.arch == 90:
+        assert unsplit, "the sm90_quant grouped kernels take no split"
+    packed = pack_experts([quantize(we, bits=4, group_size=32) for we in w])
     for name in unsplit[:1]:
         with pytest.raises(GemmArgumentError, match="kernel.splits"):
-            gemm.grouped_matmul(x, w, offsets, kernel=LaunchSpec(name, 2))
+            gemm.grouped_matmul(x, packed, offsets, kernel=LaunchSpec(name, 2))
     with pytest.raises(GemmArgumentError, match="dispatch"):
         gemm.grouped_matmul(x, w, offsets, dispatch="measure")
     # Operands on another device than the Gemm's (here the CPU) are refused before launch.

@@ -18,7 +18,8 @@ from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
 from gemm_runtime import grouped
 from gemm_runtime.context import infeasible_reason
-from gemm_runtime.cost_model import expected_experts_touched, grouped_pricing_key, predict, tiles_of
+from gemm_runtime.cost_model import (expected_experts_touched, grouped_pricing_key, grouped_scan_seconds, predict,
+                                     tiles_of)
 from gemm_runtime.errors import UnsupportedProblemError
 from gemm_runtime.grouped import grouped_key, grouped_operands, launch_block
 from gemm_runtime.plan import LaunchSpec
@@ -120,7 +121,15 @@ def test_the_cost_model_prices_a_grouped_key_as_the_touched_weights_side_by_side
     assert (priced.n, priced.k, priced.m, priced.experts) == (N * math.ceil(touched), K, round(TOKENS / touched), 0)
     device = DeviceModel(132, 1e12, 4e12)
     sm80 = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
-    assert predict(sm80, 4, device, key) == predict(sm80, 4, device, priced)
+    # plus the experts' scan per wave of the bound's CTAs: more waves under a split.
+    scan = grouped_scan_seconds(sm80, key, 1, 132 * 4)
+    assert scan > 0
+    assert predict(sm80, 4, device, key) == pytest.approx(predict(sm80, 4, device, priced) + scan)
+    # Qwen-MoE-like decode: 6 rows over 64 experts (two rounds of the scan), N = 2816 in
+    # 64-column tiles: 7 x 44 = 308 CTAs, two waves of 264 slots unsplit, three split 2.
+    decode = key._replace(m=6, n=2816, k=2048, experts=64)
+    assert grouped_scan_seconds(sm80, decode, 1, 264) == pytest.approx(2 * 2 * 1.5e-6)
+    assert grouped_scan_seconds(sm80, decode, 2, 264) == pytest.approx(3 * 2 * 1.5e-6)
 
 
 H200 = DeviceModel.of(90, 132, 1980000, 3201000, 6144)
@@ -138,8 +147,8 @@ def _dispatcher(kernels):
 
 
 def test_dispatch_ranks_grouped_kernels_of_the_dtype() -> None:
-    """Grouped keys rank grouped kernels only, split only where the family splits them
-    (sm80), rasterized only where the family is persistent (sm90); dense keys never see
+    """Grouped keys rank grouped kernels only, split where the family splits them (sm80,
+    sm90), rasterized only where the family is persistent (sm90); dense keys never see
     grouped kernels."""
     plain = _kernel(spec_for())
     bf16 = _kernel(spec_for(a_type=DataType.BF16, b_type=DataType.BF16, d_type=DataType.BF16, grouped=True))
@@ -149,11 +158,10 @@ def test_dispatch_ranks_grouped_kernels_of_the_dtype() -> None:
     key = grouped_key(grouped_operands(**_args()), 90)._replace(m=4096, n=4096, k=4096)
     ranked = [plan for _, plan in d.ranked(key)]
     assert {p.kernel for p in ranked} == {small.spec.name, tma.spec.name}
-    assert all(p.splits == 1 for p in ranked if p.kernel == tma.spec.name)
-    # Decode: two experts' rows against a long K, the sm80 kernel split.
+    # Decode: two experts' rows against a long K, both families split.
     decode = key._replace(m=2, n=4096, k=14336, experts=8)
     assert {p.splits for _, p in d.ranked(decode) if p.kernel == small.spec.name} > {1}
-    assert {p.splits for _, p in d.ranked(decode) if p.kernel == tma.spec.name} == {1}
+    assert {p.splits for _, p in d.ranked(decode) if p.kernel == tma.spec.name} > {1}
     assert {p.swizzle for p in ranked if p.kernel == small.spec.name} == {0}
     assert len({p.swizzle for p in ranked if p.kernel == tma.spec.name}) > 1
     dense = key._replace(experts=0)
@@ -161,8 +169,6 @@ def test_dispatch_ranks_grouped_kernels_of_the_dtype() -> None:
     # A forced launch is checked like any other: a dense kernel, a split, a swizzle the family ignores.
     with pytest.raises(GemmArgumentError, match="not a grouped kernel"):
         d.forced(LaunchSpec(plain.spec.name), key, d.default_workspace)
-    with pytest.raises(GemmArgumentError, match=r"kernel.splits: got 2; accepted: 1 \(this kernel takes no split-K\)"):
-        d.forced(LaunchSpec(tma.spec.name, 2), key, d.default_workspace)
     # A split's workspace covers the tiles of the launch's bound on the tile rows.
     with pytest.raises(GemmArgumentError, match="for the 16640 tiles that split"):
         d.forced(LaunchSpec(small.spec.name, 2), key, d.default_workspace)
@@ -251,6 +257,30 @@ def test_the_parameter_block_and_the_grid() -> None:
 def _sm90_spec(cta=(128, 256, 64), **overrides):
     return spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=cta, warps=(cta[0] // 16, 1, 1), stages=4,
                     arch_min=90, arch_max=90, grouped=True, **overrides)  # fmt: skip
+
+
+def test_the_sm90_grouped_workspace_covers_any_real_tile_count_up_to_the_bound() -> None:
+    """The persistent grouped kernel schedules the experts' real tile rows, which only the
+    device knows: the tiles past whole rounds of its grid are at most grid - 1 of them,
+    or all of the bound's where it has fewer."""
+    spec = _sm90_spec()
+    family = spec.mainloop
+    assert family.max_splits(spec) is None
+    assert family.split_tiles(spec, (24, 16), 2, 132) == 131  # 384 bound tiles; e.g. 263 real leave 131
+    assert family.split_tiles(spec, (3, 16), 2, 132) == 48  # fewer than a round: all of them
+    assert family.partial_tiles(spec, (24, 16), 5, 132) == 4 * 129  # a grid of 130 CTAs (a multiple of 5)
+    assert family.split_tiles(spec, (24, 16), 1, 132) == 0
+
+
+def test_a_quantized_grouped_sm90_kernel_takes_no_split() -> None:
+    spec = spec_for(mainloop=Mainloop.SM90_QUANT, mma=MmaAtom.M64NK16, cta=(64, 128, 64), warps=(1, 8, 1), stages=8,
+                    arch_min=90, arch_max=90, b_type=DataType.U4, grouped=True)  # fmt: skip
+    d = _dispatcher([_kernel(spec)])
+    key = grouped_key(grouped_operands(torch.randn(TOKENS, QK).half(), _packed(), torch.tensor([0, 3, 3, 7, 9],
+                                                                                               dtype=torch.int32)), 90)  # fmt: skip
+    assert {p.splits for _, p in d.ranked(key)} == {1}
+    with pytest.raises(GemmArgumentError, match=r"kernel.splits: got 2; accepted: 1 \(this kernel takes no split-K\)"):
+        d.forced(LaunchSpec(spec.name, 2), key, d.default_workspace)
 
 
 def test_a_split_launch_covers_the_bound_in_z_with_the_workspace() -> None:

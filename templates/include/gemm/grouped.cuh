@@ -50,6 +50,23 @@ __device__ __forceinline__ GroupTile find_group_tile(const int* offsets, int exp
   return {-1, 0, 0, 0};
 }
 
+// The tile rows of all experts (what find_group_tile enumerates): a persistent grouped
+// kernel schedules these rather than the host's bound, so its rasterization groups and
+// split-K tail fall on real work. Warp-wide, like find_group_tile.
+template <int CtaM>
+__device__ __forceinline__ int group_tile_rows(const int* offsets, int experts) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  int tiles = 0;
+  for (int e = lane; e < experts; e += 32) {
+    const int rows = offsets[e + 1] - offsets[e];
+    tiles += rows > 0 ? (rows + CtaM - 1) / CtaM : 0;
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) tiles += __shfl_xor_sync(kAll, tiles, d);
+  return tiles;
+}
+
 // The expert's problem: `p` with A, B, C, D, U, the bias and (quantized B) the scales
 // and zeros V moved to the expert's rows and weight, and M its rows.
 template <class Cfg, class Params>

@@ -28,10 +28,12 @@
 // tile lies below M still runs the pipeline (its A box is all zero fill): its part of
 // B feeds the others.
 //
-// Grouped (Grouped_, docs/MOE.md): the work units enumerate a bound on the experts' tile
-// rows (gemm/grouped.cuh) times the tile columns; every warp that takes a unit finds its
-// expert with the same warp-wide scan, and units past the last tile row are skipped by
-// producer and consumers alike, so their ring positions stay in step. A is the grouped
+// Grouped (Grouped_, docs/MOE.md): the work units enumerate the experts' tile rows, which
+// every CTA counts at entry (gemm/grouped.cuh), times the tile columns; every warp that
+// takes a unit finds its expert with the same warp-wide scan (a unit past the last tile
+// row, which the count leaves out, would be skipped by producer and consumers alike, so
+// their ring positions stay in step). The grid is the host's, sized by a bound on the
+// tile rows (cost_model.tiles_of). A is the grouped
 // rows sorted by expert (the runtime gathers them first), one tensor map over all rows:
 // an expert's tile row starts at its first row, and rows of the next expert that share
 // the box are computed and dropped by the epilogue, which stops at the expert's rows. B's
@@ -39,7 +41,8 @@
 // e * N + n0, and columns past N (the next expert's rows, or zero fill) are dropped the
 // same way. D goes out through TMA where a warpgroup's rows all belong to the expert, and
 // copied from the staging boxes by the threads where a box would reach into the next
-// expert's rows. No clusters and no split-K.
+// expert's rows. No clusters. Split-K as dense: the tiles past whole rounds of the grid
+// split, the hand-over counting the expert's rows of the tile.
 #pragma once
 #include "gemm/config.cuh"
 #include "gemm/epilogue.cuh"
@@ -182,13 +185,25 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
   const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
   const int rank = kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
-  const int tiles_m = (p.tiles_m + kCluster - 1) / kCluster;  // in cluster tiles
+  const int k_tiles_total = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
+  // The schedule lives in shared memory, built once by warp 0 and read back per unit:
+  // kept in registers, its dozen fields stay live beside the accumulators through the
+  // mainloop (the grouped 128x256 tile spilled 36-40 bytes so on sm_90a).
+  // NOTE: a grouped launch's p.tiles_m is the host's bound on the experts' tile rows; the
+  // kernel counts the real ones, so no unit past them is scheduled and split-K's whole
+  // rounds and split tail are those of the real tiles (the host sizes the workspace for
+  // any count up to the bound: codegen/families/sm90.py, split_tiles).
+  __shared__ alignas(16) unsigned char schedule_smem[sizeof(Sm90Schedule)];
+  if (threadIdx.x < 32) {
+    const int tiles_m = Cfg::kGrouped ? group_tile_rows<Cfg::kCtaM>(p.offsets, p.experts)
+                                      : (p.tiles_m + kCluster - 1) / kCluster;  // in cluster tiles
+    if (threadIdx.x == 0)
+      *reinterpret_cast<Sm90Schedule*>(schedule_smem) = Sm90Schedule(
+          tiles_m, p.tiles_n, p.splits, p.swizzle, gridDim.x / kCluster, p.k_tiles_per_split, k_tiles_total);
+  }
+  const Sm90Schedule& schedule = *reinterpret_cast<const Sm90Schedule*>(schedule_smem);
   // NOTE: cluster kernels do not split (codegen/families/sm90.py), so every unit is a
   // cluster tile there; the rounds are the grid's CTAs.
-  const int k_tiles_total = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
-  const Sm90Schedule schedule(tiles_m, p.tiles_n, p.splits, p.swizzle, gridDim.x / kCluster, p.k_tiles_per_split,
-                              k_tiles_total);
-  const int units = schedule.units;
   const void* trace = GEMM_SM90_TRACE && p.splits == 1 ? static_cast<const void*>(p.partials) : nullptr;
   auto unit = [&](int u) { return schedule.unit(u); };
 
@@ -221,7 +236,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       int it = 0;  // the ring position: K tiles this CTA has loaded
       int traced = 0;
       const u32 stage_bytes = static_cast<u32>(Cfg::a_box_bytes(p.M) + Cfg::kTileBytesB);
-      for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster, ++traced) {
+      for (int u = blockIdx.x / kCluster; u < schedule.units; u += gridDim.x / kCluster, ++traced) {
         const Sm90Unit w = unit(u);
         int m0 = (w.tile_m * kCluster + rank) * Cfg::kCtaM;
         int n0 = w.tile_n * Cfg::kCtaN;
@@ -296,7 +311,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
     int it = 0;  // the ring position, as the producer's
     int traced = 0;
     const bool stamps = threadIdx.x % 128 == 0;
-    for (int u = blockIdx.x / kCluster; u < units; u += gridDim.x / kCluster, ++traced) {
+    for (int u = blockIdx.x / kCluster; u < schedule.units; u += gridDim.x / kCluster, ++traced) {
       const Sm90Unit w = unit(u);
       if constexpr (Cfg::kGrouped) {
         if (find_group_tile<Cfg::kCtaM>(p.offsets, p.experts, w.tile_m).expert < 0) continue;  // as the producer
@@ -356,14 +371,15 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
       if (GEMM_SM90_WGMMA_DEPTH > 0 && w.k_tiles > 0) release((it - 1) % kStages);
       if (m0 >= p.M) continue;  // a cluster's CTA below the last tile row: its B part was the work
 
-      if (!Cfg::kGrouped && w.splits > 1) {  // grouped launches do not split (grouped.py)
+      if (w.splits > 1) {
         const int tid = threadIdx.x;  // consumers are threads 0 .. kConsumerThreads - 1
+        const int tile_rows = (Cfg::kGrouped ? g.rows : p.M) - m0;  // the tile's rows of D (of its expert's)
         const int warp_row0 = 64 * wg + 16 * ((tid / 32) % 4) + lane / 4;
         auto row_of = [&](int i) { return warp_row0 + 8 * ((i / 2) % 2); };
         // NOTE: the workspace slot is the split tile's index, not the output tile's: the
         // whole tiles never hand over, and the runtime sizes the workspace for the rest.
         if (!split_k_handover<Cfg::kConsumerThreads, Cfg::kCtaN / 2, Cfg::kCtaM * Cfg::kCtaN>(
-                acc, row_of, p, w.split_tile, w.split, p.M - m0, tid))
+                acc, row_of, p, w.split_tile, w.split, tile_rows, tid))
           continue;
       }
       if (GEMM_SM90_LEAVE_OUT == 1) continue;
