@@ -158,22 +158,29 @@ def grouped_pricing_key(key: ProblemKey) -> ProblemKey:
 # (W4A16, bench.moe, H200: 7-19% faster than the sm80 ones), priced as it is.
 _GROUPED_TMA_FEW_ROWS = 16
 _GROUPED_TMA_FEW_ROWS_FACTOR = 2.0
-# A grouped CTA (or, persistent, a unit) finds its expert before its first copy:
-# ceil(E / 32) rounds of loads of the offsets and a warp's prefix sum (gemm/grouped.cuh),
-# every CTA of the launch's bound on the tile rows, per split, the empty ones included.
-# Fitted to bench.moe (H200, one run, Qwen-MoE-like E = 64): at one token sm80's 16x64
-# split 2 (616 CTAs, two waves) took 21.3 us against 18.8 unsplit (308, one), where the
-# model without this term called the split 0.9 us faster; at 16 tokens 16x128 split 2
-# (3080 CTAs) 72.4 against 62.0.
+# A grouped CTA finds its expert before its first copy: ceil(E / 32) rounds of loads of
+# the offsets and a warp's prefix sum (gemm/grouped.cuh), every CTA of the launch's bound
+# on the tile rows, per split, the empty ones included. Priced only where a split adds
+# waves of such CTAs: bench.moe (H200, one run, Qwen-MoE-like E = 64) measured sm80's
+# 16x64 W4 at one token 21.3 us split 2 (616 CTAs) against 18.8 unsplit (308), which the
+# model called 0.9 us faster, and 16x128 W4 at 16 tokens 72.4 split 2 against 62.0.
+# Fitted to quantized experts and priced for them only: priced per wave of every grouped
+# launch, the term turned dense decode from 16x64 to 32x128 tiles that ran 4-30% slower,
+# and priced per added wave for dense kernels too, Mixtral-like one-token down from
+# 16x64 split 2 (70.9 us) to 32x128 split 2 (92.9): the dense kernels' latency term
+# already prices their short slices.
 _GROUPED_SCAN_ROUND_S = 1.5e-6
 
 
 def grouped_scan_seconds(spec: KernelSpec, key: ProblemKey, splits: int, slots: int) -> float:
-    """Seconds a grouped launch's CTAs spend finding their experts: a scan of the offsets
-    per wave of the grid (the bound's tiles times the splits, ``slots`` at a time)."""
+    """Seconds the waves a split adds to a grouped grid of quantized experts (the bound's
+    tiles times the splits, ``slots`` at a time) spend finding their experts; 0 unsplit
+    and for dense experts."""
+    if not spec.quantized:
+        return 0.0
     tm, tn = tiles_of(spec, key)
-    waves = math.ceil(tm * tn * splits / max(1, slots))
-    return waves * math.ceil(key.experts / 32) * _GROUPED_SCAN_ROUND_S
+    added = math.ceil(tm * tn * splits / max(1, slots)) - math.ceil(tm * tn / max(1, slots))
+    return added * math.ceil(key.experts / 32) * _GROUPED_SCAN_ROUND_S
 
 
 def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: ProblemKey, splits: int = 1) -> float:

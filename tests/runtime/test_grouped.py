@@ -121,15 +121,19 @@ def test_the_cost_model_prices_a_grouped_key_as_the_touched_weights_side_by_side
     assert (priced.n, priced.k, priced.m, priced.experts) == (N * math.ceil(touched), K, round(TOKENS / touched), 0)
     device = DeviceModel(132, 1e12, 4e12)
     sm80 = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
-    # plus the experts' scan per wave of the bound's CTAs: more waves under a split.
-    scan = grouped_scan_seconds(sm80, key, 1, 132 * 4)
-    assert scan > 0
-    assert predict(sm80, 4, device, key) == pytest.approx(predict(sm80, 4, device, priced) + scan)
-    # Qwen-MoE-like decode: 6 rows over 64 experts (two rounds of the scan), N = 2816 in
-    # 64-column tiles: 7 x 44 = 308 CTAs, two waves of 264 slots unsplit, three split 2.
-    decode = key._replace(m=6, n=2816, k=2048, experts=64)
-    assert grouped_scan_seconds(sm80, decode, 1, 264) == pytest.approx(2 * 2 * 1.5e-6)
-    assert grouped_scan_seconds(sm80, decode, 2, 264) == pytest.approx(3 * 2 * 1.5e-6)
+    assert predict(sm80, 4, device, key) == predict(sm80, 4, device, priced)
+    # A split's added waves of CTAs pay the experts' scan. Qwen-MoE-like decode: 6 rows
+    # over 64 experts (two rounds of the scan), N = 2816 in 64-column tiles: 7 x 44 = 308
+    # CTAs, two waves of 264 slots unsplit, three split 2, five split 4.
+    # Priced for quantized experts (fitted there); dense kernels' latency term prices them.
+    w4 = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True, b_type=DataType.U4)
+    decode = key._replace(m=6, n=2816, k=2048, experts=64, b_type=DataType.U4, quant="u4g128")
+    assert grouped_scan_seconds(w4, decode, 1, 264) == 0
+    assert grouped_scan_seconds(w4, decode, 2, 264) == pytest.approx(1 * 2 * 1.5e-6)
+    assert grouped_scan_seconds(w4, decode, 4, 264) == pytest.approx(3 * 2 * 1.5e-6)
+    assert grouped_scan_seconds(sm80, decode, 4, 264) == 0
+    assert predict(w4, 4, device, decode, 2) == pytest.approx(
+        predict(w4, 4, device, grouped_pricing_key(decode), 2) + grouped_scan_seconds(w4, decode, 2, 132 * 4))
 
 
 H200 = DeviceModel.of(90, 132, 1980000, 3201000, 6144)
