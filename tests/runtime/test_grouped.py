@@ -18,8 +18,8 @@ from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
 from gemm_runtime import grouped
 from gemm_runtime.context import infeasible_reason
-from gemm_runtime.cost_model import (expected_experts_touched, grouped_pricing_key, grouped_scan_seconds, predict,
-                                     tiles_of)
+from gemm_runtime.cost_model import (expected_experts_touched, expected_tile_rows, grouped_pricing_key,
+                                     grouped_scan_seconds, predict, tiles_of)
 from gemm_runtime.errors import UnsupportedProblemError
 from gemm_runtime.grouped import grouped_key, grouped_operands, launch_block
 from gemm_runtime.plan import LaunchSpec
@@ -134,6 +134,28 @@ def test_the_cost_model_prices_a_grouped_key_as_the_touched_weights_side_by_side
     assert grouped_scan_seconds(sm80, decode, 4, 264) == 0
     assert predict(w4, 4, device, decode, 2) == pytest.approx(
         predict(w4, 4, device, grouped_pricing_key(decode), 2) + grouped_scan_seconds(w4, decode, 2, 132 * 4))
+
+
+def test_partial_last_tiles_are_priced_by_the_spread_of_the_experts_rows() -> None:
+    """An expert's partial last tile costs a whole one: 256 +- 16 rows take 2.5 tiles of
+    128 rows on average, 200 +- 14 two, decode's few rows one; the grouped price widens N
+    by the excess over the mean's whole tiles, so the 64-row tile wastes less."""
+    assert expected_tile_rows(256, 8, 128) == pytest.approx(2.5)
+    assert expected_tile_rows(256, 8, 64) == pytest.approx(4.5)
+    assert expected_tile_rows(200, 8, 128) == 2
+    assert expected_tile_rows(2, 8, 16) == 1
+    assert expected_tile_rows(0, 8, 16) == 0
+    device = DeviceModel(132, 1e12, 4e12)
+    # Mixtral-like down at 1024 tokens: 2048 rows over 8 experts.
+    key = grouped_key(grouped_operands(**_args()), 90)._replace(m=2048, n=4096, k=14336, experts=8)
+    wide, narrow = _sm90_spec(), _sm90_spec(cta=(64, 256, 64))
+    priced = grouped_pricing_key(key)
+    # 128-row tiles: 2.5 expected tile rows against the mean's 2, the 64-row ones 4.5 against 4.
+    assert predict(wide, 1, device, key) > predict(wide, 1, device, priced)
+    assert predict(wide, 1, device, key) == pytest.approx(
+        predict(wide, 1, device, priced._replace(n=round(priced.n * 2.5 / 2))))
+    assert predict(narrow, 1, device, key) == pytest.approx(
+        predict(narrow, 1, device, priced._replace(n=round(priced.n * 4.5 / 4))))
 
 
 H200 = DeviceModel.of(90, 132, 1980000, 3201000, 6144)
