@@ -40,10 +40,26 @@ from gemm_runtime.types import (
 
 
 def _device_of(device: object) -> torch.device:
-    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    """The CUDA device a Gemm serves: ``device`` (a torch.device, "cuda:1", an index) or
+    the current one; GemmArgumentError for another type or an index no GPU has."""
+    try:
+        if device is None:
+            dev = torch.device("cuda")
+        elif type(device) is int:  # an index: a CUDA device (torch reads an int as the accelerator's)
+            dev = torch.device("cuda", device)
+        else:
+            dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise GemmArgumentError("device", repr(device), "a CUDA device (torch.device, 'cuda:N' or an index)") from None
     if dev.type != "cuda":
         raise GemmArgumentError("device", dev, "a CUDA device")
-    return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise GemmArgumentError("device", dev, "a CUDA device (none is visible to this process)")
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    if not 0 <= index < count:
+        raise GemmArgumentError("device", dev, f"one of cuda:0..cuda:{count - 1} (the GPUs visible to this process)")
+    return torch.device("cuda", index)
 
 
 class Gemm:

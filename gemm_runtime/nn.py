@@ -141,6 +141,8 @@ class QuantLinear(torch.nn.Module):
     Act-order checkpoints (GPTQ with g_idx) are reordered once at load time so groups
     are contiguous; the forward pass then permutes x's features the same way."""
 
+    _epilogue = "none"  # QuantGatedMLPProjection: "gated_silu"
+
     def __init__(self, packed, bias: torch.Tensor | None = None, perm: torch.Tensor | None = None, gemm=None):
         super().__init__()
         self.register_buffer("qweight", packed.b)
@@ -232,12 +234,35 @@ class QuantLinear(torch.nn.Module):
             x = x.index_select(-1, self.perm)
         return ops.call_linear_packed(
             x, self.qweight, self.scales_zeros, self.bits, self.group_size, self.out_features, self.in_features,
-            self.symmetric, self.bias, "none", self._handle,
+            self.symmetric, self.bias, self._epilogue, self._handle,
         )
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
                 f"group_size={self.group_size}")  # fmt: skip
+
+
+class QuantGatedMLPProjection(QuantLinear):
+    """``silu(x @ gate.T) * (x @ up.T)`` with the gate and up weights interleaved
+    (interleave_gate_up) and quantized as one (2F, K) weight: one GEMM with the
+    gated-SiLU epilogue (``torch.ops.gemm_runtime.linear_packed``), F outputs."""
+
+    _epilogue = "gated_silu"
+
+    @classmethod
+    def from_gate_up(
+        cls, gate: torch.Tensor, up: torch.Tensor, *, bits: int = 4, group_size: int = 128, symmetric: bool = False,
+        bias: torch.Tensor | None = None, gemm=None,
+    ) -> "QuantGatedMLPProjection":  # fmt: skip
+        """From float gate and up weights (F, K), quantized along K (rows are quantized
+        one by one, so interleaving first changes nothing); ``bias``: (2F,), interleaved."""
+        from gemm_runtime.quant import quantize
+
+        weight = interleave_gate_up(gate.detach(), up.detach())
+        return cls.from_quantized(quantize(weight, bits=bits, group_size=group_size, symmetric=symmetric), bias, gemm)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ", gated_silu"
 
 
 def from_quantized_state_dict(model: torch.nn.Module, state_dict: dict, *, gemm=None) -> list[str]:

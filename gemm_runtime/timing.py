@@ -65,13 +65,21 @@ def median_ms(
         if flush:
             flush_l2()
         torch.cuda._sleep(_SLEEP_CYCLES)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(event_ms(fn))
     return statistics.median(times)
+
+
+def event_ms(fn: Callable[[], object]) -> float:
+    """Milliseconds of one call of ``fn`` on the current stream, between two CUDA events
+    (waits for the end event)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 def host_us_per_call(fn: Callable[[], object], calls: int = 500) -> float:

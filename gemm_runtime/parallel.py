@@ -1,0 +1,172 @@
+"""Tensor-parallel layers over torch.distributed (docs/PARALLEL.md): each rank holds its
+shard (gemm_runtime.sharding) as one of this project's layers and runs it on its own
+device's Gemm; the ranks communicate only through the process group (NCCL on GPUs, gloo
+on CPUs), the way inference engines shard their linear layers.
+
+    column-parallel  y_r = x @ W_r.T (+ b_r)          W_r: rows of W (outputs)
+    row-parallel     y = sum_r x_r @ W_r.T (+ b)      W_r: columns of W (inputs), all_reduce
+    gated MLP        down(silu(x @ gate_r.T) * (x @ up_r.T)): gate_up column-parallel, down
+                     row-parallel, one all_reduce per MLP
+
+A row-parallel layer adds its bias once, after the sum. Quantized layers quantize their
+own shard (rows are quantized one by one along K, so a shard of the quantized whole and
+the quantized shard are the same weight), or take a shard of an imported QuantizedWeight
+(AWQ, GPTQ: sharding.shard_quantized, which refuses K shards that would cut a group)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.nn import GatedMLPProjection, Linear, QuantGatedMLPProjection, QuantLinear
+from gemm_runtime.quant import QuantizedWeight, quantize
+from gemm_runtime.sharding import shard_bias, shard_gate_up, shard_quantized, shard_weight
+
+_QUANTIZE_KEYS = {"bits", "group_size", "symmetric"}
+
+
+def rank_and_world(group=None) -> tuple[int, int]:
+    """This process's rank in ``group`` (None: the default group) and the group's size;
+    GemmArgumentError when torch.distributed has no process group."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise GemmArgumentError("group", "no process group",
+                                "torch.distributed.init_process_group(...) called first (torchrun sets it up)")  # fmt: skip
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _check_quantize(quantize_args: dict | None) -> dict | None:
+    if quantize_args is None:
+        return None
+    if not isinstance(quantize_args, dict) or not set(quantize_args) <= _QUANTIZE_KEYS:
+        raise GemmArgumentError("quantize", quantize_args, f"None or a dict with keys among {sorted(_QUANTIZE_KEYS)}")
+    return quantize_args
+
+
+def _local(weight: torch.Tensor, bias: torch.Tensor | None, quantize_args: dict | None, gemm) -> torch.nn.Module:
+    """The rank's layer for a float shard: Linear, or QuantLinear of the quantized shard."""
+    if quantize_args is None:
+        return Linear(weight, bias, gemm)
+    return QuantLinear.from_quantized(quantize(weight, **quantize_args), bias, gemm)
+
+
+class ColumnParallelLinear(torch.nn.Module):
+    """The rank's share of a linear layer's outputs: rows [n0, n1) of W. ``gather_output``
+    concatenates the ranks' outputs (an all_gather); else each rank keeps its share, the
+    input of a row-parallel layer."""
+
+    def __init__(self, local: torch.nn.Module, *, group=None, gather_output: bool = False) -> None:
+        super().__init__()
+        self.local = local
+        self.group = group
+        self.gather_output = gather_output
+        self.rank, self.world_size = rank_and_world(group)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, *, group=None, gemm=None, quantize: dict | None = None,
+                    gather_output: bool = False) -> "ColumnParallelLinear":  # fmt: skip
+        """The rank's shard of a float torch.nn.Linear (quantized when ``quantize`` gives
+        bits / group_size / symmetric)."""
+        rank, world = rank_and_world(group)
+        weight = shard_weight(linear.weight.detach(), "n", rank, world)
+        bias = shard_bias(linear.bias.detach() if linear.bias is not None else None, "n", rank, world)
+        return cls(_local(weight, bias, _check_quantize(quantize), gemm), group=group, gather_output=gather_output)
+
+    @classmethod
+    def from_quantized(cls, qw: QuantizedWeight, bias: torch.Tensor | None = None, *, group=None, gemm=None,
+                       gather_output: bool = False) -> "ColumnParallelLinear":  # fmt: skip
+        """The rank's shard of a whole quantized weight (e.g. imported from AWQ or GPTQ)."""
+        rank, world = rank_and_world(group)
+        local = QuantLinear.from_quantized(shard_quantized(qw, "n", rank, world), shard_bias(bias, "n", rank, world),
+                                           gemm)  # fmt: skip
+        return cls(local, group=group, gather_output=gather_output)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.local(x)
+        if not self.gather_output or self.world_size == 1:
+            return y
+        parts = [torch.empty_like(y) for _ in range(self.world_size)]
+        dist.all_gather(parts, y.contiguous(), group=self.group)
+        return torch.cat(parts, dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"rank={self.rank}, world_size={self.world_size}, gather_output={self.gather_output}"
+
+
+class RowParallelLinear(torch.nn.Module):
+    """The rank's share of a linear layer's inputs: columns [k0, k1) of W, applied to the
+    rank's share of x (a column-parallel layer's output); the ranks' partial products are
+    summed by an all_reduce, then the whole bias is added once."""
+
+    def __init__(self, local: torch.nn.Module, bias: torch.Tensor | None = None, *, group=None) -> None:
+        super().__init__()
+        self.local = local  # without a bias: it would be summed world_size times
+        self.register_buffer("bias", None if bias is None else bias.detach())
+        self.group = group
+        self.rank, self.world_size = rank_and_world(group)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, *, group=None, gemm=None,
+                    quantize: dict | None = None) -> "RowParallelLinear":  # fmt: skip
+        rank, world = rank_and_world(group)
+        weight = shard_weight(linear.weight.detach(), "k", rank, world)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        return cls(_local(weight, None, _check_quantize(quantize), gemm), bias, group=group)
+
+    @classmethod
+    def from_quantized(cls, qw: QuantizedWeight, bias: torch.Tensor | None = None, *, group=None,
+                       gemm=None) -> "RowParallelLinear":  # fmt: skip
+        """The rank's K shard of a whole quantized weight: whole groups per shard, and for
+        act-order weights every group inside one shard (sharding.shard_quantized)."""
+        rank, world = rank_and_world(group)
+        return cls(QuantLinear.from_quantized(shard_quantized(qw, "k", rank, world), None, gemm), bias, group=group)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.local(x)
+        if self.world_size > 1:
+            dist.all_reduce(y, group=self.group)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"rank={self.rank}, world_size={self.world_size}"
+
+
+class ParallelGatedMLP(torch.nn.Module):
+    """``down(silu(gate(x)) * up(x))`` split the usual way: each rank computes its share of
+    the intermediate features with the gated epilogue (gate_up column-parallel, nothing
+    exchanged), then its share of down's inputs; one all_reduce sums the outputs."""
+
+    def __init__(self, gate_up: torch.nn.Module, down: RowParallelLinear) -> None:
+        super().__init__()
+        self.gate_up = gate_up
+        self.down = down
+
+    @classmethod
+    def from_mlp(cls, gate: torch.nn.Linear, up: torch.nn.Linear, down: torch.nn.Linear, *, group=None, gemm=None,
+                 quantize: dict | None = None) -> "ParallelGatedMLP":  # fmt: skip
+        """The rank's share of a gated MLP (bias-free gate and up, as in LLaMA-like
+        models), quantized when ``quantize`` gives bits / group_size / symmetric."""
+        if gate.bias is not None or up.bias is not None:
+            raise GemmArgumentError("gate/up bias", "a bias", "bias-free gate and up projections")
+        rank, world = rank_and_world(group)
+        g, u = shard_gate_up(gate.weight.detach(), up.weight.detach(), rank, world)
+        quantize_args = _check_quantize(quantize)
+        if quantize_args is None:
+            gate_up = _gated(g, u, gemm)
+        else:
+            gate_up = QuantGatedMLPProjection.from_gate_up(g, u, gemm=gemm, **quantize_args)
+        return cls(gate_up, RowParallelLinear.from_linear(down, group=group, gemm=gemm, quantize=quantize_args))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.gate_up(x))
+
+
+def _gated(gate: torch.Tensor, up: torch.Tensor, gemm) -> GatedMLPProjection:
+    """A GatedMLPProjection of the rank's gate and up rows (F_r, K)."""
+
+    def linear(w: torch.Tensor) -> torch.nn.Linear:
+        layer = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device="meta")
+        layer.weight = torch.nn.Parameter(w, requires_grad=False)
+        return layer
+
+    return GatedMLPProjection(linear(gate), linear(up), gemm)

@@ -1,0 +1,125 @@
+"""Tensor-parallel layers and shared tuning over torch.distributed, on the CPU: two gloo
+ranks run the layers' CPU implementations (gemm_runtime.ops), so the sharding, the
+collectives and the bias handling are checked against the single-process layer; the GPU
+kernels under them are the ones the rest of the suite checks."""
+
+from __future__ import annotations
+
+import os
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.plan import LaunchSpec
+
+WORLD = 2
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert err < 2e-3, f"{what}: rel err {err}"
+
+
+def _layers(rank: int) -> None:
+    from gemm_runtime.parallel import ColumnParallelLinear, ParallelGatedMLP, RowParallelLinear
+    from gemm_runtime.quant import quantize
+
+    torch.manual_seed(0)  # every rank builds the same whole layers
+    h, f = 64, 128
+    dtype = torch.float16
+    lin = torch.nn.Linear(h, 96, dtype=dtype)
+    gate, up = torch.nn.Linear(h, f, bias=False, dtype=dtype), torch.nn.Linear(h, f, bias=False, dtype=dtype)
+    down = torch.nn.Linear(f, h, dtype=dtype)
+    x = torch.randn(5, h, dtype=dtype)
+    w, b = lin.weight.float(), lin.bias.float()
+
+    col = ColumnParallelLinear.from_linear(lin, gather_output=True)
+    _close(col(x), x.float() @ w.t() + b, "column-parallel, gathered")
+    mine = ColumnParallelLinear.from_linear(lin)(x)
+    _close(mine, (x.float() @ w.t() + b)[:, 48 * rank : 48 * (rank + 1)], "column-parallel, the rank's share")
+
+    row = RowParallelLinear.from_linear(down)
+    xf = torch.randn(5, f, dtype=dtype)
+    # The rank's share of the inputs; the bias added once after the all_reduce.
+    _close(row(xf[:, 64 * rank : 64 * (rank + 1)]), xf.float() @ down.weight.float().t() + down.bias.float(),
+           "row-parallel with a bias")  # fmt: skip
+
+    def mlp(g, u, d, db):
+        a = x.float() @ g.t()
+        return (a * torch.sigmoid(a) * (x.float() @ u.t())) @ d.t() + db
+
+    dense = ParallelGatedMLP.from_mlp(gate, up, down)
+    _close(dense(x), mlp(gate.weight.float(), up.weight.float(), down.weight.float(), down.bias.float()), "gated MLP")
+    q = {"bits": 4, "group_size": 32}
+    quant = ParallelGatedMLP.from_mlp(gate, up, down, quantize=q)
+    deq = [quantize(m.weight.detach(), **q).dequantize(torch.float32) for m in (gate, up, down)]
+    _close(quant(x), mlp(*deq, down.bias.float()), "quantized gated MLP against the dequantized whole")
+    # A whole imported QuantizedWeight, sharded along K by the layer.
+    qw = quantize(down.weight.detach(), bits=4, group_size=64)
+    row_q = RowParallelLinear.from_quantized(qw, down.bias)
+    _close(row_q(xf[:, 64 * rank : 64 * (rank + 1)]), xf.float() @ qw.dequantize(torch.float32).t() + down.bias.float(),
+           "row-parallel from a quantized weight")  # fmt: skip
+    bad = quantize(torch.randn(8, 3 * 128, dtype=dtype), bits=4, group_size=128)  # 192-column shards cut groups
+    with pytest.raises(GemmArgumentError, match="groups of 128"):
+        RowParallelLinear.from_quantized(bad)
+
+
+def _tuning(rank: int) -> None:
+    from codegen.vocabulary import BOrder, DataType
+    from gemm_runtime.__main__ import PlannedProblem
+    from gemm_runtime.context import make_key
+    from gemm_runtime.dispatch_cache import DispatchCache
+    from gemm_runtime.shared_tuning import share_of, tune_across_ranks
+
+    cache = DispatchCache(90, "NVIDIA H200")
+    measured = []
+
+    def matmul(a, b, out=None, operation=None):  # what a tuning call leaves: a decision for its key
+        m, k = a.shape
+        measured.append((m, b.shape[1], k))
+        cache.put(make_key(DataType.F16, BOrder.NK, DataType.F16, m, b.shape[1], k, arch=90),
+                  LaunchSpec("k_rank1" if rank else "k_rank0"))  # fmt: skip
+
+    gemm = types.SimpleNamespace(device=torch.device("cpu"), cache=cache, matmul=matmul,
+                                 export_cache=cache.export,
+                                 import_cache=lambda f: cache.import_(f, {"k_rank0", "k_rank1"}))  # fmt: skip
+    plan = [PlannedProblem("toy", layer, m, n, 64) for layer, n in (("qkv", 96), ("o", 64)) for m in (1, 16, 128)]
+    assert share_of(plan, rank, WORLD) == plan[rank::WORLD]
+    out = os.path.join(os.environ["GEMM_TEST_TMP"], "merged.json")
+    assert tune_across_ranks(gemm, plan, dtype="f16", out_path=out) == 0
+    assert len(measured) == 3  # its half of the six problems
+    assert len(cache) == 6  # and the other rank's half, imported
+    texts = [None] * WORLD
+    dist.all_gather_object(texts, cache.to_json_text())
+    assert texts[0] == texts[1], "every rank ends with the same cache"
+    dist.barrier()
+    if rank == 0:
+        with open(out) as f:
+            assert f.read() == texts[0]
+
+
+def _worker(rank: int, path: str) -> None:
+    os.environ["GEMM_TEST_TMP"] = os.path.dirname(path)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=WORLD)
+    try:
+        _layers(rank)
+        _tuning(rank)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_tensor_parallel_layers_and_shared_tuning_over_two_gloo_ranks(tmp_path) -> None:
+    mp.spawn(_worker, args=(str(tmp_path / "rendezvous"),), nprocs=WORLD, join=True)
+
+
+def test_a_parallel_layer_needs_a_process_group() -> None:
+    from gemm_runtime.parallel import ColumnParallelLinear
+
+    if dist.is_available() and dist.is_initialized():
+        pytest.skip("a process group is already set up")
+    with pytest.raises(GemmArgumentError, match="init_process_group"):
+        ColumnParallelLinear.from_linear(torch.nn.Linear(8, 8, dtype=torch.float16))
