@@ -21,7 +21,7 @@ import torch.distributed as dist
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.nn import GatedMLPProjection, Linear, QuantGatedMLPProjection, QuantLinear
 from gemm_runtime.quant import QuantizedWeight, quantize
-from gemm_runtime.sharding import shard_bias, shard_gate_up, shard_quantized, shard_weight
+from gemm_runtime.sharding import shard_bias, shard_gate_up, shard_packed, shard_quantized, shard_weight
 
 _QUANTIZE_KEYS = {"bits", "group_size", "symmetric"}
 
@@ -81,6 +81,15 @@ class ColumnParallelLinear(torch.nn.Module):
                                            gemm)  # fmt: skip
         return cls(local, group=group, gather_output=gather_output)
 
+    @classmethod
+    def from_quant_linear(cls, layer: QuantLinear, *, group=None, gemm=None,
+                          gather_output: bool = False) -> "ColumnParallelLinear":  # fmt: skip
+        """The rank's rows of a loaded QuantLinear (the project's packed weights)."""
+        rank, world = rank_and_world(group)
+        packed, perm = shard_packed(layer.packed, "n", rank, world, perm=layer.perm)
+        local = QuantLinear(packed, shard_bias(layer.bias, "n", rank, world), perm, gemm)
+        return cls(local, group=group, gather_output=gather_output)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.local(x)
         if not self.gather_output or self.world_size == 1:
@@ -120,6 +129,15 @@ class RowParallelLinear(torch.nn.Module):
         act-order weights every group inside one shard (sharding.shard_quantized)."""
         rank, world = rank_and_world(group)
         return cls(QuantLinear.from_quantized(shard_quantized(qw, "k", rank, world), None, gemm), bias, group=group)
+
+    @classmethod
+    def from_quant_linear(cls, layer: QuantLinear, *, group=None, gemm=None) -> "RowParallelLinear":
+        """The rank's columns of a loaded QuantLinear, by its original input features (an
+        act-order layer is taken back to them first, and refused where a group straddles
+        two shards)."""
+        rank, world = rank_and_world(group)
+        packed, perm = shard_packed(layer.packed, "k", rank, world, perm=layer.perm)
+        return cls(QuantLinear(packed, None, perm, gemm), layer.bias, group=group)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.local(x)

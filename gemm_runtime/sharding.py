@@ -136,3 +136,31 @@ def _shard_act_order(qw: QuantizedWeight, rank: int, world: int, argument: str) 
         qw, q=qw.q[:, cols.start : cols.stop].contiguous(), scales=qw.scales[groups].contiguous(),
         zeros=qw.zeros[groups].contiguous(), g_idx=local[mine].to(torch.int32),
     )  # fmt: skip
+
+
+def with_original_order(qw: QuantizedWeight, perm: torch.Tensor | None) -> QuantizedWeight:
+    """A reordered act-order weight (QuantizedWeight.reordered: columns sorted by group,
+    x permuted by ``perm`` at run time) back in the original K order with its g_idx, so it
+    shards along K by the original features (what a row-parallel input shard holds)."""
+    if perm is None:
+        return qw
+    k = qw.shape[1]
+    perm = perm.long()
+    q = torch.empty_like(qw.q)
+    q[:, perm] = qw.q
+    g_idx = torch.empty(k, dtype=torch.int32, device=qw.q.device)
+    g_idx[perm] = (torch.arange(k, device=qw.q.device) // qw.group_size).to(torch.int32)
+    return dataclasses.replace(qw, q=q, g_idx=g_idx)
+
+
+def shard_packed(packed, dim: Dim, rank: int, world: int, *, perm: torch.Tensor | None = None,
+                 argument: str = "weight") -> tuple[object, torch.Tensor | None]:  # fmt: skip
+    """``rank``'s share of a weight packed for the kernels (packed_weight.PackedWeight, a
+    QuantLinear's) and its input permutation, repacked: (PackedWeight, perm or None)."""
+    from gemm_runtime.packed_weight import pack_for_gemm
+
+    qw = shard_quantized(with_original_order(packed.unpack(), perm), dim, rank, world, argument=argument)
+    new_perm = None
+    if qw.g_idx is not None:
+        qw, new_perm = qw.reordered()
+    return pack_for_gemm(qw), new_perm

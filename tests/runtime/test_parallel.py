@@ -63,6 +63,22 @@ def _layers(rank: int) -> None:
     row_q = RowParallelLinear.from_quantized(qw, down.bias)
     _close(row_q(xf[:, 64 * rank : 64 * (rank + 1)]), xf.float() @ qw.dequantize(torch.float32).t() + down.bias.float(),
            "row-parallel from a quantized weight")  # fmt: skip
+    # A loaded act-order QuantLinear (groups within each half of K), sharded both ways.
+    from gemm_runtime.nn import QuantLinear
+    from gemm_runtime.quant import QuantizedWeight
+
+    k, size = 256, 32
+    order = torch.cat([torch.randperm(128), 128 + torch.randperm(128)])
+    g_idx = torch.empty(k, dtype=torch.int32)
+    g_idx[order] = (torch.arange(k) // size).to(torch.int32)
+    act = QuantizedWeight(torch.randint(0, 16, (16, k), dtype=torch.uint8), torch.rand(8, 16, dtype=dtype) + 0.5,
+                          torch.full((8, 16), 8.0, dtype=dtype), 4, size, False, g_idx)  # fmt: skip
+    layer = QuantLinear.from_quantized(act, torch.randn(16, dtype=dtype))
+    xa = torch.randn(3, k, dtype=dtype)
+    want = layer(xa)
+    _close(ColumnParallelLinear.from_quant_linear(layer, gather_output=True)(xa), want, "column-parallel act-order")
+    _close(RowParallelLinear.from_quant_linear(layer)(xa[:, 128 * rank : 128 * (rank + 1)]), want,
+           "row-parallel act-order")  # fmt: skip
     bad = quantize(torch.randn(8, 3 * 128, dtype=dtype), bits=4, group_size=128)  # 192-column shards cut groups
     with pytest.raises(GemmArgumentError, match="groups of 128"):
         RowParallelLinear.from_quantized(bad)

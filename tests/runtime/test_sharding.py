@@ -99,3 +99,45 @@ def test_act_order_shards_along_k_only_where_each_group_lies_inside_one_shard() 
     # Along N an act-order weight shards as it is.
     n_shard = shard_quantized(scattered, "n", 1, 2)
     assert torch.equal(n_shard.dequantize(torch.float32), scattered.dequantize(torch.float32)[4:])
+
+
+def test_awq_and_gptq_checkpoints_shard_after_import() -> None:
+    from gemm_runtime.quant import from_awq, from_gptq
+    from tests.runtime.test_quant import awq_encode, gptq_encode
+
+    torch.manual_seed(3)
+    qw = quantize(torch.randn(16, 256, dtype=torch.float16), bits=4, group_size=64)
+    whole = qw.dequantize(torch.float32)
+    awq = from_awq(*awq_encode(qw), group_size=64)
+    gptq = from_gptq(*gptq_encode(qw, 1), bits=4, group_size=64)
+    for imported in (awq, gptq):
+        for rank in range(2):
+            k_shard = shard_quantized(imported, "k", rank, 2).dequantize(torch.float32)
+            assert torch.equal(k_shard, whole[:, 128 * rank : 128 * (rank + 1)])
+            n_shard = shard_quantized(imported, "n", rank, 2).dequantize(torch.float32)
+            assert torch.equal(n_shard, whole[8 * rank : 8 * (rank + 1)])
+    with pytest.raises(GemmArgumentError, match="groups of 64"):
+        shard_quantized(awq, "k", 0, 8)  # shares of 32 columns, half a group
+
+
+def test_packed_weights_shard_by_their_original_features() -> None:
+    from gemm_runtime.packed_weight import pack_for_gemm
+    from gemm_runtime.sharding import shard_packed, with_original_order
+
+    k, size = 256, 32
+    act = _act_order(k, size, torch.cat([torch.randperm(128), 128 + torch.randperm(128)]))
+    whole = act.dequantize(torch.float32)
+    reordered, perm = act.reordered()  # what a loaded QuantLinear keeps
+    assert torch.equal(with_original_order(reordered, perm).dequantize(torch.float32), whole)
+    for rank in range(2):
+        packed, shard_perm = shard_packed(pack_for_gemm(reordered), "k", rank, 2, perm=perm)
+        w = packed.unpack().dequantize(torch.float32)
+        x = torch.randn(3, 128)
+        # The shard's layer permutes its input by shard_perm, as QuantLinear does.
+        got = x[:, shard_perm] @ w.t()
+        torch.testing.assert_close(got, x @ whole[:, 128 * rank : 128 * (rank + 1)].t())
+        # Along N the rank keeps 4 of the 8 outputs, with the whole input permuted.
+        packed_n, perm_n = shard_packed(pack_for_gemm(reordered), "n", rank, 2, perm=perm)
+        x_full = torch.randn(3, k)
+        got_n = x_full[:, perm_n] @ packed_n.unpack().dequantize(torch.float32).t()
+        torch.testing.assert_close(got_n, x_full @ whole[4 * rank : 4 * (rank + 1)].t())
