@@ -30,6 +30,7 @@ VARIANTS = {
     "depth0": ("-DGEMM_SM90_WGMMA_DEPTH=0",),
     "suspend": ("-DGEMM_SM90_TRY_WAIT_NS=1000000",),
     "general_store": ("-DGEMM_SM90_PLAIN_STMATRIX=0",),
+    "direct_store": ("-DGEMM_SM90_DIRECT_STORE=1",),
 }
 # (M, N, K): 8192^3, then llama3-8b's gate_up and o at M = 4096 (the weakest layers)
 PROBLEMS = [(8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 4096)]
@@ -62,10 +63,12 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--generated", type=Path, default=Path("generated"))
     ap.add_argument("--tiles", nargs="+", help="only these tiles, e.g. 128x256 128x256c2 (default: every sm90 tile)")
+    ap.add_argument("--problems", nargs="+", help="M,N,K triples (default: 8192^3, 4096,28672,4096, 4096^3)")
     args = ap.parse_args()
+    problems = [tuple(int(x) for x in p.split(",")) for p in args.problems] if args.problems else PROBLEMS
     work = Path(tempfile.mkdtemp(prefix="sm90_variants_"))
     subset_manifest(args.generated, work / "gen", lambda name, spec: "sm90_bf16_sm90" in name and "_nk_" in name)
-    tensors = problem_tensors(PROBLEMS, torch.bfloat16)
+    tensors = problem_tensors(problems, torch.bfloat16)
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]
         build_mod.build(work / "gen", work / variant, archs=[90], progress=False)
