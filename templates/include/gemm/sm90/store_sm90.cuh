@@ -199,28 +199,23 @@ struct Sm90Store {
   // D's rows are whole 16-byte chunks (the condition of its tensor map, which the
   // runtime checked), so a chunk lies wholly inside or outside D's columns. `rows`: the
   // rows of D left from d_row0 (a grouped expert's end).
+  // One round of it: lanes with bit `kMask` set trade their words i0, i1 for their
+  // partner's j0, j1 (the partner sends those and receives into them), in place.
+  template <int kMask, int i0, int i1, int j0, int j1>
+  __device__ __forceinline__ static void trade(u32 (&w)[4]) {
+    const bool b = (threadIdx.x & kMask) != 0;
+    const u32 r0 = __shfl_xor_sync(0xffffffffu, b ? w[i0] : w[j0], kMask);
+    const u32 r1 = __shfl_xor_sync(0xffffffffu, b ? w[i1] : w[j1], kMask);
+    if (b) {
+      w[i0] = r0, w[i1] = r1;
+    } else {
+      w[j0] = r0, w[j1] = r1;
+    }
+  }
+  // Lane q's word k becomes lane k's word q.
   __device__ __forceinline__ static void quad_transpose(u32 (&w)[4]) {
-    const int q = threadIdx.x % 4;
-    {
-      const bool b = (q & 2) != 0;  // exchange the two words whose index bit 1 differs from the lane's
-      const u32 r0 = __shfl_xor_sync(0xffffffffu, b ? w[0] : w[2], 2);
-      const u32 r1 = __shfl_xor_sync(0xffffffffu, b ? w[1] : w[3], 2);
-      if (b) {
-        w[0] = r0, w[1] = r1;
-      } else {
-        w[2] = r0, w[3] = r1;
-      }
-    }
-    {
-      const bool b = (q & 1) != 0;  // then bit 0
-      const u32 r0 = __shfl_xor_sync(0xffffffffu, b ? w[0] : w[1], 1);
-      const u32 r1 = __shfl_xor_sync(0xffffffffu, b ? w[2] : w[3], 1);
-      if (b) {
-        w[0] = r0, w[2] = r1;
-      } else {
-        w[1] = r0, w[3] = r1;
-      }
-    }
+    trade<2, 0, 1, 2, 3>(w);
+    trade<1, 0, 2, 1, 3>(w);
   }
 
   template <class Params>
