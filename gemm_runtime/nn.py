@@ -109,12 +109,23 @@ class GatedMLPProjection(torch.nn.Module):
 
     def __init__(self, gate: torch.nn.Linear, up: torch.nn.Linear, gemm=None) -> None:
         super().__init__()
-        self.weight = torch.nn.Parameter(interleave_gate_up(gate.weight.detach(), up.weight.detach()), requires_grad=False)
-        biases = (gate.bias, up.bias)
+        self._set(gate.weight, up.weight, gate.bias, up.bias, gemm)
+
+    @classmethod
+    def from_weights(cls, gate: torch.Tensor, up: torch.Tensor, gemm=None, gate_bias: torch.Tensor | None = None,
+                     up_bias: torch.Tensor | None = None) -> "GatedMLPProjection":
+        """The projection of gate and up weights ([F, K] each), e.g. one rank's shards."""
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        layer._set(gate, up, gate_bias, up_bias, gemm)
+        return layer
+
+    def _set(self, gate, up, gate_bias, up_bias, gemm) -> None:
+        self.weight = torch.nn.Parameter(interleave_gate_up(gate.detach(), up.detach()), requires_grad=False)
         self.bias = None
-        if any(b is not None for b in biases):
-            zero = torch.zeros(gate.out_features, dtype=gate.weight.dtype, device=gate.weight.device)
-            g, u = (b.detach() if b is not None else zero for b in biases)
+        if gate_bias is not None or up_bias is not None:
+            zero = torch.zeros(gate.shape[0], dtype=gate.dtype, device=gate.device)
+            g, u = (b.detach() if b is not None else zero for b in (gate_bias, up_bias))
             self.bias = torch.nn.Parameter(torch.stack((g, u), dim=1).reshape(-1), requires_grad=False)
         self._gemm = gemm
         self._handle = ops.handle_of(gemm)

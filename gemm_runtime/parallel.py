@@ -170,21 +170,10 @@ class ParallelGatedMLP(torch.nn.Module):
         g, u = shard_gate_up(gate.weight.detach(), up.weight.detach(), rank, world)
         quantize_args = _check_quantize(quantize)
         if quantize_args is None:
-            gate_up = _gated(g, u, gemm)
+            gate_up = GatedMLPProjection.from_weights(g, u, gemm)
         else:
             gate_up = QuantGatedMLPProjection.from_gate_up(g, u, gemm=gemm, **quantize_args)
         return cls(gate_up, RowParallelLinear.from_linear(down, group=group, gemm=gemm, quantize=quantize_args))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.gate_up(x))
-
-
-def _gated(gate: torch.Tensor, up: torch.Tensor, gemm) -> GatedMLPProjection:
-    """A GatedMLPProjection of the rank's gate and up rows (F_r, K)."""
-
-    def linear(w: torch.Tensor) -> torch.nn.Linear:
-        layer = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device="meta")
-        layer.weight = torch.nn.Parameter(w, requires_grad=False)
-        return layer
-
-    return GatedMLPProjection(linear(gate), linear(up), gemm)

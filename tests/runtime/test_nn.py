@@ -122,6 +122,16 @@ def test_gated_projection_matches_two_linears():
     torch.testing.assert_close(proj(x).float(), ref, rtol=5e-3, atol=5e-3)
 
 
+def test_gated_projection_from_weights_equals_the_one_from_linears():
+    torch.manual_seed(2)
+    gate, up = torch.nn.Linear(32, 16).half(), torch.nn.Linear(32, 16, bias=False).half()
+    want = GatedMLPProjection(gate, up)
+    got = GatedMLPProjection.from_weights(gate.weight, up.weight, gate_bias=gate.bias)
+    assert torch.equal(got.weight, want.weight) and torch.equal(got.bias, want.bias)
+    assert GatedMLPProjection.from_weights(gate.weight, up.weight).bias is None
+    assert set(got.state_dict()) == {"weight", "bias"}
+
+
 def test_dtype_mismatch_is_named():
     layer, _ = _quant_layer()
     with pytest.raises(GemmArgumentError, match="x.dtype"):
