@@ -16,6 +16,12 @@ struct GroupTile {
   int expert, tile, row0, rows;
 };
 
+// Tile rows of an expert whose rows are lo .. hi - 1 (none when it has none).
+template <int CtaM>
+__device__ __forceinline__ int expert_tile_rows(int lo, int hi) {
+  return hi > lo ? (hi - lo + CtaM - 1) / CtaM : 0;
+}
+
 // Tile row `tile_m` of the enumeration (expert 0's ceil(rows / CtaM) tile rows, then
 // expert 1's, ...). Every warp finds it on its own, without a barrier or shared memory:
 // the lanes take 32 experts at a time, and a prefix sum of their tile rows across the
@@ -29,7 +35,7 @@ __device__ __forceinline__ GroupTile find_group_tile(const int* offsets, int exp
     const int e = e0 + lane;
     const int lo = e < experts ? offsets[e] : 0;
     const int hi = e < experts ? offsets[e + 1] : 0;
-    const int tiles = hi > lo ? (hi - lo + CtaM - 1) / CtaM : 0;
+    const int tiles = expert_tile_rows<CtaM>(lo, hi);
     int upto = tiles;  // tile rows of experts e0 .. e
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -58,10 +64,7 @@ __device__ __forceinline__ int group_tile_rows(const int* offsets, int experts) 
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31;
   int tiles = 0;
-  for (int e = lane; e < experts; e += 32) {
-    const int rows = offsets[e + 1] - offsets[e];
-    tiles += rows > 0 ? (rows + CtaM - 1) / CtaM : 0;
-  }
+  for (int e = lane; e < experts; e += 32) tiles += expert_tile_rows<CtaM>(offsets[e], offsets[e + 1]);
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) tiles += __shfl_xor_sync(kAll, tiles, d);
   return tiles;
