@@ -24,7 +24,11 @@ from gemm_runtime import Gemm, fast_path
 from gemm_runtime.plan import LaunchSpec
 
 TRACE_UNITS, TRACE_POINTS = 64, 12  # kernel_sm90.cuh: kTraceUnits, kTracePoints
-VARIANTS = {"traced": ("-DGEMM_SM90_TRACE=1",), "traced_no_epilogue": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LEAVE_OUT=1")}
+VARIANTS = {
+    "traced": ("-DGEMM_SM90_TRACE=1",),
+    "traced_no_epilogue": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LEAVE_OUT=1"),
+    "traced_direct_store": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_DIRECT_STORE=1"),
+}
 
 
 def traced_launch(trace: torch.Tensor):
