@@ -27,7 +27,6 @@ TRACE_UNITS, TRACE_POINTS = 64, 12  # kernel_sm90.cuh: kTraceUnits, kTracePoints
 VARIANTS = {
     "traced": ("-DGEMM_SM90_TRACE=1",),
     "traced_no_epilogue": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LEAVE_OUT=1"),
-    "traced_direct_store": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_DIRECT_STORE=1"),
 }
 
 

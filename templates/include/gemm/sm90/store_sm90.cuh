@@ -34,11 +34,6 @@
 #ifndef GEMM_SM90_PLAIN_STMATRIX
 #define GEMM_SM90_PLAIN_STMATRIX 1
 #endif
-// Experiment knob: 1 writes the plain 16-bit epilogue from registers (a quad transpose
-// into 16-byte chunks, then global stores) instead of staging it for TMA.
-#ifndef GEMM_SM90_DIRECT_STORE
-#define GEMM_SM90_DIRECT_STORE 0
-#endif
 
 namespace gemm {
 
@@ -190,74 +185,6 @@ struct Sm90Store {
     }, by_tma, copy);
   }
 
-  // The plain 16-bit epilogue without shared memory: the four lanes of a quad hold
-  // column pairs 2q, 2q + 1 of the same fragment row in every 8-column group; a 4x4
-  // transpose of 32-bit words among them (two shuffle rounds) leaves lane q with all 8
-  // columns of group 4g + q, one 16-byte chunk, so a warp writes 64 contiguous bytes in
-  // each of its 8 rows per store (whole sectors). No staging, barrier or wait: the
-  // warpgroup is back at its next tile's wgmma once its stores have issued.
-  // D's rows are whole 16-byte chunks (the condition of its tensor map, which the
-  // runtime checked), so a chunk lies wholly inside or outside D's columns. `rows`: the
-  // rows of D left from d_row0 (a grouped expert's end).
-  // One round of it: lanes with bit `kMask` set trade their words i0, i1 for their
-  // partner's j0, j1 (the partner sends those and receives into them), in place.
-  template <int kMask, int i0, int i1, int j0, int j1>
-  __device__ __forceinline__ static void trade(u32 (&w)[4]) {
-    const bool b = (threadIdx.x & kMask) != 0;
-    const u32 r0 = __shfl_xor_sync(0xffffffffu, b ? w[i0] : w[j0], kMask);
-    const u32 r1 = __shfl_xor_sync(0xffffffffu, b ? w[i1] : w[j1], kMask);
-    if (b) {
-      w[i0] = r0, w[i1] = r1;
-    } else {
-      w[j0] = r0, w[j1] = r1;
-    }
-  }
-  // Lane q's word k becomes lane k's word q.
-  __device__ __forceinline__ static void quad_transpose(u32 (&w)[4]) {
-    trade<2, 0, 1, 2, 3>(w);
-    trade<1, 0, 2, 1, 3>(w);
-  }
-
-  template <class Params>
-  __device__ __forceinline__ static void store_direct(const float (&acc)[Cfg::kCtaN / 2], float lo, float hi,
-                                                      const Params& p, int d_row0, int col0, int rows) {
-    // NOTE: alpha = 1 (and no row scales) is the common case: 128 multiplies fewer.
-    if (lo == 1.f && hi == 1.f) {
-      store_direct_scaled<false>(acc, lo, hi, p, d_row0, col0, rows);
-    } else {
-      store_direct_scaled<true>(acc, lo, hi, p, d_row0, col0, rows);
-    }
-  }
-
-  template <bool kScale, class Params>
-  __device__ __forceinline__ static void store_direct_scaled(const float (&acc)[Cfg::kCtaN / 2], float lo, float hi,
-                                                             const Params& p, int d_row0, int col0, int rows) {
-    const int t = threadIdx.x % 128;
-    const int lane = t % 32, q = lane % 4;
-    const int r = 16 * (t / 32) + lane / 4;  // the fragment's rows r and r + 8 of the warpgroup's 64
-    char* d = static_cast<char*>(p.D);
-    const i64 pitch = static_cast<i64>(p.ldd) * static_cast<i64>(sizeof(Storage));
-    char* row_lo = d + static_cast<i64>(d_row0 + r) * pitch;
-    char* row_hi = row_lo + 8 * pitch;
-#pragma unroll
-    for (int g = 0; g < Cfg::kCtaN / 32; ++g) {
-      u32 w_lo[4], w_hi[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float* a = acc + 4 * (4 * g + k);
-        w_lo[k] = kScale ? PairT::pack(lo * a[0], lo * a[1]) : PairT::pack(a[0], a[1]);
-        w_hi[k] = kScale ? PairT::pack(hi * a[2], hi * a[3]) : PairT::pack(a[2], a[3]);
-      }
-      quad_transpose(w_lo);
-      quad_transpose(w_hi);
-      const int c = col0 + 32 * g + 8 * q;
-      if (c >= p.N) continue;
-      const i64 off = static_cast<i64>(c) * static_cast<i64>(sizeof(Storage));
-      if (r < rows) *reinterpret_cast<uint4*>(row_lo + off) = make_uint4(w_lo[0], w_lo[1], w_lo[2], w_lo[3]);
-      if (r + 8 < rows) *reinterpret_cast<uint4*>(row_hi + off) = make_uint4(w_hi[0], w_hi[1], w_hi[2], w_hi[3]);
-    }
-  }
-
   // This warpgroup's 64 x kCtaN accumulators (the m64nNk16 D fragment) to D rows
   // row0.., accumulator columns col0... `staging`: its kBuffers boxes; `issued`: the
   // boxes it has stored so far (the same in every thread), which picks the buffer.
@@ -281,10 +208,6 @@ struct Sm90Store {
     const float scale_lo = row_scale<Cfg>(p, row0 + fragment_row);
     const float scale_hi = row_scale<Cfg>(p, row0 + fragment_row + 8);
     if constexpr (!kGated && kPlainFast) {
-      if (!read_c && !add_bias && GEMM_SM90_DIRECT_STORE) {
-        store_direct(acc, p.alpha * scale_lo, p.alpha * scale_hi, p, d_row0, col0, rows);
-        return;
-      }
       if (!read_c && !add_bias) {
         store_scaled(acc, p.alpha * scale_lo, p.alpha * scale_hi, tma_d, staging, barrier, d_row0, col0, issued,
                      by_tma, copy);
