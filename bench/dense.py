@@ -1,11 +1,12 @@
 """Dense fp16/bf16 GEMM: this project's kernels against cuBLAS (torch.matmul) on the
 linear layers of real LLMs, on one GPU in one run.
 
-    python -m bench.dense [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--out docs/perf/dense.md]
+    python -m bench.dense [--models llama3-8b llama3-70b] [--m 1 16 128 1024 4096] [--tuned] [--out docs/perf/dense.md]
 
 Columns: time of the launch default dispatch picks (the cost model), time of the best kernel in the
 registry for that problem (exhaustive), cuBLAS time, and the ratios (cuBLAS / ours:
-above 1 means we are faster)."""
+above 1 means we are faster). With ``--tuned``, also the launch measured dispatch picks
+(DispatchPolicy.MEASURE: the tuner times the model's best candidates once per problem)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 import yaml
 
 from bench.timing import host_us_per_call, median_ms
-from gemm_runtime import Gemm
+from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import make_problem
 from gemm_runtime.types import MatrixLayout, Operation
 
@@ -37,7 +38,7 @@ def _problem_key(gemm: Gemm, a, b, out):
     ).key
 
 
-def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: bool) -> list[dict]:
+def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: bool, tuned: bool = False) -> list[dict]:
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     gemm = Gemm()
     rows = []
@@ -53,6 +54,11 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                     chosen = gemm.select(key)
                     t_ours = median_ms(lambda: gemm.matmul(a, b, out=out))
                     t_cublas = median_ms(lambda: torch.matmul(a, b, out=out))
+                    t_tuned = None
+                    if tuned:
+                        measured = Operation(dispatch=DispatchPolicy.MEASURE)
+                        gemm.matmul(a, b, out=out, operation=measured)  # tunes once, then the cache serves
+                        t_tuned = median_ms(lambda: gemm.matmul(a, b, out=out, operation=measured))
                     best_name, t_best = chosen.kernel, t_ours
                     if oracle:
                         for kern in gemm.feasible(key):
@@ -71,6 +77,7 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                             ours_ms=t_ours,
                             best_ms=t_best,
                             cublas_ms=t_cublas,
+                            tuned_ms=t_tuned,
                             ours_tflops=flop / t_ours / 1e9,
                             cublas_tflops=flop / t_cublas / 1e9,
                             chosen=chosen.kernel,
@@ -80,7 +87,9 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                     print(
                         f"{rows[-1]['dtype']:8s} {model:11s} {layer:8s} M={m:5d} N={n:6d} K={k:6d}  "
                         f"ours {t_ours*1e3:9.1f} us  best {t_best*1e3:9.1f} us  cuBLAS {t_cublas*1e3:9.1f} us  "
-                        f"cuBLAS/ours {t_cublas/t_ours:5.2f}  [{_short(chosen.kernel)} k{chosen.splits} | best {_short(best_name)}]",
+                        f"cuBLAS/ours {t_cublas/t_ours:5.2f}"
+                        + (f"  cuBLAS/tuned {t_cublas/t_tuned:5.2f}" if t_tuned else "")
+                        + f"  [{_short(chosen.kernel)} k{chosen.splits} | best {_short(best_name)}]",
                         flush=True,
                     )
     return rows
@@ -118,14 +127,35 @@ def markdown(rows: list[dict], device: str, host: dict | None = None) -> str:
             f"{r['ours_tflops']:.0f} | {r['cublas_tflops']:.0f} | {r['cublas_ms']/r['ours_ms']:.2f} | "
             f"{r['cublas_ms']/r['best_ms']:.2f} | {_short(r['chosen'])} | {_short(r['best'])} |"
         )
-    ratios = sorted(r["cublas_ms"] / r["ours_ms"] for r in rows)
-    if ratios:
-        lines += ["", f"Median cuBLAS/ours over {len(rows)} problems: {ratios[len(ratios)//2]:.2f} "
-                  f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f})."]
+    lines += [""] + summary(rows)
+    tuned = [r for r in rows if r.get("tuned_ms")]
+    if tuned:
+        lines += ["", "Tuned dispatch (DispatchPolicy.MEASURE), the same problems:", "",
+                  "| dtype | model | layer | M | tuned µs | cuBLAS µs | cuBLAS/tuned |", "|---|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['dtype']} | {r['model']} | {r['layer']} | {r['m']} | {r['tuned_ms']*1e3:.1f} | "
+                  f"{r['cublas_ms']*1e3:.1f} | {r['cublas_ms']/r['tuned_ms']:.2f} |" for r in tuned]
+        lines += [""] + summary(tuned, "tuned_ms", "tuned")
     if host:
         lines += ["", f"Host time per call (validation, cached dispatch, launch; tiny problem): "
                   f"Gemm.matmul {host['ours_us']:.1f} µs, torch.matmul {host['torch_us']:.1f} µs."]
     return "\n".join(lines) + "\n"
+
+
+def median(values: list[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+
+def summary(rows: list[dict], time_key: str = "ours_ms", label: str = "ours") -> list[str]:
+    """Median, min and max of cuBLAS / ``label`` per M band (M <= 64, 128-512, >= 1024)."""
+    lines = []
+    bands = (("M <= 64", lambda m: m <= 64), ("M 128-512", lambda m: 128 <= m <= 512), ("M >= 1024", lambda m: m >= 1024))
+    for name, inside in bands:
+        ratios = [r["cublas_ms"] / r[time_key] for r in rows if inside(r["m"])]
+        if ratios:
+            lines.append(f"- {name}: median cuBLAS/{label} {median(ratios):.3f} over {len(ratios)} problems "
+                         f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    return lines
 
 
 def main() -> None:
@@ -134,10 +164,12 @@ def main() -> None:
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128, 1024, 4096])
     ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     ap.add_argument("--no-oracle", action="store_true", help="skip timing every feasible kernel")
+    ap.add_argument("--tuned", action="store_true", help="also time the launch measured dispatch picks")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "dense.md")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
-    rows = run(args.models, args.m, [getattr(torch, d) for d in args.dtypes], not args.no_oracle)
+    rows = run(args.models, args.m, [getattr(torch, d) for d in args.dtypes], not args.no_oracle, args.tuned)
+    print("\n".join(summary(rows) + summary([r for r in rows if r["tuned_ms"]], "tuned_ms", "tuned")))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     host = host_overhead()
     print(f"host per call: Gemm.matmul {host['ours_us']:.1f} us, torch.matmul {host['torch_us']:.1f} us")

@@ -275,3 +275,15 @@ def test_quantized_batches_go_to_wgmma(bits, m, nk) -> None:
     assert best.mainloop is Mainloop.SM90_QUANT, ranking[0]
     if m >= 1024:
         assert best.cta[0] == 256, ranking[0]
+
+
+@pytest.mark.parametrize("a_type", [DataType.F16, DataType.BF16])
+def test_llama3_8b_qkv_at_1024_rows_takes_128x192_unsplit(a_type) -> None:
+    """Measured (bench/experiments/dense_plans.py, H200): 192 tiles of 128x256 fill 1.45
+    rounds of 132 SMs, and splitting the last round (77.6 us, once 97) lost to 256 tiles
+    of 128x192, which stage their whole tile for the stores (70.6 us)."""
+    key = make_key(a_type, BOrder.NK, a_type, 1024, 6144, 4096, arch=90)
+    feasible = [x for x in _kernels(90) if infeasible_reason(x.spec, key) is None]
+    _, best = rank(feasible, key, H200, **WORKSPACE)[0]
+    spec = next(x.spec for x in feasible if x.name == best.kernel)
+    assert (spec.mainloop, spec.cta[:2], spec.cluster, best.splits) == (Mainloop.SM90, (128, 192), 1, 1), best

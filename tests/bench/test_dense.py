@@ -1,0 +1,28 @@
+"""bench.dense's report (CPU): per-band medians, and the tuned table when timed."""
+
+from bench.dense import markdown, median, summary
+
+
+def _row(m, ours, cublas, tuned=None):
+    return dict(dtype="bfloat16", model="llama3-8b", layer="o", m=m, n=4096, k=4096, ours_ms=ours, best_ms=ours,
+                cublas_ms=cublas, ours_tflops=1.0, cublas_tflops=1.0, chosen="k_128x256x64_w8x1x1_s4",
+                best="k_128x256x64_w8x1x1_s4", tuned_ms=tuned)
+
+
+def test_median_of_an_even_count_is_the_mean_of_the_middle_two():
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5 and median([3.0, 1.0, 2.0]) == 2.0
+
+
+def test_summary_bands_by_m():
+    rows = [_row(16, 1.0, 0.9), _row(1024, 1.0, 1.1), _row(4096, 1.0, 0.9), _row(256, 2.0, 1.0)]
+    lines = summary(rows)
+    assert lines[0].startswith("- M <= 64: median cuBLAS/ours 0.900 over 1")
+    assert lines[1].startswith("- M 128-512: median cuBLAS/ours 0.500 over 1")
+    assert lines[2] == "- M >= 1024: median cuBLAS/ours 1.000 over 2 problems (min 0.90, max 1.10)"
+
+
+def test_tuned_table_only_when_timed():
+    assert "Tuned dispatch" not in markdown([_row(1024, 1.0, 1.0)], "H200")
+    text = markdown([_row(1024, 1.0, 1.0, tuned=0.8)], "H200")
+    assert "| bfloat16 | llama3-8b | o | 1024 | 800.0 | 1000.0 | 1.25 |" in text
+    assert "median cuBLAS/tuned 1.250" in text
