@@ -26,3 +26,8 @@ def test_tuned_table_only_when_timed():
     text = markdown([_row(1024, 1.0, 1.0, tuned=0.8, cublas_tuned=0.88)], "H200")
     assert "| bfloat16 | llama3-8b | o | 1024 | 800.0 | 880.0 | 1.10 |" in text
     assert "median cuBLAS/tuned 1.100" in text
+
+
+def test_the_header_says_when_best_was_not_searched():
+    assert "(exhaustive)" in markdown([_row(1024, 1.0, 1.0)], "H200")
+    assert "no exhaustive search" in markdown([_row(1024, 1.0, 1.0)], "H200", oracle=False)
