@@ -36,6 +36,8 @@ ROUTINGS = {
     "one-row": (0, 0, 1, 1),
     "one-expert-holds-all": (0, 300, 300),
     "rows-past-the-last-expert": (0, 129, 250),
+    # 128 rows: the most a 256-token tile runs at half its wgmma width (kernel_sm90_quant.cuh)
+    "half-a-token-tile": (0, 128, 300),
 }
 
 
