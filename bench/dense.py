@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import statistics
 from pathlib import Path
 
 import torch
 import yaml
 
 from bench.timing import host_us_per_call, median_ms
-from gemm_runtime import DispatchPolicy, Gemm, Operation
+from gemm_runtime import DispatchPolicy, Gemm
 from gemm_runtime.context import make_problem
 from gemm_runtime.types import MatrixLayout, Operation
 
@@ -147,11 +148,6 @@ def markdown(rows: list[dict], device: str, host: dict | None = None, oracle: bo
     return "\n".join(lines) + "\n"
 
 
-def median(values: list[float]) -> float:
-    v = sorted(values)
-    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
-
-
 def summary(rows: list[dict], time_key: str = "ours_ms", label: str = "ours", peer_key: str = "cublas_ms") -> list[str]:
     """Median, min and max of cuBLAS / ``label`` per M band (M <= 64, 128-512, >= 1024)."""
     lines = []
@@ -159,7 +155,7 @@ def summary(rows: list[dict], time_key: str = "ours_ms", label: str = "ours", pe
     for name, inside in bands:
         ratios = [r[peer_key] / r[time_key] for r in rows if inside(r["m"])]
         if ratios:
-            lines.append(f"- {name}: median cuBLAS/{label} {median(ratios):.3f} over {len(ratios)} problems "
+            lines.append(f"- {name}: median cuBLAS/{label} {statistics.median(ratios):.3f} over {len(ratios)} problems "
                          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     return lines
 

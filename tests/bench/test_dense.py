@@ -1,6 +1,6 @@
 """bench.dense's report (CPU): per-band medians, and the tuned table when timed."""
 
-from bench.dense import markdown, median, summary
+from bench.dense import markdown, summary
 
 
 def _row(m, ours, cublas, tuned=None, cublas_tuned=None):
@@ -9,8 +9,9 @@ def _row(m, ours, cublas, tuned=None, cublas_tuned=None):
                 best="k_128x256x64_w8x1x1_s4", tuned_ms=tuned, cublas_tuned_ms=cublas_tuned)
 
 
-def test_median_of_an_even_count_is_the_mean_of_the_middle_two():
-    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5 and median([3.0, 1.0, 2.0]) == 2.0
+def test_the_median_of_an_even_count_is_the_mean_of_the_middle_two():
+    rows = [_row(1024, 1.0, c) for c in (0.9, 1.2, 1.0, 1.1)]
+    assert summary(rows)[0].startswith("- M >= 1024: median cuBLAS/ours 1.050 over 4")
 
 
 def test_summary_bands_by_m():
