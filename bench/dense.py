@@ -55,11 +55,12 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                     chosen = gemm.select(key)
                     t_ours = median_ms(lambda: gemm.matmul(a, b, out=out))
                     t_cublas = median_ms(lambda: torch.matmul(a, b, out=out))
-                    t_tuned = t_cublas_tuned = None
+                    t_tuned = t_cublas_tuned = tuned_pick = None
                     if tuned:
                         # MEASURE tunes on every call: tune once, then default dispatch finds the entry.
                         gemm.matmul(a, b, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
                         t_tuned = median_ms(lambda: gemm.matmul(a, b, out=out))
+                        tuned_pick = gemm.select(key)
                         # NOTE: cuBLAS again beside it: tuning runs the GPU hot, and the H200's
                         # clock under its power cap moves by several percent after such a burst.
                         t_cublas_tuned = median_ms(lambda: torch.matmul(a, b, out=out))
@@ -83,6 +84,7 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                             cublas_ms=t_cublas,
                             tuned_ms=t_tuned,
                             cublas_tuned_ms=t_cublas_tuned,
+                            tuned=f"{_short(tuned_pick.kernel)} k{tuned_pick.splits}" if tuned_pick else None,
                             ours_tflops=flop / t_ours / 1e9,
                             cublas_tflops=flop / t_cublas / 1e9,
                             chosen=chosen.kernel,
@@ -138,9 +140,11 @@ def markdown(rows: list[dict], device: str, host: dict | None = None, oracle: bo
     tuned = [r for r in rows if r.get("tuned_ms")]
     if tuned:
         lines += ["", "Tuned dispatch (DispatchPolicy.MEASURE), the same problems:", "",
-                  "| dtype | model | layer | M | tuned µs | cuBLAS µs (timed beside it) | cuBLAS/tuned |", "|---|---|---|---:|---:|---:|---:|"]
+                  "| dtype | model | layer | M | tuned µs | cuBLAS µs (timed beside it) | cuBLAS/tuned | tuned pick (splits) |",
+                  "|---|---|---|---:|---:|---:|---:|---|"]
         lines += [f"| {r['dtype']} | {r['model']} | {r['layer']} | {r['m']} | {r['tuned_ms']*1e3:.1f} | "
-                  f"{r['cublas_tuned_ms']*1e3:.1f} | {r['cublas_tuned_ms']/r['tuned_ms']:.2f} |" for r in tuned]
+                  f"{r['cublas_tuned_ms']*1e3:.1f} | {r['cublas_tuned_ms']/r['tuned_ms']:.2f} | {r.get('tuned') or ''} |"
+                  for r in tuned]
         lines += [""] + summary(tuned, "tuned_ms", "tuned", "cublas_tuned_ms")
     if host:
         lines += ["", f"Host time per call (validation, cached dispatch, launch; tiny problem): "

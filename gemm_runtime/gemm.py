@@ -362,8 +362,7 @@ class Gemm:
         def make_call(plan: LaunchSpec):
             return lambda: self._launch_grouped(plan, scratch, stream, ws, key)
 
-        return self._on_stream(stream, lambda: tune(ranking, make_call, top_k=settings().tune.top_k,
-                                                    measurer=self.measurer))  # fmt: skip
+        return self._on_stream(stream, lambda: self._tune(ranking, make_call))
 
     def linear(self, x, weight, bias, operation: Operation) -> torch.Tensor:
         """``matmul(x, weight.t(), bias=bias, operation=operation)`` for gemm_runtime.ops:
@@ -500,10 +499,14 @@ class Gemm:
         def make_call(plan: LaunchSpec):
             return lambda: self._launch(plan, scratch, alpha, beta, stream, ws)
 
-        result = self._on_stream(stream, lambda: tune(ranking, make_call, top_k=settings().tune.top_k,
-                                                      measurer=self.measurer))  # fmt: skip
+        result = self._on_stream(stream, lambda: self._tune(ranking, make_call))
         del buffers  # every timed launch has completed: the timer synchronizes
         return result
+
+    def _tune(self, ranking: list[LaunchSpec], make_call) -> Measurement:
+        tune_settings = settings().tune
+        return tune(ranking, make_call, top_k=tune_settings.top_k, measurer=self.measurer,
+                    confirm=tune_settings.confirm)  # fmt: skip
 
     def _on_stream(self, stream: int, fn):
         """fn() with torch's current stream the caller's: the timer records its events there."""

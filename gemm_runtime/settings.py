@@ -15,6 +15,8 @@ name           value                                                       defau
 ``top_k``      candidates (by the cost model) measured per problem, >= 1   ``8``
 ``max_time``   time budget per candidate in seconds, a float > 0           ``0.5``
 ``reps``       timed repetitions per candidate, an integer >= 1            ``10``
+``confirm``    finalists timed again side by side, in two passes, before   ``3``
+               the winner is chosen (tuner.tune); 0 or 1: none
 =============  ==========================================================  ========================
 
 Whitespace around items, names and values is ignored, and so are empty items (``a=1;;``).
@@ -94,6 +96,7 @@ class TuneSettings:
     top_k: int = 8  # candidates measured per problem, best first by the cost model
     max_time: float = 0.5  # seconds of timing budget per candidate
     reps: int = 10  # timed repetitions per candidate
+    confirm: int = 3  # finalists timed again side by side (tuner.tune); 0 or 1: none
 
     def __post_init__(self) -> None:
         src = "TuneSettings"
@@ -101,7 +104,7 @@ class TuneSettings:
         if not seq or any(not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= _MAX_M for m in seq):
             raise TuneSettingsError(src, "seq", self.seq, f"a non-empty sequence of integers in 1..{_MAX_M}")
         object.__setattr__(self, "seq", tuple(sorted(set(seq))))
-        for name, lo, hi in (("max_splits", 1, MAX_SPLITS), ("top_k", 1, None), ("reps", 1, None)):
+        for name, lo, hi in (("max_splits", 1, MAX_SPLITS), ("top_k", 1, None), ("reps", 1, None), ("confirm", 0, None)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v > hi):
                 raise TuneSettingsError(src, name, v, f"an integer >= {lo}" + (f" and <= {hi}" if hi else ""))
@@ -129,7 +132,7 @@ def _float_item(source: str, name: str, value: str) -> float:
     return t
 
 
-_TUNE_NAMES = ("seq", "max_splits", "top_k", "max_time", "reps")
+_TUNE_NAMES = ("seq", "max_splits", "top_k", "max_time", "reps", "confirm")
 
 
 def parse_tune(text: str, source: str = TUNE_VAR) -> TuneSettings:
@@ -155,6 +158,8 @@ def parse_tune(text: str, source: str = TUNE_VAR) -> TuneSettings:
             given[name] = _int_item(source, name, value, 1, MAX_SPLITS)
         elif name == "max_time":
             given[name] = _float_item(source, name, value)
+        elif name == "confirm":
+            given[name] = _int_item(source, name, value, 0, None)
         else:
             given[name] = _int_item(source, name, value, 1, None)
     return TuneSettings(**given)  # type: ignore[arg-type]

@@ -28,6 +28,11 @@ Timer = Callable[[Callable[[], object], int, float], float]
 # module and warms the instruction cache.
 _WARMUP = 2
 
+# The finalists of a search: candidates whose first time is within this fraction of the
+# fastest. A GPU at its power cap drifts by several percent over a search (its clock
+# follows its temperature), which alone can rank two kernels this far apart.
+CONFIRM_MARGIN = 0.10
+
 
 def default_timer(fn: Callable[[], object], reps: int, max_seconds: float) -> float:
     """CUDA-event timing with an L2 flush before each repetition (gemm_runtime.timing)."""
@@ -43,18 +48,22 @@ class Measurement:
     ``times``: median milliseconds per candidate, in the order the candidates were
     given (for ``tune``: the cost-model order), ``math.inf`` for a failure.
     ``failures``: the error text of each candidate that failed.
-    ``seconds``: wall-clock time the search took, preparation of the calls included."""
+    ``seconds``: wall-clock time the search took, preparation of the calls included.
+    ``confirmed``: the finalists' times from the confirmation passes (``tune``'s
+    ``confirm``), in the same order as ``times``; empty when there were none."""
 
     times: dict[LaunchSpec, float] = field(default_factory=dict)
     failures: dict[LaunchSpec, str] = field(default_factory=dict)
     seconds: float = 0.0
+    confirmed: dict[LaunchSpec, float] = field(default_factory=dict)
 
     @property
     def best(self) -> LaunchSpec | None:
-        """The fastest candidate that did not fail; ties go to the earlier one. None when
-        nothing was measured or everything failed."""
+        """The fastest candidate that did not fail, among the confirmed finalists where
+        there are any (their times were taken side by side, the others' were not); ties
+        go to the earlier one. None when nothing was measured or everything failed."""
         best, best_ms = None, math.inf
-        for spec, ms in self.times.items():
+        for spec, ms in (self.confirmed or self.times).items():
             if ms < best_ms:
                 best, best_ms = spec, ms
         return best
@@ -77,6 +86,7 @@ class Measurement:
             {**self.times, **other.times},
             {**{s: e for s, e in self.failures.items() if s not in other.times}, **other.failures},
             self.seconds + other.seconds,
+            {**self.confirmed, **other.confirmed},
         )
 
     def ordered(self, order: Sequence[LaunchSpec]) -> Measurement:
@@ -85,7 +95,8 @@ class Measurement:
         for i, s in enumerate(order):
             rank.setdefault(s, i)
         keys = sorted(self.times, key=lambda s: rank.get(s, len(order)))
-        return Measurement({s: self.times[s] for s in keys}, dict(self.failures), self.seconds)
+        confirmed = {s: self.confirmed[s] for s in keys if s in self.confirmed}
+        return Measurement({s: self.times[s] for s in keys}, dict(self.failures), self.seconds, confirmed)
 
 
 def _failure(e: BaseException) -> str:
@@ -142,6 +153,7 @@ def tune(
     *,
     top_k: int,
     measurer: Measurer,
+    confirm: int = 0,
 ) -> Measurement:
     """Measure a cost-model ranking of candidates and return what was measured.
 
@@ -153,6 +165,13 @@ def tune(
     3. Refinement: for the winner of rounds 1-2, every other (splits, swizzle) variant
        of the same kernel present in ``candidates_ranked`` and not measured yet.
        Nothing is refined when every candidate failed.
+    4. Confirmation (``confirm`` >= 2): the fastest ``confirm`` candidates within
+       CONFIRM_MARGIN of the best are timed again, side by side, in two passes (the
+       second in the reverse order of the first), and the best is chosen among them by
+       the mean of their two passes. One pass through a list favours whatever runs
+       first or last while the GPU's clock drifts; a drift that is linear over the two
+       passes adds the same to every finalist's mean. A finalist that fails now scores
+       infinity. With fewer than two finalists nothing is timed again.
 
     ``make_call(spec)`` prepares the callable that launches ``spec`` once; when it
     raises, the candidate scores infinity like one whose launch fails. Duplicates in
@@ -162,6 +181,8 @@ def tune(
     """
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
         raise ValueError(f"top_k: got {top_k!r}; accepted: an integer >= 0")
+    if not isinstance(confirm, int) or isinstance(confirm, bool) or confirm < 0:
+        raise ValueError(f"confirm: got {confirm!r}; accepted: an integer >= 0 (0 or 1: no confirmation)")
     t0 = time.perf_counter()
     ranked = list(dict.fromkeys(candidates_ranked))  # ordered de-duplication
 
@@ -179,9 +200,35 @@ def tune(
         if refine:
             result = result.merged(_measure_round(refine, make_call, measurer))
 
+    finalists = _finalists(result, confirm)
+    if len(finalists) >= 2:
+        again = _confirm(finalists, make_call, measurer)
+        result.confirmed = again.times
+        result.failures.update(again.failures)
+
     result = result.ordered(ranked)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _finalists(result: Measurement, count: int) -> list[LaunchSpec]:
+    """The ``count`` fastest candidates within CONFIRM_MARGIN of the fastest, fastest first."""
+    fastest = min(result.times.values(), default=math.inf)
+    if not math.isfinite(fastest):
+        return []
+    close = [s for s, ms in result.times.items() if ms <= fastest * (1 + CONFIRM_MARGIN)]
+    return sorted(close, key=lambda s: result.times[s])[:count]
+
+
+def _confirm(
+    finalists: Sequence[LaunchSpec], make_call: Callable[[LaunchSpec], Callable[[], object]], measurer: Measurer
+) -> Measurement:
+    """Each finalist's mean of two passes, the second reversed (see ``tune``), in the
+    finalists' order, with the failures of either pass."""
+    forward = _measure_round(finalists, make_call, measurer)
+    backward = _measure_round(list(reversed(finalists)), make_call, measurer)
+    means = {s: (forward.times[s] + backward.times[s]) / 2 for s in finalists}
+    return Measurement(means, {**backward.failures, **forward.failures})
 
 
 def _measure_round(

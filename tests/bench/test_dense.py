@@ -6,7 +6,8 @@ from bench.dense import markdown, summary
 def _row(m, ours, cublas, tuned=None, cublas_tuned=None):
     return dict(dtype="bfloat16", model="llama3-8b", layer="o", m=m, n=4096, k=4096, ours_ms=ours, best_ms=ours,
                 cublas_ms=cublas, ours_tflops=1.0, cublas_tflops=1.0, chosen="k_128x256x64_w8x1x1_s4",
-                best="k_128x256x64_w8x1x1_s4", tuned_ms=tuned, cublas_tuned_ms=cublas_tuned)
+                best="k_128x256x64_w8x1x1_s4", tuned_ms=tuned, cublas_tuned_ms=cublas_tuned,
+                tuned="128x192x64_w8x1x1_s4 k2" if tuned else None)
 
 
 def test_the_median_of_an_even_count_is_the_mean_of_the_middle_two():
@@ -25,7 +26,7 @@ def test_summary_bands_by_m():
 def test_tuned_table_only_when_timed():
     assert "Tuned dispatch" not in markdown([_row(1024, 1.0, 1.0)], "H200")
     text = markdown([_row(1024, 1.0, 1.0, tuned=0.8, cublas_tuned=0.88)], "H200")
-    assert "| bfloat16 | llama3-8b | o | 1024 | 800.0 | 880.0 | 1.10 |" in text
+    assert "| bfloat16 | llama3-8b | o | 1024 | 800.0 | 880.0 | 1.10 | 128x192x64_w8x1x1_s4 k2 |" in text
     assert "median cuBLAS/tuned 1.100" in text
 
 

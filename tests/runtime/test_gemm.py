@@ -3,6 +3,7 @@ against a packed weight (CPU tensors; the facade is built without a device)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -66,3 +67,25 @@ def test_a_shorter_workspace_at_the_same_address_is_a_different_replay_signature
     assert full == _workspace_signature(Workspace(barriers, partials))
     assert full != _workspace_signature(Workspace(barriers, partials[:4000]))
     assert full != _workspace_signature(Workspace(barriers[:32], partials))
+
+
+def test_tuning_searches_with_the_settings_top_k_and_confirmation():
+    from gemm_runtime import settings as settings_module
+    from gemm_runtime.plan import LaunchSpec
+    from gemm_runtime.tuner import Measurer
+
+    times = {LaunchSpec("a", 1, 0): 1.0, LaunchSpec("b", 1, 0): 0.99, LaunchSpec("c", 1, 0): 0.98}
+    timed: list[LaunchSpec] = []
+
+    def make_call(spec):
+        return lambda: timed.append(spec) or times[spec]
+
+    gemm = _bare_gemm()
+    gemm.measurer = Measurer(timer=lambda fn, reps, max_seconds: fn())
+    tune = settings_module.settings().tune
+    with settings_module.override(tune=dataclasses.replace(tune, top_k=2, confirm=2)):
+        result = gemm._tune(list(times), make_call)
+    a, b, c = times
+    # a and b (top_k), c (diversity); then the two finalists, fastest first, and reversed
+    assert timed == [a, b, c, c, b, b, c]
+    assert result.best == c and set(result.confirmed) == {b, c}

@@ -294,4 +294,77 @@ def test_tune_reports_the_total_seconds_of_both_rounds():
 
 def test_tune_docstring_documents_the_strategy():
     doc = tune.__doc__ or ""
-    assert "top_k" in doc and "Diversity" in doc and "Refinement" in doc
+    assert "top_k" in doc and "Diversity" in doc and "Refinement" in doc and "Confirmation" in doc
+
+
+class DriftingTimer:
+    """A GPU whose clock falls as it heats: each timing reports the candidate's own time
+    times (1 + ``drift`` x the number of timings before it)."""
+
+    def __init__(self, drift: float):
+        self.drift, self.count, self.order = drift, 0, []
+
+    def __call__(self, fn, reps, max_seconds):
+        fn()
+        self.order.append(fn.ms)
+        ms = fn.ms * (1 + self.drift * self.count)
+        self.count += 1
+        return ms
+
+
+def test_confirmation_undoes_the_first_rounds_drift():
+    # b is truly 2% faster than a, but a is timed first on a GPU that slows 3% per
+    # timing: the first round ranks a ahead.
+    ranked = [S("a"), S("b"), S("c")]
+    problem = FakeProblem({S("a"): 1.00, S("b"): 0.98, S("c"): 1.5})
+    plain = tune(ranked, problem, top_k=3, measurer=Measurer(DriftingTimer(0.03)))
+    assert plain.best == S("a") and plain.confirmed == {}
+    confirmed = tune(ranked, FakeProblem(problem.times), top_k=3, measurer=Measurer(DriftingTimer(0.03)), confirm=3)
+    assert confirmed.best == S("b")
+    assert set(confirmed.confirmed) == {S("a"), S("b")}  # c is beyond CONFIRM_MARGIN
+    assert confirmed.confirmed[S("b")] < confirmed.confirmed[S("a")]
+    assert confirmed.times == plain.times  # the first round's times are kept as measured
+
+
+def test_confirmation_times_the_finalists_twice_the_second_time_reversed():
+    ranked = [S("a"), S("b"), S("c"), S("d")]
+    times = {S("a"): 1.05, S("b"): 1.0, S("c"): 1.08, S("d"): 1.2}
+    problem = FakeProblem(times)
+    result = tune(ranked, problem, top_k=4, measurer=Measurer(FakeTimer()), confirm=2)
+    # round 1 (no variants to refine), then the two fastest: fastest first, then reversed
+    assert problem.prepared == ranked + [S("b"), S("a"), S("a"), S("b")]
+    assert result.confirmed == {S("a"): 1.05, S("b"): 1.0} and list(result.confirmed) == [S("a"), S("b")]
+    assert result.best == S("b")
+    assert tuner.CONFIRM_MARGIN == pytest.approx(0.10)
+
+
+def test_confirmation_ties_go_to_the_better_ranked_and_lone_winners_are_not_retimed():
+    problem = FakeProblem({S("a"): 1.0, S("b"): 1.0})
+    result = tune([S("a"), S("b")], problem, top_k=2, measurer=Measurer(FakeTimer()), confirm=3)
+    assert result.best == S("a") and len(problem.prepared) == 6
+    problem = FakeProblem({S("a"): 1.0, S("b"): 2.0})  # b is 100% slower: no finalist but a
+    result = tune([S("a"), S("b")], problem, top_k=2, measurer=Measurer(FakeTimer()), confirm=3)
+    assert problem.prepared == [S("a"), S("b")] and result.confirmed == {} and result.best == S("a")
+    problem = FakeProblem({S("a"): 1.0, S("b"): 1.0})
+    result = tune([S("a"), S("b")], problem, top_k=2, measurer=Measurer(FakeTimer()), confirm=1)
+    assert problem.prepared == [S("a"), S("b")] and result.confirmed == {}
+
+
+def test_a_finalist_failing_its_confirmation_scores_infinity():
+    class FailsLater(FakeProblem):
+        def __call__(self, spec):
+            call = super().__call__(spec)
+            if spec == S("a") and self.prepared.count(spec) > 1:
+                call.error = RuntimeError("lost the context")
+            return call
+
+    problem = FailsLater({S("a"): 0.95, S("b"): 1.0})
+    result = tune([S("a"), S("b")], problem, top_k=2, measurer=Measurer(FakeTimer()), confirm=2)
+    assert result.confirmed[S("a")] == math.inf and result.best == S("b")
+    assert "lost the context" in result.failures[S("a")]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_tune_validates_confirm(bad):
+    with pytest.raises(ValueError, match="confirm: got"):
+        tune([S("a")], FakeProblem(), top_k=1, measurer=Measurer(FakeTimer()), confirm=bad)

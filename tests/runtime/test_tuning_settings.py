@@ -17,7 +17,7 @@ def test_defaults():
     t = parse_tune("")
     assert t == TuneSettings()
     assert list(t.seq) == DEFAULT_M == list(DEFAULT_SEQ)
-    assert (t.max_splits, t.top_k, t.max_time, t.reps) == (8, 8, 0.5, 10)
+    assert (t.max_splits, t.top_k, t.max_time, t.reps, t.confirm) == (8, 8, 0.5, 10, 3)
     assert t.seq[0] == 1 and t.seq[-1] == 8192
     assert parse_tune("  ;  ; ") == TuneSettings()
 
@@ -29,8 +29,8 @@ def test_example_string():
 
 
 def test_all_names_and_partial():
-    t = parse_tune("reps=3;max_time=2;top_k=1;max_splits=64;seq=7")
-    assert t == TuneSettings(seq=(7,), max_splits=64, top_k=1, max_time=2.0, reps=3)
+    t = parse_tune("reps=3;max_time=2;top_k=1;max_splits=64;seq=7;confirm=0")
+    assert t == TuneSettings(seq=(7,), max_splits=64, top_k=1, max_time=2.0, reps=3, confirm=0)
     assert isinstance(t.max_time, float)
     assert parse_tune("top_k=4") == TuneSettings(top_k=4)  # the rest stay default
     assert parse_tune("max_time=1e-1").max_time == 0.1
@@ -75,6 +75,8 @@ def test_seq_sorted_and_deduplicated():
         ("top_k=0", ("top_k=0", ">= 1")),
         ("top_k=-1", ("'-1'",)),
         ("reps=0", ("reps=0", ">= 1")),
+        ("confirm=-1", ("'-1'", ">= 0")),
+        ("confirm=two", ("'two'",)),
         ("reps=", ("reps=", "''")),
         ("max_time=0", ("max_time=0", "> 0")),
         ("max_time=-1", ("'-1'",)),
@@ -105,7 +107,8 @@ def test_error_fields_and_source():
 
 @pytest.mark.parametrize(
     "changes",
-    [dict(seq=()), dict(seq=(0,)), dict(max_splits=65), dict(top_k=0), dict(reps=True), dict(max_time=0.0)],
+    [dict(seq=()), dict(seq=(0,)), dict(max_splits=65), dict(top_k=0), dict(reps=True), dict(max_time=0.0),
+     dict(confirm=-1), dict(confirm=2.0)],
 )
 def test_direct_construction_validated(changes):
     with pytest.raises(ValueError):
