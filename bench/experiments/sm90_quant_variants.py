@@ -5,7 +5,11 @@ problems beside fp16 cuBLAS on the unquantized weight, W4 groups of 128, L2 flus
 medians:
 
     python -m bench.experiments.sm90_quant_variants [--variants base depth0 ...] [--m 64 ...]
-        [--tiles 64x128s8 64x256s8m ...] [--splits 1 2 ...]
+        [--tiles 64x128s8 64x256s8m ...] [--splits 1 2 ...] [--per-tile]
+
+Unsplit launches walk the tiles persistently on the resident CTAs; ``--per-tile`` also
+times each unsplit variant on a CTA per tile (label ``/tile``), as a grid of the tiles
+would run it (no tile's copies overlap another's epilogue in a CTA).
 
 A tile ending in "m" is the shared-B form (codegen/families/sm90_quant.py,
 Sm90QuantSmemFamily).
@@ -34,8 +38,11 @@ VARIANTS = {
 }
 # (M, N, K) and the tiles (tokens, rows, stages) timed on it: llama3-8b gate_up at
 # M = 4096, 64, 128 and 256, llama3-8b qkv at 256 and 1024, llama3-70b o at 1024 and
-# down at 4096.
+# down at 4096; and the Qwen-MoE-like experts' down and gate_up at 8192 tokens as one
+# dense problem (49152 routed rows, the tiles' short K loops of 22 and 32 K tiles).
 PROBLEMS = {
+    (49152, 2048, 1408): [(256, 128, 4), (128, 128, 6)],
+    (49152, 2816, 2048): [(256, 128, 4), (128, 128, 6)],
     (4096, 28672, 4096): [(128, 128, 6), (128, 128, 4), (256, 128, 4)],
     (1024, 8192, 8192): [(128, 128, 6), (256, 128, 4)],
     (4096, 8192, 28672): [(128, 128, 6), (256, 128, 4)],
@@ -47,6 +54,9 @@ PROBLEMS = {
 }
 
 
+RESIDENT = 132  # the H200's SMs, a CTA of these tiles each
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -54,7 +64,9 @@ def main() -> None:
     ap.add_argument("--m", type=int, nargs="+", default=None, help="only the problems of these M")
     ap.add_argument("--splits", nargs="+", type=int, default=[1], help="stream-K splits (1: one CTA per tile)")
     ap.add_argument("--baseline", default="", help="another kernel_sm90_quant.cuh (e.g. `git show REV:templates/"
-                    "include/gemm/sm90/kernel_sm90_quant.cuh > F`), timed unsplit beside each tile as 'baseline'")
+                    "include/gemm/sm90/kernel_sm90_quant.cuh > F`), timed unsplit on a CTA per tile beside each "
+                    "tile as 'baseline'")
+    ap.add_argument("--per-tile", action="store_true", help="also time unsplit launches on a CTA per tile")
     ap.add_argument("--tiles", nargs="+", default=None, help="tiles as TOKENSxROWSsSTAGES (e.g. 64x128s16; "
                     "a trailing m: the shared-B form) instead of each problem's own")
     args = ap.parse_args()
@@ -76,15 +88,22 @@ def main() -> None:
             row = []
             if args.baseline and not smem:
                 kernel = QuantKernel("f16", args.bits, "f16", *tile, header=args.baseline)
-                launch(kernel, x, packed, d)
-                t = median_ms(lambda: launch(kernel, x, packed, d, sync=False)) * 1e3
+                # NOTE: a CTA per tile: a header from before the persistent walk reads its tile
+                # from the block index, and needs no more shared memory than this one's.
+                launch(kernel, x, packed, d, resident=2**31 - 1)
+                t = median_ms(lambda: launch(kernel, x, packed, d, resident=2**31 - 1, sync=False)) * 1e3
                 row.append(f"baseline {t:7.1f} us ({flop / t / 1e6:4.0f})")
             for variant in args.variants:
                 kernel = QuantKernel("f16", args.bits, "f16", *tile, defines=VARIANTS[variant], smem=smem)
-                for splits in args.splits:
-                    launch(kernel, x, packed, d, splits=splits)
-                    t = median_ms(lambda: launch(kernel, x, packed, d, splits=splits, sync=False)) * 1e3
-                    label = variant if splits == 1 else f"{variant}/{splits}"
+                runs = [(splits, RESIDENT, variant if splits == 1 else f"{variant}/{splits}") for splits in args.splits]
+                if args.per_tile:
+                    runs.append((1, 2**31 - 1, f"{variant}/tile"))  # the grid: min(resident, tiles)
+                for splits, resident, label in runs:
+                    def call(sync: bool = False):
+                        launch(kernel, x, packed, d, splits=splits, resident=resident, sync=sync)
+
+                    call(sync=True)
+                    t = median_ms(call) * 1e3
                     row.append(f"{label} {t:7.1f} us ({flop / t / 1e6:4.0f})")
             print(f"  {tile[0]}x{tile[1]}s{tile[2]}{form}: " + " | ".join(row), flush=True)
 

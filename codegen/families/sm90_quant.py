@@ -113,17 +113,36 @@ class Sm90QuantFamily(MainloopFamily):
         not fit twice without spilling; two consumers take the SM's registers alone."""
         return 2 if spec.cta[1] == 64 and spec.cta[0] == 64 else 1
 
-    def ring_bytes(self, spec: KernelSpec) -> int:
-        """The ring (Sm90QuantConfig::kRingAligned): per stage X's tile, the packed
-        weight's K tile and the scales and zeros of two groups, rounded up to 1024 bytes
-        (X's swizzle atoms), or the D tile the epilogue stages there if larger (fp32,
-        rows of weight rows + staged_pad)."""
+    def stage_bytes(self, spec: KernelSpec) -> int:
+        """Sm90QuantConfig::kStageBytes: X's tile, the packed weight's K tile and the
+        scales and zeros of two groups, rounded up to 1024 bytes (X's swizzle atoms)."""
         tokens, rows, k = spec.cta
         x = tokens * k * 2
         w = rows // 8 * (k // 32) * 32 * words_per_lane(spec) * 4
         v = 2 * V_ROWS * rows * 2
-        staged = tokens * (rows + self.staged_pad) * 4
-        return -(-max(spec.stages * -(-(x + w + v) // 1024) * 1024, staged) // 1024) * 1024
+        return -(-(x + w + v) // 1024) * 1024
+
+    def staged_bytes(self, spec: KernelSpec) -> int:
+        """The D tile the epilogue stages (fp32, rows of weight rows + staged_pad)."""
+        tokens, rows, _ = spec.cta
+        return tokens * (rows + self.staged_pad) * 4
+
+    def staged_offset(self, spec: KernelSpec) -> int:
+        """Sm90QuantConfig::kStagedOffset: the staging as far up as shared memory allows
+        (after the ring where it fits, else on a stage boundary within it), so that a
+        persistent CTA's next tile fills the stages below it during the epilogue; at the
+        ring's start for one consumer warpgroup (two CTAs share an SM) and for the
+        shared-B form (its buffers follow the ring)."""
+        stage, staged = self.stage_bytes(spec), self.staged_bytes(spec)
+        room = SMEM_LIMIT - 1024 - staged
+        if self.shared_b or spec.cta[1] == 64 or room < 0:
+            return 0
+        return min(spec.stages * stage, room // stage * stage)
+
+    def ring_bytes(self, spec: KernelSpec) -> int:
+        """The ring with the staging (Sm90QuantConfig::kRingAligned), rounded up to 1024."""
+        end = max(spec.stages * self.stage_bytes(spec), self.staged_offset(spec) + self.staged_bytes(spec))
+        return -(-end // 1024) * 1024
 
     def smem_bytes(self, spec: KernelSpec) -> int:
         """Mirrors Sm90QuantConfig::kSmemBytes: the ring and 1024 bytes to align the base."""
@@ -147,12 +166,10 @@ class Sm90QuantFamily(MainloopFamily):
         return "K = 0 leaves X and W empty, which TMA cannot describe" if k == 0 else None
 
     def grid(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, swizzle: int, resident: int):
-        """Without splits, one CTA per tile: weight tiles in x (consecutive CTAs share
-        X's tile in L2), token tiles in y. With them, stream-K over the CTAs the device
-        holds at once, or fewer where the tiles cut ``splits`` ways are fewer."""
-        tiles_m, tiles_n = tiles
-        if splits == 1:
-            return tiles_n, tiles_m, 1
+        """As many CTAs as the device holds at once, or fewer where the tiles (cut
+        ``splits`` ways) are fewer: without splits each walks the tiles persistently (CTA
+        b takes tiles b, b + grid, ..., weight tiles fastest, so consecutive CTAs share
+        X's tile in L2), with them stream-K."""
         return self.stream_k_ctas(tiles, splits, resident), 1, 1
 
     @staticmethod

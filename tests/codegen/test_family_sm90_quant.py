@@ -77,12 +77,24 @@ def test_what_a_kernel_implies() -> None:
         # Per stage: X (tokens x 64 x 2 bytes), the packed K tile, two groups' scales and
         # zeros; rounded up to 1024 bytes, and 1024 more to align the base.
         stage = tokens * 128 + rows // 8 * 64 * (s.b_type.bits // 4) * 4 + 2 * 2 * rows * 2
-        # ... or the D tile the epilogue stages there (fp32 rows of weight rows + 4).
-        ring = max(s.stages * -(-stage // 1024) * 1024, tokens * (rows + 4) * 4)
-        assert s.smem_bytes == ring + 1024 <= 227 * 1024
-        # Unsplit: weight tiles in x, token tiles in y. Split: stream-K on the resident
-        # CTAs, or on tiles x splits where fewer; a flag and a partial tile per CTA.
-        assert SM90Q.grid(s, (3, 7), 1, 0, 132) == (7, 3, 1)
+        stage = -(-stage // 1024) * 1024
+        # The D tile the epilogue stages (fp32 rows of weight rows + 4): after the ring
+        # where both fit, else over the ring's last stages; at its start for one
+        # consumer warpgroup (two CTAs per SM).
+        staged = tokens * (rows + 4) * 4
+        room = 227 * 1024 - 1024 - staged
+        offset = 0 if rows == 64 else s.stages * stage if s.stages * stage <= room else room // stage * stage
+        assert SM90Q.staged_offset(s) == offset and offset % stage == 0
+        if (tokens, rows) in ((64, 128), (128, 128)):
+            assert offset == s.stages * stage  # no stage waits for the epilogue
+        if (tokens, rows) == (256, 128):
+            assert offset == 2 * stage  # two of the four stages take the next tile's copies
+        assert s.smem_bytes == -(-max(s.stages * stage, offset + staged) // 1024) * 1024 + 1024 <= 227 * 1024
+        # Unsplit: persistent over the resident CTAs (fewer where the tiles are fewer).
+        # Split: stream-K on the resident CTAs, or on tiles x splits where fewer; a flag
+        # and a partial tile per CTA.
+        assert SM90Q.grid(s, (3, 7), 1, 0, 132) == (21, 1, 1)
+        assert SM90Q.grid(s, (30, 7), 1, 0, 132) == (132, 1, 1)
         assert SM90Q.grid(s, (3, 7), 4, 0, 132) == (84, 1, 1)
         assert SM90Q.grid(s, (3, 7), 7, 0, 132) == (132, 1, 1)
         assert SM90Q.split_tiles(s, (3, 7), 4, 132) == SM90Q.partial_tiles(s, (3, 7), 4, 132) == 84

@@ -9,6 +9,8 @@ bias, gated SiLU and beta * C, outputs poisoned with NaN before each launch."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -105,6 +107,45 @@ def test_grouped_kernel_matches_the_reference(gemm, name: str, routing_name: str
     assert not failures, "; ".join(failures)
 
 
+@pytest.mark.parametrize("name", [n for n in _kernel_names() if n == "no-gpu" or "_sm90_quant_" in n])
+@pytest.mark.parametrize("sms", [1, 2])
+def test_persistent_quantized_ctas_walk_many_tiles(gemm, name: str, sms: int, monkeypatch) -> None:
+    """The sm90_quant grouped kernels on one or two SMs' worth of CTAs: each CTA walks
+    tiles of several experts in turn, the next tile's copies landing while the previous
+    tile's epilogue stores (kernel_sm90_quant.cuh), gathered and row-scaled, with every
+    epilogue's extra (bias, beta * C, gated SiLU)."""
+    kernel = gemm.registry.get(name)
+    monkeypatch.setitem(gemm.dispatcher._by_name, name, dataclasses.replace(kernel, sms=sms))
+    spec = kernel.spec
+    starts = ROUTINGS["uneven-with-empty-experts"]
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, sms)) % 2**31)
+    a, w, w_ref, offsets, n = _problem(spec, starts, gen, group_size=128)
+    experts = len(starts) - 1
+    tokens = torch.randn(TOKENS, a.shape[1], device="cuda", dtype=a.dtype, generator=gen)
+    index = torch.randint(0, TOKENS, (ROWS,), device="cuda", dtype=torch.int32, generator=gen)
+    scale = torch.rand(ROWS, device="cuda", generator=gen) + 0.5
+    routing = check_routing(offsets, experts=experts, rows=ROWS, device=a.device, row_scale=scale, tokens=TOKENS,
+                            index=index, check_values=True)  # fmt: skip
+    bias = torch.randn(experts, n, device="cuda", dtype=a.dtype, generator=gen)
+    failures = []
+    for gated in (False, True):
+        _, _, err = _epilogue_case(gemm, name, tokens, w, w_ref, routing, bias, n, gated, gen)
+        if not err < TOL:
+            failures.append(f"gated={gated}: rel err {err}")
+    assert not failures, "; ".join(failures)
+
+
+def _epilogue_case(gemm, name: str, x, w, w_ref, routing, bias, n: int, gated: bool, gen: torch.Generator):
+    """One launch with alpha, beta * C (a fresh C), the bias and optionally the gated
+    SiLU, into a NaN-poisoned D: (C, the reference, the relative error)."""
+    cols = n // 2 if gated else n
+    c = torch.randn(ROWS, cols, device="cuda", dtype=x.dtype, generator=gen)
+    ref = grouped_reference(x, w_ref, routing, bias=bias, alpha=0.75, beta=0.5, c=c, gated=gated)
+    out = torch.full((ROWS, cols), float("nan"), device="cuda", dtype=x.dtype)
+    _launch(gemm, name, x, w, routing, out, alpha=0.75, beta=0.5, c=c, bias=bias, gated=gated)
+    return c, ref, _rel_err(out, ref)
+
+
 @pytest.mark.parametrize("name", _kernel_names())
 def test_grouped_epilogues(gemm, name: str) -> None:
     """Per-expert bias, the gated SiLU over (gate, up) pairs and beta * C, with row scales
@@ -119,12 +160,7 @@ def test_grouped_epilogues(gemm, name: str) -> None:
     bias = torch.randn(experts, n, device="cuda", dtype=a.dtype, generator=gen)
     failures = []
     for gated in (False, True):
-        cols = n // 2 if gated else n
-        c = torch.randn(ROWS, cols, device="cuda", dtype=a.dtype, generator=gen)
-        ref = grouped_reference(a, w_ref, routing, bias=bias, alpha=0.75, beta=0.5, c=c, gated=gated)
-        out = torch.full((ROWS, cols), float("nan"), device="cuda", dtype=a.dtype)
-        _launch(gemm, name, a, w, routing, out, alpha=0.75, beta=0.5, c=c, bias=bias, gated=gated)
-        err = _rel_err(out, ref)
+        c, ref, err = _epilogue_case(gemm, name, a, w, w_ref, routing, bias, n, gated, gen)
         if not err < TOL:
             failures.append(f"gated={gated}: rel err {err}")
         # C aliasing D: every element read and written by the same thread.

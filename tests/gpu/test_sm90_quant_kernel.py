@@ -114,16 +114,19 @@ def test_quant_kernel_epilogues(dtype, case, tile) -> None:
 
 
 @pytest.mark.parametrize("tile", TILES, ids=_tile_id)
-@pytest.mark.parametrize("splits, resident", [(2, 132), (3, 132), (7, 132), (2, 5), (5, 3), (4, 1)])
+@pytest.mark.parametrize("splits, resident", [(2, 132), (3, 132), (7, 132), (2, 5), (5, 3), (4, 1), (1, 5), (1, 3),
+                                              (1, 1)])  # fmt: skip
 @pytest.mark.parametrize("bits", [4, 8])
 def test_quant_kernel_stream_k(bits, splits, resident, tile) -> None:
     """Stream-K (stream_k.cuh): shares of all tiles' K tiles on min(resident, tiles x
     splits) CTAs, tiles cut inside a group of 128 and handed over through the workspace.
     With 132 CTAs a tile is cut between two to seven of them, and with 7 splits of K =
     328 (6 K tiles) some CTAs' shares are empty; with 5, 3 and 1 CTAs each runs many
-    tiles in turn through one ring (and one CTA hands nothing over). fp32 output and a
-    16-bit one with beta * C aliasing D. The flags must be back at zero after each
-    launch, or the next one's hand-over would not wait."""
+    tiles in turn through one ring (and one CTA hands nothing over). Unsplit (splits 1)
+    on 5, 3 and 1 CTAs: the persistent walk, each CTA's next tile filling the stages
+    below the staging while its epilogue stores. fp32 output and a 16-bit one with
+    beta * C aliasing D. The flags must be back at zero after each launch, or the next
+    one's hand-over would not wait."""
     kernel16, kernel32 = _kernel("bf16", bits, "bf16", tile), _kernel("bf16", bits, "f32", tile)
     gen = torch.Generator(device="cuda").manual_seed(bits * 31 + splits * 7 + resident + tile[0] + tile[1])
     failures = []

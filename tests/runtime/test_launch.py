@@ -273,14 +273,15 @@ def test_launch_hands_the_kernel_the_whole_block(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_launch_of_the_sm90_quantized_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """prepare() for the quantized family: weight tiles in x and token tiles in y, the
-    three descriptors, then GemmParams with the packed weight's pointers and groups."""
+    """prepare() for the quantized family: a persistent CTA per tile where the tiles are
+    fewer than the resident CTAs, the three descriptors, then GemmParams with the packed
+    weight's pointers and groups."""
     fake_driver(monkeypatch)
     spec = spec_for(mainloop=Mainloop.SM90_QUANT, mma=MmaAtom.M64NK16, cta=(64, 128, 64), warps=(1, 8, 1), stages=4,
                     b_type=DataType.U4, arch_min=90, arch_max=90)  # fmt: skip
     prob = quant_problem(m=65, n=261, k=1000, group=32)
     grid, packed, maps = launch.prepare(kernel(spec), prob, LaunchSpec(spec.name), 1.0, 0.0)
-    assert grid == (3, 2, 1)  # 261 weight rows / 128, 65 tokens / 64
+    assert grid == (6, 1, 1)  # 261 weight rows / 128 x 65 tokens / 64
     assert len(packed) == block_bytes(384) and decode(packed[256:384])["box"] == [128, 2]
     fields = _fields(packed[384 : 384 + PARAM_STRUCT.size])
     assert (fields["B"], fields["V"], fields["groups"], fields["group_shift"]) == (B0, V0, 32, 5)

@@ -23,15 +23,18 @@
 // go out row by row, so bias, gated SiLU, beta * C (C may alias D) and every output type
 // come as they are, with whole rows of D per warp store.
 //
-// Without splits, one CTA per output tile (weight tiles in x, token tiles in y). With
-// them, stream-K (stream_k.cuh): a grid of at most the resident CTAs, each taking an
-// equal share of all tiles' K tiles, handing cut tiles over through the workspace.
+// A grid of at most the resident CTAs. Without splits, each walks whole output tiles,
+// persistently (CTA b takes tiles b, b + grid, ...; weight tiles fastest), its next
+// tile's copies landing in the stages below the epilogue's staging while it stores.
+// With them, stream-K (stream_k.cuh): each takes an equal share of all tiles' K tiles,
+// handing cut tiles over through the workspace.
 //
-// Grouped (Grouped_, docs/MOE.md): token tile y of the launch is a tile of one expert's
-// rows (find_group_tile over the offsets; a bound on them is launched, the CTAs past the
-// last do nothing), X's rows are the grouped rows (sorted by expert), the weight and V
-// tiles the expert's (the stacked experts seen as one matrix of E times the rows), and
-// the epilogue stores the expert's rows only (expert_problem). No splits.
+// Grouped (Grouped_, docs/MOE.md): token tile y is a tile of one expert's rows
+// (find_group_tile over the offsets; the CTAs walk the experts' tile rows as
+// group_tile_rows counts them, not the host's bound), X's rows are the grouped rows
+// (sorted by expert), the weight and V tiles the expert's (the stacked experts seen as
+// one matrix of E times the rows), and the epilogue stores the expert's rows only
+// (expert_problem). No splits.
 //
 // The shared-B form (Sm90QuantConfig's kSharedB; the experimental sm90_quant_smem family)
 // computes D = X . W^T instead: each of two consumer warpgroups dequantizes half the
@@ -102,7 +105,18 @@ struct Sm90QuantConfig {
   // ring was: StagedTransposedTile / StagedTile.
   static constexpr int kStagedPitch = kRows + (kSharedB ? 8 : 4);
   static constexpr int kStagedBytes = kTokens * kStagedPitch * 4;
-  static constexpr int kRingBytes = kStages * kStageBytes > kStagedBytes ? kStages * kStageBytes : kStagedBytes;
+  // Where the staging starts: as far up as shared memory allows (after the ring where it
+  // fits there, else on a stage boundary within it), so that the stages below it take
+  // the next tile's copies while the epilogue stores (a persistent CTA's next tile).
+  // Two CTAs of one consumer warpgroup share an SM: they keep it at the ring's start.
+  // The shared-B form's buffers follow the ring: its staging stays at the start too.
+  static constexpr int kStagesBytes = kStages * kStageBytes;
+  static constexpr int kStagedRoom = kSmemLimit - 1024 - kStagedBytes;  // the highest start
+  static constexpr int kStagedOffset = kSharedB || kConsumers == 1 || kStagedRoom < 0 ? 0
+                                       : kStagesBytes <= kStagedRoom ? kStagesBytes
+                                                                     : kStagedRoom / kStageBytes * kStageBytes;
+  static constexpr int kRingBytes =
+      kStagesBytes > kStagedOffset + kStagedBytes ? kStagesBytes : kStagedOffset + kStagedBytes;
   // Shared B: buffers per consumer warpgroup of one K tile of its dequantized weights
   // (K-major, 128-byte rows, swizzled as TMA would), after the ring: three where they
   // fit (one warpgroup barrier per K tile), else two (two barriers).
@@ -112,7 +126,14 @@ struct Sm90QuantConfig {
       !kSharedB ? 0 : kRingAligned + 3 * kConsumers * kBBufferBytes + 1024 <= kSmemLimit ? 3 : 2;
   static constexpr int kBBytes = kBBuffers * kConsumers * kBBufferBytes;
   static constexpr int kSmemBytes = kRingAligned + kBBytes + 1024;
-  static constexpr int kStagedStages = (kStagedBytes + kStageBytes - 1) / kStageBytes;  // the stages it covers
+  // The stages the staging covers: kStagedStageBegin .. kStagedStageEnd - 1 (none when it
+  // starts after the ring).
+  static constexpr int kStagedStageBegin = kStagedOffset / kStageBytes;
+  static constexpr int kStagedStageEnd =
+      (kStagedOffset + kStagedBytes + kStageBytes - 1) / kStageBytes < kStages
+          ? (kStagedOffset + kStagedBytes + kStageBytes - 1) / kStageBytes
+          : kStages;
+  __host__ __device__ static constexpr bool staged_stage(int s) { return s >= kStagedStageBegin && s < kStagedStageEnd; }
   static constexpr bool kMoveRegisters = kConsumers == 2;
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
@@ -318,26 +339,47 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   __shared__ u64 ring_free_bar;  // the consumers are done with a tile's end (ring_free)
   if (dynamic_smem_size() < static_cast<u32>(Cfg::kSmemBytes)) __trap();
 
-  // A grouped CTA's expert and tile of its rows (every thread finds it: full-warp scans).
-  GroupTile g{};
-  if constexpr (Cfg::kGrouped) {
-    g = find_group_tile<Cfg::kTokens>(p.offsets, p.experts, blockIdx.y);
-    if (g.expert < 0) return;  // past the last tile row: the grid is a bound
-  }
   const Sm90QuantStage<Cfg> st{(smem_addr(smem_raw) + 1023u) & ~1023u};
   const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
   const int k_tiles = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;  // of every output tile
   const int v_rows = quant_v_rows(p.group_shift);
-  // The CTA's iterations [begin, end) of the sequence of all tiles' K tiles
-  // (stream_k.cuh): without splits, its own tile's (weight tiles in x, token tiles in y);
-  // with them, its stream-K share.
-  const StreamK sk{static_cast<long long>(p.tiles_m) * p.tiles_n * k_tiles, static_cast<int>(gridDim.x)};
-  const int rank = p.splits > 1 ? sk.ctas - 1 - static_cast<int>(blockIdx.x) : 0;
-  const long long begin = p.splits > 1 ? sk.begin(rank)
-                                       : (static_cast<long long>(blockIdx.y) * p.tiles_n + blockIdx.x) * k_tiles;
-  const long long end = p.splits > 1 ? sk.begin(rank + 1) : begin + k_tiles;
-  const int first_tile = static_cast<int>(begin / k_tiles);
+  // Output tile t is token tile t / tiles_n (grouped: of the experts' tile rows as
+  // find_group_tile enumerates them, not the host's bound on them), weight tile
+  // t % tiles_n. The CTA's walk over them (its K tiles: `count`):
+  //   without splits, persistent: tiles blockIdx.x, + gridDim.x, ..., whole. The tiles
+  //     in flight at once are neighbours, as in a grid of a CTA per tile, so X's tiles
+  //     and W's meet in L2; a CTA's next tile fills the stages below the staging while
+  //     its epilogue stores.
+  //   with them, stream-K (stream_k.cuh): its share [begin, end) of all tiles' K tiles,
+  //     tile after tile, the first one possibly from K tile kt0 on.
+  const int tiles_m = Cfg::kGrouped ? group_tile_rows<Cfg::kTokens>(p.offsets, p.experts) : p.tiles_m;
+  const long long tiles = static_cast<long long>(tiles_m) * p.tiles_n;
+  const StreamK sk{tiles * k_tiles, static_cast<int>(gridDim.x)};
+  const bool stream_k = p.splits > 1;
+  const int rank = stream_k ? sk.ctas - 1 - static_cast<int>(blockIdx.x) : 0;
+  const long long begin = stream_k ? sk.begin(rank) : 0;
+  const int first_tile = stream_k ? static_cast<int>(begin / k_tiles) : static_cast<int>(blockIdx.x);
+  const int stride = stream_k ? 1 : static_cast<int>(gridDim.x);
+  const int kt0 = stream_k ? static_cast<int>(begin - static_cast<long long>(first_tile) * k_tiles) : 0;
+  const int count = stream_k ? static_cast<int>(sk.begin(rank + 1) - begin)
+                    : blockIdx.x < tiles ? static_cast<int>((tiles - 1 - blockIdx.x) / gridDim.x + 1) * k_tiles
+                                         : 0;
+  // Where tile t is: its token tile's first row (m0: of X's rows for the copies, of the
+  // expert's for the epilogue) and weight tile's (n0), and for grouped launches the
+  // expert (a full-warp scan: call from whole warps).
+  struct Located {
+    GroupTile g;
+    int token_tile, n0;
+  };
+  auto locate = [&](int tile) {
+    Located at{{}, tile / p.tiles_n, tile % p.tiles_n * Cfg::kRows};
+    if constexpr (Cfg::kGrouped) {
+      at.g = find_group_tile<Cfg::kTokens>(p.offsets, p.experts, at.token_tile);
+      at.token_tile = at.g.tile;
+    }
+    return at;
+  };
   auto full = [&](int s) { return smem_addr(&full_bar[s]); };
   auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
   const u32 ring_free = smem_addr(&ring_free_bar);
@@ -353,53 +395,60 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   if (wg == Cfg::kConsumers) {
     // ---- producer warpgroup ----
     if constexpr (Cfg::kMoveRegisters) setmaxnreg_dec<Cfg::kProducerRegs>();
-    if (threadIdx.x / 32 % 4 == 0 && elect_one()) {
-      prefetch_tensormap(tma_x);
-      prefetch_tensormap(tma_w);
-      prefetch_tensormap(tma_v);
+    // One warp, converged: it locates grouped tiles with full-warp scans and waits on the
+    // barriers whole; one lane of it issues.
+    // NOTE: not one lane alone in the K loop with the others parked at the next tile's
+    // shuffles: the grouped kernels ran up to a third slower so (H200, bench.moe).
+    if (threadIdx.x / 32 % 4 == 0) {
+      const bool leader = elect_one();
+      if (leader) {
+        prefetch_tensormap(tma_x);
+        prefetch_tensormap(tma_w);
+        prefetch_tensormap(tma_v);
+      }
       // NOTE: whole boxes are expected, out-of-bounds parts included (zero-filled).
       const u32 stage_bytes =
           static_cast<u32>((GEMM_SM90Q_LEAVE_OUT == 4 ? 0 : Cfg::x_box_bytes(p.M)) +
                            (GEMM_SM90Q_LEAVE_OUT == 5 ? 0 : Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2));
-      int tile = first_tile, kt = static_cast<int>(begin - static_cast<long long>(first_tile) * k_tiles);
-      const int count = static_cast<int>(end - begin);
-      // NOTE: a tile's end stages D in the ring's first kStagedStages stages
-      // (StagedTransposedTile): after a tile boundary the next tile's copies go on into
-      // the other stages, and wait for the consumers' ring_free before one of those,
-      // and before the run's last K tile: the consumers cannot end that run (and
-      // complete the next phase) before, so the parity wait never sees two phases.
-      bool pending = false;
+      // NOTE: a tile's end stages D over the stages staged_stage() names: after a tile
+      // boundary the next tile's copies go on into the other stages, and wait for the
+      // consumers' ring_free before one of those, and before the run's last K tile: the
+      // consumers cannot end that run (and complete the next phase) before, so the
+      // parity wait never sees two phases.
       int runs_freed = 0;
-      int m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
-      // Grouped: the expert's first row of W (n8 tiles) and of V in the stacked experts.
-      int w_row0 = 0, v_row0 = 0;
-      if constexpr (Cfg::kGrouped) {
-        m0 = g.row0 + g.tile * Cfg::kTokens;
-        w_row0 = g.expert * ((p.N + 7) / 8);
-        v_row0 = g.expert * 2 * p.groups;
-      }
-      for (int it = 0; it < count; ++it) {
-        const int s = it % kStages;
-        if (it > 0 && kt == 0) pending = true;
-        if (pending && (s < Cfg::kStagedStages || kt == k_tiles - 1 || it == count - 1)) {
-          mbar_wait(ring_free, static_cast<u32>(runs_freed++) & 1u);
-          pending = false;
+      int it = 0;
+      for (int tile = first_tile, t = 0; it < count; tile += stride, ++t) {
+        const Located at = locate(tile);
+        const int kt_begin = t == 0 ? kt0 : 0;
+        const int n = min(k_tiles - kt_begin, count - it);
+        // Grouped: the expert's rows of X, and its first rows of W (n8 tiles) and of V in
+        // the stacked experts.
+        const int m0 = (Cfg::kGrouped ? at.g.row0 : 0) + at.token_tile * Cfg::kTokens;
+        const int w_row0 = Cfg::kGrouped ? at.g.expert * ((p.N + 7) / 8) : 0;
+        const int v_row0 = Cfg::kGrouped ? at.g.expert * 2 * p.groups : 0;
+        bool pending = t > 0;
+        for (int j = 0; j < n; ++j) {
+          const int i = it + j, kt = kt_begin + j;
+          const int s = i % kStages;
+          if (pending && (Cfg::staged_stage(s) || kt == k_tiles - 1 || i == count - 1)) {
+            mbar_wait(ring_free, static_cast<u32>(runs_freed++) & 1u);
+            pending = false;
+          }
+          mbar_wait(empty(s), (static_cast<u32>(i / kStages) & 1u) ^ 1u);
+          if (leader) {
+            mbar_arrive_expect_tx(full(s), stage_bytes);
+            const int k0 = kt * Cfg::kCtaK;
+            if (GEMM_SM90Q_LEAVE_OUT != 4) tma_load_2d(st.x(s), tma_x, full(s), k0, m0);
+            if (GEMM_SM90Q_LEAVE_OUT != 5) {
+              tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, w_row0 + at.n0 / 8);
+              const int group = v_row0 + (k0 >> p.group_shift);
+              tma_load_2d(st.scales(s), tma_v, full(s), at.n0, group);
+              tma_load_2d(st.zeros(s), tma_v, full(s), at.n0, p.groups + group);
+            }
+          }
+          __syncwarp();
         }
-        mbar_wait(empty(s), (static_cast<u32>(it / kStages) & 1u) ^ 1u);
-        mbar_arrive_expect_tx(full(s), stage_bytes);
-        const int k0 = kt * Cfg::kCtaK;
-        if (GEMM_SM90Q_LEAVE_OUT != 4) tma_load_2d(st.x(s), tma_x, full(s), k0, m0);
-        if (GEMM_SM90Q_LEAVE_OUT != 5) {
-          tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, w_row0 + n0 / 8);
-          const int group = v_row0 + (k0 >> p.group_shift);
-          tma_load_2d(st.scales(s), tma_v, full(s), n0, group);
-          tma_load_2d(st.zeros(s), tma_v, full(s), n0, p.groups + group);
-        }
-        if (++kt == k_tiles) {
-          kt = 0;
-          ++tile;
-          m0 = tile / p.tiles_n * Cfg::kTokens, n0 = tile % p.tiles_n * Cfg::kRows;
-        }
+        it += n;
       }
     }
     return;
@@ -545,14 +594,15 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   };
   constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
   int it = 0;  // the CTA's K tiles so far
-  for (int tile = first_tile; it < end - begin; ++tile) {
-    // This tile's run of the share: K tiles [kt0, kt0 + n).
-    const int kt0 = it == 0 ? static_cast<int>(begin - static_cast<long long>(tile) * k_tiles) : 0;
-    const int n = static_cast<int>(min(static_cast<long long>(k_tiles - kt0), end - begin - it));
+  for (int tile = first_tile, t = 0; it < count; tile += stride, ++t) {
+    const Located at = locate(tile);
+    // This tile's run of the CTA's K tiles: [kt_begin, kt_begin + n).
+    const int kt_begin = t == 0 ? kt0 : 0;
+    const int n = min(k_tiles - kt_begin, count - it);
     // Grouped: m0 counts within the expert's rows, which the epilogue's problem starts at.
-    const int m0 = Cfg::kGrouped ? g.tile * Cfg::kTokens : tile / p.tiles_n * Cfg::kTokens;
-    const int n0 = tile % p.tiles_n * Cfg::kRows;
-    const int rows_left = min(Cfg::kTokens, (Cfg::kGrouped ? g.rows : p.M) - m0);  // rows of D the tile has
+    const int m0 = at.token_tile * Cfg::kTokens;
+    const int n0 = at.n0;
+    const int rows_left = min(Cfg::kTokens, (Cfg::kGrouped ? at.g.rows : p.M) - m0);  // rows of D the tile has
 
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
@@ -561,7 +611,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     }
     it += n;
 
-    if (kt0 > 0) {
+    if (kt_begin > 0) {
       // The tile's head is another rank's: hand the sums over.
       stream_k_give<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, rank, rows_left, threadIdx.x);
     } else {
@@ -574,13 +624,13 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       if (GEMM_SM90Q_LEAVE_OUT != 1) {
         // NOTE: the staged stages are free once both warpgroups' last wgmma have read
         // their X stage, and the producer copies nothing into them until ring_free.
-        float* const rows = reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw)));
+        float* const rows = reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw)) + Cfg::kStagedOffset);
         auto stage_and_store = [&](const auto& staged) {
           named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
           staged.stage(acc, wg);
           named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
           if constexpr (Cfg::kGrouped) {
-            Epilogue<Cfg>::store(staged, expert_problem<Cfg>(p, g), m0, n0);
+            Epilogue<Cfg>::store(staged, expert_problem<Cfg>(p, at.g), m0, n0);
           } else {
             Epilogue<Cfg>::store(staged, p, m0, n0);
           }
