@@ -345,16 +345,18 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   const int k_tiles = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;  // of every output tile
   const int v_rows = quant_v_rows(p.group_shift);
   // Output tile t is token tile t / tiles_n (grouped: of the experts' tile rows as
-  // find_group_tile enumerates them, not the host's bound on them), weight tile
-  // t % tiles_n. The CTA's walk over them (its K tiles: `count`):
+  // find_group_tile enumerates them; the host's tiles_m is a bound on them, and a walk
+  // stops at the first tile past the last), weight tile t % tiles_n. The CTA's walk over
+  // them (its K tiles: `count`, at most):
   //   without splits, persistent: tiles blockIdx.x, + gridDim.x, ..., whole. The tiles
   //     in flight at once are neighbours, as in a grid of a CTA per tile, so X's tiles
   //     and W's meet in L2; a CTA's next tile fills the stages below the staging while
   //     its epilogue stores.
   //   with them, stream-K (stream_k.cuh): its share [begin, end) of all tiles' K tiles,
   //     tile after tile, the first one possibly from K tile kt0 on.
-  const int tiles_m = Cfg::kGrouped ? group_tile_rows<Cfg::kTokens>(p.offsets, p.experts) : p.tiles_m;
-  const long long tiles = static_cast<long long>(tiles_m) * p.tiles_n;
+  // NOTE: the bound, not group_tile_rows: that scan of the offsets would come before the
+  // first tile's, which the first copies wait for.
+  const long long tiles = static_cast<long long>(p.tiles_m) * p.tiles_n;
   const StreamK sk{tiles * k_tiles, static_cast<int>(gridDim.x)};
   const bool stream_k = p.splits > 1;
   const int rank = stream_k ? sk.ctas - 1 - static_cast<int>(blockIdx.x) : 0;
@@ -367,16 +369,19 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
                                          : 0;
   // Where tile t is: its token tile's first row (m0: of X's rows for the copies, of the
   // expert's for the epilogue) and weight tile's (n0), and for grouped launches the
-  // expert (a full-warp scan: call from whole warps).
+  // expert (a full-warp scan: call from whole warps); `past` once the tiles of the
+  // experts' rows are all behind (then so are every later tile's).
   struct Located {
     GroupTile g;
     int token_tile, n0;
+    bool past;
   };
   auto locate = [&](int tile) {
-    Located at{{}, tile / p.tiles_n, tile % p.tiles_n * Cfg::kRows};
+    Located at{{}, tile / p.tiles_n, tile % p.tiles_n * Cfg::kRows, false};
     if constexpr (Cfg::kGrouped) {
       at.g = find_group_tile<Cfg::kTokens>(p.offsets, p.experts, at.token_tile);
       at.token_tile = at.g.tile;
+      at.past = at.g.expert < 0;
     }
     return at;
   };
@@ -397,8 +402,11 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     if constexpr (Cfg::kMoveRegisters) setmaxnreg_dec<Cfg::kProducerRegs>();
     // One warp, converged: it locates grouped tiles with full-warp scans and waits on the
     // barriers whole; one lane of it issues.
-    // NOTE: not one lane alone in the K loop with the others parked at the next tile's
-    // shuffles: the grouped kernels ran up to a third slower so (H200, bench.moe).
+    // NOTE: the walk's first version ran one lane alone through the K loop, the others
+    // parked at the next tile's shuffles, and scanned the offsets once more before the
+    // first tile (group_tile_rows): its grouped kernels ran up to a third slower and
+    // erratically (H200, bench.moe, Mixtral-like 128 tokens down: 197-205 us against 148
+    // with both changed; which of the two it was is not measured).
     if (threadIdx.x / 32 % 4 == 0) {
       const bool leader = elect_one();
       if (leader) {
@@ -419,6 +427,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       int it = 0;
       for (int tile = first_tile, t = 0; it < count; tile += stride, ++t) {
         const Located at = locate(tile);
+        if (at.past) break;
         const int kt_begin = t == 0 ? kt0 : 0;
         const int n = min(k_tiles - kt_begin, count - it);
         // Grouped: the expert's rows of X, and its first rows of W (n8 tiles) and of V in
@@ -596,6 +605,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   int it = 0;  // the CTA's K tiles so far
   for (int tile = first_tile, t = 0; it < count; tile += stride, ++t) {
     const Located at = locate(tile);
+    if (at.past) break;
     // This tile's run of the CTA's K tiles: [kt_begin, kt_begin + n).
     const int kt_begin = t == 0 ? kt0 : 0;
     const int n = min(k_tiles - kt_begin, count - it);
