@@ -2,11 +2,13 @@
 top-ranked (kernel, splits, swizzle) plans of llama layers beside cuBLAS, in one run.
 
     python -m bench.experiments.dense_plans [--models llama3-8b] [--layers qkv o] [--m 1024]
-        [--dtype bfloat16] [--top 16] [--match 128x256 128x192] [--out FILE]
+        [--dtype bfloat16] [--top 16] [--match 128x256 128x192] [--swizzles 4 5] [--out FILE]
 
 Every plan among the ``top`` predicted is timed, and so is every plan whose kernel name
 contains one of ``--match`` (all its splits and swizzles the ranking holds), in two
-passes (the second in reverse order; each plan keeps its better median). Each
+passes (the second in reverse order; each plan keeps its better median); ``--swizzles``
+adds each of those plans again at other rasterization groups, the ranking's or wider
+ones than it searches (2^s tile rows; plan.SWIZZLES). Each
 problem prints its plans fastest first with the model's prediction, so a mispriced
 split or tile shows as a predicted order that the times do not keep.
 """
@@ -14,6 +16,7 @@ split or tile shows as a predicted order that the times do not keep.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -26,13 +29,19 @@ from gemm_runtime import Gemm
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def candidates(ranked, top: int, match: list[str]) -> list[tuple[float, object]]:
-    """The top predicted plans, then every plan of a matching kernel, each once."""
+def candidates(ranked, top: int, match: list[str], swizzles: list[int] = ()) -> list[tuple[float, object]]:
+    """The top predicted plans, then every plan of a matching kernel, each once, each
+    followed by itself at each of ``swizzles`` (with the prediction of the plan it varies)."""
     chosen = {plan: t for t, plan in ranked[:top]}
     for t, plan in ranked:
         if any(m in plan.kernel for m in match):
             chosen.setdefault(plan, t)
-    return [(t, plan) for plan, t in chosen.items()]
+    varied = {}
+    for plan, t in chosen.items():
+        varied.setdefault(plan, t)
+        for s in swizzles:
+            varied.setdefault(dataclasses.replace(plan, swizzle=s), t)
+    return [(t, plan) for plan, t in varied.items()]
 
 
 def main() -> None:
@@ -43,6 +52,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--match", nargs="*", default=[])
+    ap.add_argument("--swizzles", nargs="*", type=int, default=[], help="each plan also at these rasterization groups")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -63,7 +73,7 @@ def main() -> None:
                 key = _problem_key(gemm, a, b, out)
                 t_cublas = median_ms(lambda: torch.matmul(a, b, out=out), reps=args.reps)
                 model_plan = gemm.predicted(key)
-                plans = candidates(gemm.ranked(key), args.top, args.match)
+                plans = candidates(gemm.ranked(key), args.top, args.match, args.swizzles)
                 # NOTE: two passes, the second in reverse order, keeping each plan's better
                 # median: under the H200's power cap the clock sinks as a list is timed, so
                 # one pass favours the plans timed first (a 12% spread seen on one problem).

@@ -24,3 +24,18 @@ def test_candidates_take_the_top_then_every_matching_kernel_once():
 def test_candidates_without_match_are_the_top():
     ranked = [(float(i), LaunchSpec(f"k{i}", 1, 0)) for i in range(5)]
     assert [plan.kernel for _, plan in candidates(ranked, top=3, match=[])] == ["k0", "k1", "k2"]
+
+
+def test_candidates_add_each_plan_at_other_swizzles():
+    ranked = [(1.0, LaunchSpec("sm90_128x256", 1, 3)), (2.0, LaunchSpec("sm90_128x192", 1, 3)),
+              (3.0, LaunchSpec("sm90_128x256", 1, 4))]  # fmt: skip
+    got = candidates(ranked, top=1, match=["128x192"], swizzles=[4, 5])
+    assert [plan for _, plan in got] == [
+        LaunchSpec("sm90_128x256", 1, 3),
+        LaunchSpec("sm90_128x256", 1, 4),
+        LaunchSpec("sm90_128x256", 1, 5),
+        LaunchSpec("sm90_128x192", 1, 3),
+        LaunchSpec("sm90_128x192", 1, 4),
+        LaunchSpec("sm90_128x192", 1, 5),
+    ]
+    assert [t for t, _ in got] == [1.0, 1.0, 1.0, 2.0, 2.0, 2.0]  # the varied plan's prediction
