@@ -30,8 +30,8 @@
 // handing cut tiles over through the workspace.
 //
 // Grouped (Grouped_, docs/MOE.md): token tile y is a tile of one expert's rows
-// (find_group_tile over the offsets; the CTAs walk the experts' tile rows as
-// group_tile_rows counts them, not the host's bound), X's rows are the grouped rows
+// (find_group_tile over the offsets; the CTAs walk the host's bound on them and stop at
+// the first tile past the experts' last), X's rows are the grouped rows
 // (sorted by expert), the weight and V tiles the expert's (the stacked experts seen as
 // one matrix of E times the rows), and the epilogue stores the expert's rows only
 // (expert_problem). No splits.
