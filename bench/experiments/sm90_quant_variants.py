@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--baseline", default="", help="another kernel_sm90_quant.cuh (e.g. `git show REV:templates/"
                     "include/gemm/sm90/kernel_sm90_quant.cuh > F`), timed unsplit on a CTA per tile beside each "
                     "tile as 'baseline'")
+    ap.add_argument("--baseline-walks", action="store_true", help="the baseline header walks its tiles too "
+                    "(from this session's persistent kernel on): launch it on the resident CTAs")
     ap.add_argument("--per-tile", action="store_true", help="also time unsplit launches on a CTA per tile")
     ap.add_argument("--tiles", nargs="+", default=None, help="tiles as TOKENSxROWSsSTAGES (e.g. 64x128s16; "
                     "a trailing m: the shared-B form) instead of each problem's own")
@@ -88,10 +90,12 @@ def main() -> None:
             row = []
             if args.baseline and not smem:
                 kernel = QuantKernel("f16", args.bits, "f16", *tile, header=args.baseline)
-                # NOTE: a CTA per tile: a header from before the persistent walk reads its tile
-                # from the block index, and needs no more shared memory than this one's.
-                launch(kernel, x, packed, d, resident=2**31 - 1)
-                t = median_ms(lambda: launch(kernel, x, packed, d, resident=2**31 - 1, sync=False)) * 1e3
+                # NOTE: a CTA per tile unless --baseline-walks: a header from before the
+                # persistent walk reads its tile from the block index, and needs no more
+                # shared memory than this one's.
+                resident = RESIDENT if args.baseline_walks else 2**31 - 1
+                launch(kernel, x, packed, d, resident=resident)
+                t = median_ms(lambda: launch(kernel, x, packed, d, resident=resident, sync=False)) * 1e3
                 row.append(f"baseline {t:7.1f} us ({flop / t / 1e6:4.0f})")
             for variant in args.variants:
                 kernel = QuantKernel("f16", args.bits, "f16", *tile, defines=VARIANTS[variant], smem=smem)

@@ -113,6 +113,30 @@ def test_quant_kernel_epilogues(dtype, case, tile) -> None:
     assert not failures, f"{kernel.name} {case}: " + "; ".join(failures)
 
 
+@pytest.mark.parametrize("tile", [t for t in TILES if not t[3]], ids=_tile_id)
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_plain_rows_of_d_four_columns_at_a_time(dtype, tile) -> None:
+    """The plain 16-bit epilogue of the register-A form (store_plain_rows: alpha and the
+    bias, four columns per 8-byte store) where D's rows start on 4 elements: N = 261-264
+    leave a last quad of 1, 2, 3 and 4 columns, written element by element; the columns
+    past N stay NaN."""
+    kernel = _kernel(dtype, 4, dtype, tile)
+    gen = torch.Generator(device="cuda").manual_seed(hash((dtype, tile, "plain")) % 2**31)
+    failures = []
+    for m, n, k in [(65, 261, 328), (130, 262, 1000), (7, 263, 520), (300, 264, 328)]:
+        w = torch.randn(n, k, device="cuda", generator=gen).to(TORCH[dtype]) * 0.05
+        qw = quantize(w, bits=4, group_size=128)
+        x = torch.randn(m, k, device="cuda", generator=gen).to(TORCH[dtype])
+        bias = torch.randn(n, device="cuda", generator=gen).to(TORCH[dtype])
+        ref = 0.5 * (x.float() @ qw.dequantize().float().t()) + bias.float()
+        full = torch.full((m + PAD, 264 + PAD), float("nan"), device="cuda", dtype=TORCH[dtype])
+        launch(kernel, x, pack_for_gemm(qw), full[:, :n], alpha=0.5, bias=bias, epilogue=1)
+        error = _check(full[:m, :n].float(), ref, full, m, n, dtype)
+        if error:
+            failures.append(f"M={m} N={n} K={k}: {error}")
+    assert not failures, f"{kernel.name}: " + "; ".join(failures)
+
+
 @pytest.mark.parametrize("tile", TILES, ids=_tile_id)
 @pytest.mark.parametrize("splits, resident", [(2, 132), (3, 132), (7, 132), (2, 5), (5, 3), (4, 1), (1, 5), (1, 3),
                                               (1, 1)])  # fmt: skip
