@@ -31,6 +31,7 @@ TOKENS = (64, 128, 256)  # cta M: the wgmma_rs widths implemented
 ROWS = (64, 128)  # cta N: 64 weight rows per consumer warpgroup
 V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
 STAGED_PAD = 4  # floats beyond the weight rows per staged row of D (kStagedPitch)
+SMEM_LIMIT = 227 * 1024  # Sm90QuantConfig::kSmemLimit: both forms' ring, staging and buffers
 
 
 def v_box_rows(group_size: int, k: int) -> int:
@@ -226,7 +227,6 @@ class Sm90QuantFamily(MainloopFamily):
 SMEM_TOKENS = (64, 128)  # cta M: wgmma M slices of 64 tokens, one or two
 SMEM_ROWS = (128, 256)  # cta N: two consumer warpgroups, each wgmma's N over half of them
 SMEM_STAGED_PAD = 8  # floats beyond the weight rows per staged row of D (StagedTile)
-SMEM_LIMIT = 227 * 1024  # Sm90QuantConfig::kSmemLimit
 
 
 class Sm90QuantSmemFamily(Sm90QuantFamily):
