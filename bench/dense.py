@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from bench.timing import host_us_per_call, median_ms
+from bench.timing import host_us_per_call, interleaved_medians_ms, median_ms
 from gemm_runtime import DispatchPolicy, Gemm
 from gemm_runtime.context import make_problem
 from gemm_runtime.types import MatrixLayout, Operation
@@ -53,17 +53,18 @@ def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: boo
                     b = w.t()
                     key = _problem_key(gemm, a, b, out)
                     chosen = gemm.select(key)
-                    t_ours = median_ms(lambda: gemm.matmul(a, b, out=out))
-                    t_cublas = median_ms(lambda: torch.matmul(a, b, out=out))
+                    # Interleaved: the clock drifts under the power cap (timing.interleaved_medians_ms).
+                    t_ours, t_cublas = interleaved_medians_ms([lambda: gemm.matmul(a, b, out=out),
+                                                               lambda: torch.matmul(a, b, out=out)])
                     t_tuned = t_cublas_tuned = tuned_pick = None
                     if tuned:
                         # MEASURE tunes on every call: tune once, then default dispatch finds the entry.
                         gemm.matmul(a, b, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
-                        t_tuned = median_ms(lambda: gemm.matmul(a, b, out=out))
                         tuned_pick = gemm.select(key)
                         # NOTE: cuBLAS again beside it: tuning runs the GPU hot, and the H200's
                         # clock under its power cap moves by several percent after such a burst.
-                        t_cublas_tuned = median_ms(lambda: torch.matmul(a, b, out=out))
+                        t_tuned, t_cublas_tuned = interleaved_medians_ms([lambda: gemm.matmul(a, b, out=out),
+                                                                          lambda: torch.matmul(a, b, out=out)])
                     best_name, t_best = chosen.kernel, t_ours
                     if oracle:
                         for kern in gemm.feasible(key):
@@ -121,7 +122,7 @@ def markdown(rows: list[dict], device: str, host: dict | None = None, oracle: bo
         "# Performance",
         "",
         f"Measured {datetime.date.today().isoformat()} on {device} by `python -m bench.dense` "
-        "(CUDA events, L2 flushed before each repetition, median). Times in microseconds; "
+        "(CUDA events, L2 flushed before each repetition, ours and cuBLAS timed in alternating order, median). Times in microseconds; "
         f"`cuBLAS/ours` above 1 means this project is faster. {best}, "
         "`ours` the launch default dispatch picks (cost model, no tuning).",
         "",

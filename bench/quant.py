@@ -20,7 +20,7 @@ import yaml
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
-from gemm_runtime.timing import median_ms
+from gemm_runtime.timing import interleaved_medians_ms, median_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,8 +103,8 @@ def main() -> None:
                 before = {key for key, _ in gemm.cache.entries()}
                 gemm.matmul(a, packed, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
                 choice = describe_choice(gemm, before)
-                t_q = median_ms(lambda: gemm.matmul(a, packed, out=out))
-                t_h = median_ms(lambda: torch.matmul(a, w.t(), out=out))
+                t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),
+                                                   lambda: torch.matmul(a, w.t(), out=out)])
                 wbw = weight_bytes / (t_q * 1e-3)
                 speedups.setdefault((bits, m), []).append(t_h / t_q)
                 table.append(f"| {bits} | {layer} | {m} | {n} | {k} | {choice} | {t_q*1e3:.1f} | "

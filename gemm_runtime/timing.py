@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _flush_buffer: Any = None  # torch.Tensor once allocated
@@ -46,27 +46,54 @@ def median_ms(
     but never below ``min_reps`` (so a slow ``fn`` costs at most
     ``warmup + 1 + max(min_reps, ...)`` calls). ``flush`` empties L2 before each
     repetition, so the operands are read from memory as in a real model step."""
+    return interleaved_medians_ms([fn], warmup=warmup, reps=reps, max_ms=max_ms, min_reps=min_reps, flush=flush)[0]
+
+
+def interleaved_medians_ms(
+    fns: Sequence[Callable[[], object]],
+    *,
+    warmup: int = 5,
+    reps: int = 30,
+    max_ms: float = 2000.0,
+    min_reps: int = 3,
+    flush: bool = True,
+) -> list[float]:
+    """Median time of each of ``fns`` in milliseconds, their repetitions interleaved.
+
+    Each round times every function once, in alternating order (forward, then
+    reversed), so that all of them see the same clock: under its power cap the H200's
+    clock drifts by several percent over a few hundred milliseconds of work, and
+    timing one function's repetitions after another's biases their ratio by as much
+    as the gap being measured. ``max_ms`` bounds the whole measurement; the other
+    arguments are :func:`median_ms`'s."""
     import torch
 
+    if not fns:
+        raise ValueError("fns must hold at least one function")
     if reps < 1 or min_reps < 1 or warmup < 0:
         raise ValueError(f"reps ({reps}) and min_reps ({min_reps}) must be >= 1, warmup ({warmup}) >= 0")
-    for _ in range(warmup):
-        fn()
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
-    # Bound the total time for slow candidates: estimate from one run.
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    reps = max(min(min_reps, reps), min(reps, int(max_ms / max(start.elapsed_time(end), 1e-3))))
-    times = []
-    for _ in range(reps):
+    # Bound the total time for slow candidates: estimate from one run of each.
+    round_ms = sum(event_ms(fn) for fn in fns)
+    rounds = max(min(min_reps, reps), min(reps, int(max_ms / max(round_ms, 1e-3))))
+    times: list[list[float]] = [[] for _ in fns]
+    for index in round_robin_order(len(fns), rounds):
         if flush:
             flush_l2()
         torch.cuda._sleep(_SLEEP_CYCLES)
-        times.append(event_ms(fn))
-    return statistics.median(times)
+        times[index].append(event_ms(fns[index]))
+    return [statistics.median(t) for t in times]
+
+
+def round_robin_order(count: int, rounds: int) -> list[int]:
+    """The order in which :func:`interleaved_medians_ms` times ``count`` functions over
+    ``rounds`` rounds: forward in even rounds, reversed in odd ones, so that no function
+    always runs first (ABBA for two)."""
+    forward = list(range(count))
+    return [i for r in range(rounds) for i in (forward if r % 2 == 0 else forward[::-1])]
 
 
 def event_ms(fn: Callable[[], object]) -> float:
