@@ -125,13 +125,16 @@ def test_split_k_of_the_last_round_only(gemm, name, splits):
 
 
 @pytest.mark.parametrize("name", _sm90_names())
-def test_many_tiles_per_cta(gemm, name):
-    """Several work units per CTA: the ring and its barrier phases run on across tiles."""
+@pytest.mark.parametrize("last_rows", [17, 64, 65])
+def test_many_tiles_per_cta(gemm, name, last_rows):
+    """Several work units per CTA: the ring and its barrier phases run on across tiles.
+    D's last tile row holds `last_rows`: inside a 128-row tile's first warpgroup's 64
+    rows, all of them, and one row into the second's."""
     if name == "no-gpu":
         pytest.skip("needs a CUDA GPU")
     spec = gemm.registry.get(name).spec
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    m, n, k = 2048 + 17, 2304 - 8, 1000
+    gen = torch.Generator(device="cuda").manual_seed(11 + last_rows)
+    m, n, k = 2048 + last_rows, 2304 - 8, 1000
     a, b = _operands(spec, m, n, k, gen)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype(spec.d_type))
     gemm.matmul(a, b, out=out, kernel=name)

@@ -1,0 +1,69 @@
+"""Experiment: the tree's build against another build of the same kernels (e.g. the
+previous commit's headers), every problem timed on both in one process, interleaved
+(gemm_runtime.timing.interleaved_medians_ms), the plan forced to the one default
+dispatch picks in the tree's build, L2 flushed, medians, µs:
+
+    python -m bench.experiments.build_ab --base BUILD_DIR [--rounds 2]
+
+Problems: bf16 grouped GEMMs of bench.moe's two configurations at 1024 and 8192 tokens,
+and dense bf16 problems whose last tile row holds 64 rows or fewer (M % 128 in 1..64),
+beside the llama3-8b gate_up shape at M = 4096.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from bench.dense import _problem_key
+from bench.moe import CONFIGS, _projections, key_of, route
+from gemm_runtime import Gemm
+from gemm_runtime.timing import interleaved_medians_ms
+
+DENSE = [(4096, 28672, 4096), (4160, 28672, 4096), (192, 28672, 4096), (1088, 8192, 8192), (64 + 128 * 7, 14336, 4096)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", type=Path, required=True, help="the other build directory")
+    ap.add_argument("--tokens", nargs="+", type=int, default=[1024, 8192])
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved measurements per problem (each gives a pair)")
+    args = ap.parse_args()
+    tree, base = Gemm(), Gemm(build_dir=args.base)
+    rows = ["| problem | plan | tree µs | base µs | base / tree |", "|---|---|---:|---:|---:|"]
+
+    def compare(name: str, plan, call_tree, call_base) -> None:
+        pairs = [interleaved_medians_ms([call_tree, call_base]) for _ in range(args.rounds)]
+        t, b = min(p[0] for p in pairs), min(p[1] for p in pairs)
+        spec = tree.registry.get(plan.kernel).spec
+        text = f"{spec.mainloop.value} {'x'.join(map(str, spec.cta))} split {plan.splits} s{plan.swizzle}"
+        rows.append(f"| {name} | {text} | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
+        print(rows[-1], flush=True)
+
+    gen = torch.Generator().manual_seed(0)
+    for cfg_name, cfg in CONFIGS.items():
+        for tokens in args.tokens:
+            routing = route(tokens, cfg, gen, "cuda")
+            for proj, (n, k) in _projections(cfg).items():
+                x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
+                w = torch.randn(cfg.experts, n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+                a = x[routing.index.long()].contiguous()
+                d = torch.empty(a.shape[0], n, device="cuda", dtype=torch.bfloat16)
+                plan = tree.select(key_of(tree, a, w, routing))
+                compare(f"{cfg_name} {tokens} {proj}", plan,
+                        lambda: tree.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan),
+                        lambda: base.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan))  # fmt: skip
+    for m, n, k in DENSE:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02).t()
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        plan = tree.select(_problem_key(tree, a, b, d))
+        compare(f"dense {m}x{n}x{k}", plan, lambda: tree.matmul(a, b, out=d, kernel=plan),
+                lambda: base.matmul(a, b, out=d, kernel=plan))  # fmt: skip
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
