@@ -311,7 +311,11 @@ def test_the_rendered_kernel_asserts_the_block_layout() -> None:
 @pytest.mark.parametrize(
     "tiles, splits, resident, grid",
     [
-        ((64, 32), 1, 132, (132, 1, 1)),  # more tiles than SMs: one CTA per SM, looping
+        ((4, 33), 1, 132, (132, 1, 1)),  # one round exactly: one CTA per SM
+        ((64, 32), 1, 132, (128, 1, 1)),  # more tiles than SMs: CTAs loop over 16 rounds, 128 each
+        ((16, 32), 1, 132, (128, 1, 1)),  # 4 rounds of 128 rather than 3 of 132 and a partial one
+        ((25, 10), 1, 132, (125, 1, 1)),  # 2 rounds of 125
+        ((7, 19), 1, 132, (132, 1, 1)),  # 133 tiles: evened out, 67 CTAs would leave half the SMs idle
         ((2, 3), 1, 132, (6, 1, 1)),  # fewer: one CTA per tile
         ((2, 3), 4, 132, (24, 1, 1)),  # split-K units count
         ((10, 10), 2, 132, (132, 1, 1)),
@@ -406,7 +410,9 @@ def test_split_units_use_exactly_the_counted_workspace_slots(splits: int, reside
 def test_grid_of_sizes_by_residency() -> None:
     spec = sm90_spec()
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 8192, 8192, 4096, arch=90)  # 64 x 64 tiles
-    assert grid_of(spec, key, LaunchSpec(spec.name, 1, 2), 132) == (132, 1, 1)
+    # 4096 tiles on 132 SMs: 32 rounds, of 128 CTAs (balanced_units).
+    assert grid_of(spec, key, LaunchSpec(spec.name, 1, 2), 132) == (128, 1, 1)
+    assert grid_of(spec, key, LaunchSpec(spec.name, 1, 2), 128) == (128, 1, 1)
     # Without a residency (the limit checks) the largest grid: one CTA per unit.
     assert grid_of(spec, key, LaunchSpec(spec.name, 2, 2)) == (64 * 64 * 2, 1, 1)
     # sm80's grid is the tile grid whatever the residency.
