@@ -125,6 +125,32 @@ def test_split_k_of_the_last_round_only(gemm, name, splits):
 
 
 @pytest.mark.parametrize("name", _sm90_names())
+def test_the_even_grid(gemm, name):
+    """Tiles for four rounds with a partial last one: the unsplit launch runs on the
+    fewest CTAs that take four rounds (Sm90Family.balanced_units), below the resident
+    count, each CTA walking its share; every tile of D written."""
+    if name == "no-gpu":
+        pytest.skip("needs a CUDA GPU")
+    from gemm_runtime.context import make_key
+    from gemm_runtime.feasibility import grid_of
+
+    kern = gemm.registry.get(name)
+    spec = kern.spec
+    slots = kern.resident // spec.cluster
+    tn = 16
+    tm = spec.cluster * ((4 * slots - 1) // tn)  # units: four rounds, the last a few short
+    m, n, k = tm * spec.cta[0] - 3, tn * spec.cta[1] - 8, 2 * spec.cta[2] + 8
+    key = make_key(spec.a_type, spec.b_order, spec.d_type, m, n, k, arch=90)
+    grid = grid_of(spec, key, LaunchSpec(name), kern.resident)
+    assert grid[0] < kern.resident, (grid, kern.resident)
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    a, b = _operands(spec, m, n, k, gen)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype(spec.d_type))
+    gemm.matmul(a, b, out=out, kernel=name)
+    assert rel_err(out, a.float() @ b.float()) < 1e-2
+
+
+@pytest.mark.parametrize("name", _sm90_names())
 @pytest.mark.parametrize("last_rows", [17, 64, 65])
 def test_many_tiles_per_cta(gemm, name, last_rows):
     """Several work units per CTA: the ring and its barrier phases run on across tiles.
