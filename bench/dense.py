@@ -122,7 +122,8 @@ def markdown(rows: list[dict], device: str, host: dict | None = None, oracle: bo
         "# Performance",
         "",
         f"Measured {datetime.date.today().isoformat()} on {device} by `python -m bench.dense` "
-        "(CUDA events, L2 flushed before each repetition, ours and cuBLAS timed in alternating order, median). Times in microseconds; "
+        "(CUDA events, L2 flushed before each repetition, ours and cuBLAS timed in alternating order, median). "
+        "Times in microseconds; "
         f"`cuBLAS/ours` above 1 means this project is faster. {best}, "
         "`ours` the launch default dispatch picks (cost model, no tuning).",
         "",
