@@ -3,7 +3,7 @@ product D^T = W . X^T with the dequantized weights as the register A operand
 (templates/include/gemm/sm90/kernel_sm90_quant.cuh).
 
 A kernel's ``cta`` is (tokens, weight rows, 64) of D: cta M, the tokens per CTA, is
-wgmma's N (64, 128 or 256); cta N, the weight rows, is 64 per consumer warpgroup (one or two).
+wgmma's N (8 to 256, a power of two; 8 to 32 for decode); cta N, the weight rows, is 64 per consumer warpgroup (one or two).
 ``warps`` are the consumer warps, [1, cta N / 16, 1]; a producer warpgroup comes on top.
 The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
 packed once runs on either family.
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from gemm_runtime.context import ProblemKey
 
 CTA_K = 64
-TOKENS = (64, 128, 256)  # cta M: the wgmma_rs widths implemented
+TOKENS = (8, 16, 32, 64, 128, 256)  # cta M: the wgmma_rs widths implemented
 ROWS = (64, 128)  # cta N: 64 weight rows per consumer warpgroup
 V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
 STAGED_PAD = 4  # floats beyond the weight rows per staged row of D (kStagedPitch)

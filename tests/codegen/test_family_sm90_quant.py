@@ -51,7 +51,8 @@ def test_the_yaml_loads_into_the_default_set() -> None:
     "tile, field, needle",
     [
         ({"cta": [64, 128, 128], "warps": [1, 8, 1], "stages": 4}, "cta", "a K of 64"),
-        ({"cta": [32, 128, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "tokens per CTA"),
+        ({"cta": [24, 128, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "tokens per CTA"),
+        ({"cta": [512, 128, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "tokens per CTA"),
         ({"cta": [64, 256, 64], "warps": [1, 16, 1], "stages": 4}, "cta", "64 per consumer warpgroup"),
         ({"cta": [64, 128, 64], "warps": [4, 1, 1], "stages": 4}, "warps", "[1, 8, 1]"),
         ({"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 9}, "stages", "an integer <= 8"),

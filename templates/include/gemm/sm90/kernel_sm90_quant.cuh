@@ -147,7 +147,9 @@ struct Sm90QuantConfig {
   static_assert(kSharedB ? (kRows == 128 || kRows == 256) : (kRows == 64 || kRows == 128),
                 "register A: 64 weight rows per consumer warpgroup, one or two of them; shared B: 128 or 256 "
                 "rows over two");
-  static_assert(kSharedB ? (kTokens == 64 || kTokens == 128) : (kTokens == 64 || kTokens == 128 || kTokens == 256),
+  static_assert(kSharedB ? (kTokens == 64 || kTokens == 128)
+                         : (kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 ||
+                            kTokens == 256),
                 "the wgmma widths implemented");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
   static_assert(!kGrouped || !kSharedB, "the grouped form is the register-A one's");

@@ -354,9 +354,12 @@ constexpr bool kWgmmaBF16<MmaBF16> = true;
 #define GEMM_WGMMA_ACC8(d, i) \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
+#define GEMM_WGMMA_ACC4(d, i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define GEMM_WGMMA_ACC32(d, i) \
   GEMM_WGMMA_ACC8(d, i), GEMM_WGMMA_ACC8(d, i + 8), GEMM_WGMMA_ACC8(d, i + 16), GEMM_WGMMA_ACC8(d, i + 24)
 
+#define GEMM_WGMMA_D0_7 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define GEMM_WGMMA_D0_15 GEMM_WGMMA_D0_7 ", %8, %9, %10, %11, %12, %13, %14, %15"
 #define GEMM_WGMMA_D0_31                      \
   "%0, %1, %2, %3, %4, %5, %6, %7, "          \
   "%8, %9, %10, %11, %12, %13, %14, %15, "    \
@@ -443,10 +446,33 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 desc_a, u64 desc
 // a3 = (row g+8, k 2t+8..). The accumulator layout is that of wgmma_ss.
 // NOTE: the A registers must not be rewritten until the wgmma's group completed, and a
 // wgmma_fence() is needed after writing them, as for the accumulators.
+// N = 8 to 32 are the decode widths: a few tokens' columns, so that the tensor cores do
+// not multiply 64 columns of which one is a token.
 template <int N, class Kind>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, bool scale_d) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N is 64, 128 or 256");
-  if constexpr (N == 64) {
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                "wgmma_rs: N is 8, 16, 32, 64, 128 or 256");
+  if constexpr (N == 8) {
+    if constexpr (kWgmmaBF16<Kind>) {
+      GEMM_WGMMA_RS("m64n8k16", ".bf16.bf16", "%0, %1, %2, %3", "%4, %5, %6, %7", 8, 9, GEMM_WGMMA_ACC4(d, 0));
+    } else {
+      GEMM_WGMMA_RS("m64n8k16", ".f16.f16", "%0, %1, %2, %3", "%4, %5, %6, %7", 8, 9, GEMM_WGMMA_ACC4(d, 0));
+    }
+  } else if constexpr (N == 16) {
+    if constexpr (kWgmmaBF16<Kind>) {
+      GEMM_WGMMA_RS("m64n16k16", ".bf16.bf16", GEMM_WGMMA_D0_7, "%8, %9, %10, %11", 12, 13, GEMM_WGMMA_ACC8(d, 0));
+    } else {
+      GEMM_WGMMA_RS("m64n16k16", ".f16.f16", GEMM_WGMMA_D0_7, "%8, %9, %10, %11", 12, 13, GEMM_WGMMA_ACC8(d, 0));
+    }
+  } else if constexpr (N == 32) {
+    if constexpr (kWgmmaBF16<Kind>) {
+      GEMM_WGMMA_RS("m64n32k16", ".bf16.bf16", GEMM_WGMMA_D0_15, "%16, %17, %18, %19", 20, 21,
+                    GEMM_WGMMA_ACC8(d, 0), GEMM_WGMMA_ACC8(d, 8));
+    } else {
+      GEMM_WGMMA_RS("m64n32k16", ".f16.f16", GEMM_WGMMA_D0_15, "%16, %17, %18, %19", 20, 21,
+                    GEMM_WGMMA_ACC8(d, 0), GEMM_WGMMA_ACC8(d, 8));
+    }
+  } else if constexpr (N == 64) {
     if constexpr (kWgmmaBF16<Kind>) {
       GEMM_WGMMA_RS("m64n64k16", ".bf16.bf16", GEMM_WGMMA_D0_31, "%32, %33, %34, %35", 36, 37,
                     GEMM_WGMMA_ACC32(d, 0));
@@ -481,11 +507,14 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u
 #undef GEMM_WGMMA_RS
 #undef GEMM_WGMMA_D64
 #undef GEMM_WGMMA_D128
+#undef GEMM_WGMMA_D0_7
+#undef GEMM_WGMMA_D0_15
 #undef GEMM_WGMMA_D0_31
 #undef GEMM_WGMMA_D32_63
 #undef GEMM_WGMMA_D64_95
 #undef GEMM_WGMMA_D96_127
 #undef GEMM_WGMMA_ACC32
 #undef GEMM_WGMMA_ACC8
+#undef GEMM_WGMMA_ACC4
 
 }  // namespace gemm
