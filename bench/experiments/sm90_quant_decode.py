@@ -22,6 +22,7 @@ from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
+from tests import sm90_quant_kernel
 from tests.sm90_quant_kernel import QuantKernel, launch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,10 +61,9 @@ def main() -> None:
                         kern = QuantKernel("f16", bits, "f16", tokens, rows, stages)
                         tiles = -(-n // rows) * -(-m // tokens)
                         for splits in args.splits:
-                            # One consumer warpgroup's CTAs are small: several share an SM.
-                            # NOTE: stream-K's CTAs wait for each other's partials, so they
-                            # must all be resident: one per SM there.
-                            resident = sms * (3 if rows == 64 and splits == 1 else 1)
+                            # The CTAs the device holds at once (small tiles: several an SM);
+                            # stream-K's wait for each other's partials, so all must be resident.
+                            resident = sms * sm90_quant_kernel._loaded(kern).ctas_per_sm
                             if splits > 1 and tiles >= resident:
                                 continue
                             d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
