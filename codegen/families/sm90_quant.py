@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 CTA_K = 64
 TOKENS = (8, 16, 32, 64, 128, 256)  # cta M: the wgmma_rs widths implemented
 ROWS = (64, 128)  # cta N: 64 weight rows per consumer warpgroup
-# Stages a ring may have (Sm90QuantConfig): a decode tile's stages are a few KiB, and
-# DRAM's latency wants tens of KiB of weights in flight per SM. The YAML caps every
-# family at 8 (codegen/config.py); deeper rings are for experiments until measured.
-MAX_STAGES = 32
 V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
 STAGED_PAD = 4  # floats beyond the weight rows per staged row of D (kStagedPitch)
 SMEM_LIMIT = 227 * 1024  # Sm90QuantConfig::kSmemLimit: both forms' ring, staging and buffers
@@ -84,8 +80,8 @@ class Sm90QuantFamily(MainloopFamily):
         consumer_warps, why = self.consumer_warps(n)
         if tuple(warps) != (1, consumer_warps, 1):
             return "warps", f"[1, {consumer_warps}, 1] for cta N {n}: {why}"
-        if not 2 <= stages <= MAX_STAGES:
-            return "stages", f"2 to {MAX_STAGES}"
+        if not 2 <= stages <= 8:
+            return "stages", "2 to 8"
         return super().tile_error(cta, warps, stages, cluster)
 
     def kernel_error(self, spec: KernelSpec):

@@ -151,7 +151,7 @@ struct Sm90QuantConfig {
                          : (kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 ||
                             kTokens == 256),
                 "the wgmma widths implemented");
-  static_assert(kStages >= 2 && kStages <= 32, "2..32 stages (codegen/families/sm90_quant.py, MAX_STAGES)");
+  static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
   static_assert(!kGrouped || !kSharedB, "the grouped form is the register-A one's");
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
 };
