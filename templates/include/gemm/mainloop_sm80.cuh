@@ -34,6 +34,10 @@
 #ifndef GEMM_SM80_LEAN_COPIES
 #define GEMM_SM80_LEAN_COPIES 1
 #endif
+// 1 in every build: 0 keeps the dense tiles' barrier after the last step (kEarlyBarrier).
+#ifndef GEMM_SM80_EARLY_BARRIER
+#define GEMM_SM80_EARLY_BARRIER 1
+#endif
 
 namespace gemm {
 
@@ -116,6 +120,19 @@ struct MainloopSm80 : OperandCopies<Cfg> {
                                 Cfg::kAlign == 8 && Cfg::kOrderB == OrderB::kNK;
   using LeanA = LeanCopies<CopyA, Cfg::kLdsA>;
   using LeanB = LeanCopies<CopyB, Cfg::kLdsB>;
+  // Dense tiles wait for the next K tile and pass the barrier one step before the last
+  // (after that step's MMAs are issued, so the tensor pipe runs while the warps wait),
+  // and load the next tile's first fragments before the last step's MMAs, which hide
+  // their latency; the refilling copies go out over the steps before the barrier.
+  // NOTE: ncu on the H200 (128x256x64 s3, 4096^3): with the barrier after the last
+  // step, the next tile's first LDSM and the address arithmetic before it ran after
+  // the barrier with no MMA left to cover them; that LDSM was the kernel's most
+  // stalled instruction (7% of samples). An even step count keeps the next tile's first
+  // fragments out of the buffer the last step multiplies.
+  static constexpr bool kEarlyBarrier = GEMM_SM80_EARLY_BARRIER && !Cfg::kQuantB && !kDirectB && !Cfg::kGrouped &&
+                                        kSteps >= 2 && kSteps % 2 == 0;
+  // The steps of a tile over which its refilling copies are sliced.
+  static constexpr int kCopySlices = kEarlyBarrier ? kSteps - 1 : kSteps;
   const char* lean_a;  // kLean: A at (m0, the split's first K), B at (n0, that K)
   const char* lean_b;
   i64 lda_bytes, ldb_bytes;
@@ -149,17 +166,17 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   __device__ __forceinline__ i64 a_step() const { return Cfg::kCtaK * 2; }
   __device__ __forceinline__ i64 b_step() const { return Base::kBAlongRows ? Cfg::kCtaK * ldb_bytes : Cfg::kCtaK * 2; }
 
-  // Slice `step` of the copies of K tile `tile` into ring buffer `stage`.
-  __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step) const {
+  // Slice `step` of `slices` of the copies of K tile `tile` into ring buffer `stage`.
+  __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step, int slices = kSteps) const {
     const u32 sa = smem + stage * Cfg::kStageBytes;
     const u32 sb = sa + Cfg::kStageBytesA;
     const int k0 = tile * Cfg::kCtaK;
     // NOTE: direct B leaves only A and the scale rows in the stages, a few copies per
     // thread: all of A's go out at the tile's first step, with the scale rows, so
     // the copy set-up (K-edge test, row mask) is paid once per tile, not per step.
-    const int a_begin = kDirectB ? (step == 0 ? 0 : CopyA::kIters) : step * CopyA::kIters / kSteps;
-    const int a_end = kDirectB ? CopyA::kIters : (step + 1) * CopyA::kIters / kSteps;
-    const int b_begin = step * CopyB::kIters / kSteps, b_end = (step + 1) * CopyB::kIters / kSteps;
+    const int a_begin = kDirectB ? (step == 0 ? 0 : CopyA::kIters) : step * CopyA::kIters / slices;
+    const int a_end = kDirectB ? CopyA::kIters : (step + 1) * CopyA::kIters / slices;
+    const int b_begin = step * CopyB::kIters / slices, b_end = (step + 1) * CopyB::kIters / slices;
     // Every tile but the last lies inside K: whole vectors, no per-copy edge arithmetic.
     const bool inside_k = k0 + Cfg::kCtaK <= this->k_extent;
     if constexpr (kLean) {
@@ -300,6 +317,47 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       lean_src_b = LeanB::source(lean_b + b_step() * (S - 1), ldb_bytes);
       const int inside_k = this->k_extent / Cfg::kCtaK;
       lean_end = lean ? (inside_k < k_tiles ? inside_k : k_tiles) : 0;
+    }
+    if constexpr (kEarlyBarrier) {
+      for (int t = 0; t < k_tiles; ++t) {
+        const bool refill = t + S - 1 < k_tiles;
+        const bool refill_lean = t + S - 1 < lean_end;
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) {
+          // Tile t's next step, or (past the barrier, `read` moved on) tile t+1's first.
+          if (step + 1 < kSteps) {
+            fragments((step + 1) & 1, read, t, step + 1);
+          } else if (t + 1 < k_tiles) {
+            fragments(0, read, t + 1, 0);
+          }
+          if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
+            if (refill_lean) {
+              const u32 sa = smem + write * Cfg::kStageBytes;
+              LeanA::issue(sa, lean_src_a, lda_bytes, step * CopyA::kIters / kCopySlices,
+                           (step + 1) * CopyA::kIters / kCopySlices);
+              LeanB::issue(sa + Cfg::kStageBytesA, lean_src_b, ldb_bytes, step * CopyB::kIters / kCopySlices,
+                           (step + 1) * CopyB::kIters / kCopySlices);
+            } else if (refill) {
+              issue_tile(smem, write, t + S - 1, step, kCopySlices);
+            }
+          }
+          if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
+          if (step + 2 == kSteps) {
+            cp_async_commit();
+            cp_async_wait<S - 2>();
+            if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+            if constexpr (kLean) {
+              lean_src_a += a_step();
+              lean_src_b += b_step();
+            }
+            read = read + 1 == S ? 0 : read + 1;
+            write = write + 1 == S ? 0 : write + 1;
+          }
+        }
+      }
+      cp_async_wait<0>();
+      this->end_groups(warp);
+      return;
     }
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
