@@ -84,7 +84,7 @@ def main() -> None:
     for kern in sorted(gemms[args.variants[0]].kernels, key=lambda k: k.name):
         s = kern.spec
         tile = f"{s.cta[0]}x{s.cta[1]}x{s.cta[2]}s{s.stages}"
-        if s.a_type.value != "f16" or (args.tiles and tile not in args.tiles):
+        if s.a_type.value != "f16" or s.grouped or (args.tiles and tile not in args.tiles):
             continue
         for swizzle in args.swizzles:
             for r in range(args.rounds):

@@ -8,6 +8,9 @@
 //              until tile t+1 landed (<= Stages-2 groups pending), barrier, and load
 //              the first fragments of tile t+1, so the MMA pipe never waits on a
 //              shared-memory load at a tile boundary.
+//   dense tiles (kEarlyBarrier): the commit, wait and barrier come after the MMAs of
+//              the step before the last, the copies go out over the steps before it,
+//              and the last step loads tile t+1's first fragments before its MMAs.
 //
 // Direct B (Cfg::kDirectB, quantized decode tiles): B skips the ring. Each warp loads
 // its packed words of tile t+1 into registers at the start of tile t (WeightStream),
