@@ -322,20 +322,24 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       lean_end = lean ? (inside_k < k_tiles ? inside_k : k_tiles) : 0;
     }
     if constexpr (kEarlyBarrier) {
+      // The read and write stages' addresses, carried from tile to tile (a stage index
+      // times the stage's bytes was rebuilt after every barrier).
+      const u32 ring_end = smem + S * Cfg::kStageBytes;
+      u32 read_base = smem, write_base = smem + (S - 1) * Cfg::kStageBytes;
       for (int t = 0; t < k_tiles; ++t) {
         const bool refill = t + S - 1 < k_tiles;
         const bool refill_lean = t + S - 1 < lean_end;
 #pragma unroll
         for (int step = 0; step < kSteps; ++step) {
-          // Tile t's next step, or (past the barrier, `read` moved on) tile t+1's first.
+          // Tile t's next step, or (past the barrier, `read_base` moved on) tile t+1's first.
           if (step + 1 < kSteps) {
-            fragments((step + 1) & 1, read, t, step + 1);
+            this->load_fragments(warp, (step + 1) & 1, read_base, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
           } else if (t + 1 < k_tiles) {
-            fragments(0, read, t + 1, 0);
+            this->load_fragments(warp, 0, read_base, t + 1, warp_k0, warp_m0, warp_n0);
           }
           if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
             if (refill_lean) {
-              const u32 sa = smem + write * Cfg::kStageBytes;
+              const u32 sa = write_base;
               LeanA::issue(sa, lean_src_a, lda_bytes, step * CopyA::kIters / kCopySlices,
                            (step + 1) * CopyA::kIters / kCopySlices);
               LeanB::issue(sa + Cfg::kStageBytesA, lean_src_b, ldb_bytes, step * CopyB::kIters / kCopySlices,
@@ -355,6 +359,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
             }
             read = read + 1 == S ? 0 : read + 1;
             write = write + 1 == S ? 0 : write + 1;
+            read_base = read_base + Cfg::kStageBytes == ring_end ? smem : read_base + Cfg::kStageBytes;
+            write_base = write_base + Cfg::kStageBytes == ring_end ? smem : write_base + Cfg::kStageBytes;
           }
         }
       }
