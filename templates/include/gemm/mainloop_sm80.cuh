@@ -41,6 +41,10 @@
 #ifndef GEMM_SM80_EARLY_BARRIER
 #define GEMM_SM80_EARLY_BARRIER 1
 #endif
+// 1 in every build: 0 rebuilds the early-barrier loop's stage addresses from stage indices.
+#ifndef GEMM_SM80_STAGE_BASES
+#define GEMM_SM80_STAGE_BASES 1
+#endif
 
 namespace gemm {
 
@@ -331,15 +335,16 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         const bool refill_lean = t + S - 1 < lean_end;
 #pragma unroll
         for (int step = 0; step < kSteps; ++step) {
-          // Tile t's next step, or (past the barrier, `read_base` moved on) tile t+1's first.
+          const u32 read_at = GEMM_SM80_STAGE_BASES ? read_base : smem + read * Cfg::kStageBytes;
+          // Tile t's next step, or (past the barrier, `read_at` moved on) tile t+1's first.
           if (step + 1 < kSteps) {
-            this->load_fragments(warp, (step + 1) & 1, read_base, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
+            this->load_fragments(warp, (step + 1) & 1, read_at, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
           } else if (t + 1 < k_tiles) {
-            this->load_fragments(warp, 0, read_base, t + 1, warp_k0, warp_m0, warp_n0);
+            this->load_fragments(warp, 0, read_at, t + 1, warp_k0, warp_m0, warp_n0);
           }
           if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
             if (refill_lean) {
-              const u32 sa = write_base;
+              const u32 sa = GEMM_SM80_STAGE_BASES ? write_base : smem + write * Cfg::kStageBytes;
               LeanA::issue(sa, lean_src_a, lda_bytes, step * CopyA::kIters / kCopySlices,
                            (step + 1) * CopyA::kIters / kCopySlices);
               LeanB::issue(sa + Cfg::kStageBytesA, lean_src_b, ldb_bytes, step * CopyB::kIters / kCopySlices,
