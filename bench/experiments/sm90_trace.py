@@ -27,6 +27,10 @@ TRACE_UNITS, TRACE_POINTS = 64, 12  # kernel_sm90.cuh: kTraceUnits, kTracePoints
 VARIANTS = {
     "traced": ("-DGEMM_SM90_TRACE=1",),
     "traced_no_epilogue": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LEAVE_OUT=1"),
+    # the staging without the TMA stores' issue (no waits on their reads)
+    "traced_no_store_issue": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LEAVE_OUT=3"),
+    "traced_late_release": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LATE_RELEASE=1"),
+    "traced_no_store_fence": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_STORE_FENCE=0"),
 }
 
 
@@ -75,6 +79,7 @@ def main() -> None:
     ap.add_argument("--tile", default="128x256", help="an sm90 tile, e.g. 128x256 or 128x256c2")
     ap.add_argument("--problem", nargs=3, type=int, default=[4096, 28672, 4096], metavar=("M", "N", "K"))
     ap.add_argument("--generated", type=Path, default=Path("generated"))
+    ap.add_argument("--variants", nargs="+", default=["traced", "traced_no_epilogue"], choices=list(VARIANTS))
     args = ap.parse_args()
     m, n, k = args.problem
     work = Path(tempfile.mkdtemp(prefix="sm90_trace_"))
@@ -84,8 +89,8 @@ def main() -> None:
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     trace = torch.zeros(1024, TRACE_UNITS, TRACE_POINTS, dtype=torch.int64, device="cuda")
     gemm_mod.launch = traced_launch(trace)
-    for variant, options in VARIANTS.items():
-        build_mod.BUILD_OPTIONS = options
+    for variant in args.variants:
+        build_mod.BUILD_OPTIONS = VARIANTS[variant]
         build_mod.build(work / "gen", work / variant, archs=[90], progress=False)
         gemm = Gemm(build_dir=work / variant)
         kern = next(

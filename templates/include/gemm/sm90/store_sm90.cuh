@@ -34,6 +34,10 @@
 #ifndef GEMM_SM90_PLAIN_STMATRIX
 #define GEMM_SM90_PLAIN_STMATRIX 1
 #endif
+// Experiment knob: 0 leaves the staging's proxy fence out (timing only: D may be wrong).
+#ifndef GEMM_SM90_STORE_FENCE
+#define GEMM_SM90_STORE_FENCE 1
+#endif
 
 namespace gemm {
 
@@ -103,7 +107,7 @@ struct Sm90Store {
       named_barrier_sync<128>(barrier);
 #pragma unroll
       for (int box = 0; box < kBoxes; ++box) fill(box, staging + static_cast<u32>(box * kBoxBytes));
-      fence_proxy_async_smem();
+      if (GEMM_SM90_STORE_FENCE) fence_proxy_async_smem();
       named_barrier_sync<128>(barrier);
       if (!by_tma) {
 #pragma unroll
@@ -127,7 +131,7 @@ struct Sm90Store {
         }
         named_barrier_sync<128>(barrier);
         fill(box, buf);
-        fence_proxy_async_smem();
+        if (GEMM_SM90_STORE_FENCE) fence_proxy_async_smem();
         named_barrier_sync<128>(barrier);
         if (!by_tma) {
           copy(box, buf);
