@@ -38,6 +38,14 @@
 #ifndef GEMM_SM90_STORE_FENCE
 #define GEMM_SM90_STORE_FENCE 1
 #endif
+// Experiment knob: 0 scales by alpha even where it is 1.
+#ifndef GEMM_SM90_UNIT_ALPHA
+#define GEMM_SM90_UNIT_ALPHA 1
+#endif
+// Experiment knob: 0 rotates single boxes over the staging buffers (store_boxes).
+#ifndef GEMM_SM90_STORE_ROUNDS
+#define GEMM_SM90_STORE_ROUNDS 1
+#endif
 
 namespace gemm {
 
@@ -90,35 +98,46 @@ struct Sm90Store {
   // NOTE: generic-proxy writes must be visible to the async proxy (TMA) before the store
   // is issued: every writer fences, then all meet. A buffer is refilled only once the
   // store that last used it has read it.
-  // Where the warpgroup's whole share is staged at once (kBuffers >= kBoxes) a tile
-  // takes one wait (on the last tile's stores, long done), two barriers and one fence;
-  // else the boxes rotate over the buffers, each waiting only for its buffer's store.
+  // The boxes go in rounds of kBuffers (one round where the warpgroup's whole share
+  // fits): a round waits until the last round's stores have read their buffers, fills
+  // them all, fences once and meets twice. Per box that is half the fences and barriers
+  // of rotating single boxes (GEMM_SM90_STORE_ROUNDS 0), which measured them and the
+  // waits on single stores at about 1 300 of the 128x256 tile's 2 800-clock epilogue.
+  // Grouped kernels rotate single boxes still: in rounds their 64x256 tile spilled.
   // `copy(box, buf)`: where the warpgroup's rows end inside the box (a grouped
   // expert's last rows), every thread's part of the staged box goes out by copy_rows
-  // instead of a TMA store; the next fill's barrier then orders those reads before it.
-  // NOTE: copied boxes commit no bulk group, so the rotating buffers' count of groups
-  // in flight no longer says which buffer is free: a copying warpgroup waits for all.
+  // instead of a TMA store; the next round's barrier then orders those reads before it.
   template <int kBoxes, class Fill, class Copy>
   __device__ __forceinline__ static void store_boxes(const CUtensorMap* tma_d, u32 staging, int barrier, int d_col0,
                                                      int row0, int& issued, Fill&& fill, bool by_tma, Copy&& copy) {
     const bool leader = threadIdx.x % 128 == 0;
-    if constexpr (kBuffers >= kBoxes) {
-      if (leader) bulk_wait_group_read<0>();
-      named_barrier_sync<128>(barrier);
+    if constexpr ((GEMM_SM90_STORE_ROUNDS && !Cfg::kGrouped) || kBuffers >= kBoxes) {
 #pragma unroll
-      for (int box = 0; box < kBoxes; ++box) fill(box, staging + static_cast<u32>(box * kBoxBytes));
-      if (GEMM_SM90_STORE_FENCE) fence_proxy_async_smem();
-      named_barrier_sync<128>(barrier);
-      if (!by_tma) {
+      for (int first = 0; first < kBoxes; first += kBuffers) {
+        constexpr int kRound = kBuffers < kBoxes ? kBuffers : kBoxes;
+        if (leader) bulk_wait_group_read<0>();
+        named_barrier_sync<128>(barrier);
 #pragma unroll
-        for (int box = 0; box < kBoxes; ++box) copy(box, staging + static_cast<u32>(box * kBoxBytes));
-      } else if (leader) {
+        for (int b = 0; b < kRound; ++b)
+          if (first + b < kBoxes) fill(first + b, staging + static_cast<u32>(b * kBoxBytes));
+        if (GEMM_SM90_STORE_FENCE) fence_proxy_async_smem();
+        named_barrier_sync<128>(barrier);
+        if (!by_tma) {
 #pragma unroll
-        for (int box = 0; box < kBoxes; ++box)
-          tma_store(tma_d, staging + static_cast<u32>(box * kBoxBytes), d_col0 + box * kBoxCols, row0);
-        bulk_commit_group();
+          for (int b = 0; b < kRound; ++b)
+            if (first + b < kBoxes) copy(first + b, staging + static_cast<u32>(b * kBoxBytes));
+        } else if (leader) {
+#pragma unroll
+          for (int b = 0; b < kRound; ++b)
+            if (first + b < kBoxes)
+              tma_store(tma_d, staging + static_cast<u32>(b * kBoxBytes), d_col0 + (first + b) * kBoxCols, row0);
+          bulk_commit_group();
+        }
       }
     } else {
+      // NOTE: copied boxes commit no bulk group, so the rotating buffers' count of
+      // groups in flight no longer says which buffer is free: a copying warpgroup waits
+      // for all.
 #pragma unroll
       for (int box = 0; box < kBoxes; ++box, ++issued) {
         const u32 buf = staging + static_cast<u32>((issued % kBuffers) * kBoxBytes);
@@ -168,8 +187,10 @@ struct Sm90Store {
   // 16-byte chunk the swizzle moves to (group ^ row % 8); as rows of a matrix are rows
   // % 8 = t % 8 and 2q is even, that chunk is 2q ^ ((matrix >> 1) ^ t % 8).
   // `lo` and `hi` scale the thread's two fragment rows (alpha, times a grouped launch's
-  // row scales).
-  template <class Copy>
+  // row scales); kUnit: both are 1 (the common case), and the packs take the sums as
+  // they are, without the multiplies (one instruction per value). Not in grouped
+  // kernels: the second copy of the fill made the 128x256 one spill.
+  template <bool kUnit, class Copy>
   __device__ __forceinline__ static void store_scaled(const float (&acc)[Cfg::kCtaN / 2], float lo, float hi,
                                                       const CUtensorMap* tma_d, u32 staging, int barrier, int row0,
                                                       int col0, int& issued, bool by_tma, Copy&& copy) {
@@ -182,9 +203,14 @@ struct Sm90Store {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const float* a = acc + 4 * (8 * box + 2 * q);  // column groups 8 * box + 2q and + 1
-        stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(lo * a[0], lo * a[1]),
-                    PairT::pack(hi * a[2], hi * a[3]), PairT::pack(lo * a[4], lo * a[5]),
-                    PairT::pack(hi * a[6], hi * a[7]));
+        if constexpr (kUnit) {
+          stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(a[0], a[1]),
+                      PairT::pack(a[2], a[3]), PairT::pack(a[4], a[5]), PairT::pack(a[6], a[7]));
+        } else {
+          stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(lo * a[0], lo * a[1]),
+                      PairT::pack(hi * a[2], hi * a[3]), PairT::pack(lo * a[4], lo * a[5]),
+                      PairT::pack(hi * a[6], hi * a[7]));
+        }
       }
     }, by_tma, copy);
   }
@@ -213,8 +239,12 @@ struct Sm90Store {
     const float scale_hi = row_scale<Cfg>(p, row0 + fragment_row + 8);
     if constexpr (!kGated && kPlainFast) {
       if (!read_c && !add_bias) {
-        store_scaled(acc, p.alpha * scale_lo, p.alpha * scale_hi, tma_d, staging, barrier, d_row0, col0, issued,
-                     by_tma, copy);
+        const float lo = p.alpha * scale_lo, hi = p.alpha * scale_hi;
+        if (GEMM_SM90_UNIT_ALPHA && !Cfg::kGrouped && lo == 1.f && hi == 1.f) {
+          store_scaled<true>(acc, lo, hi, tma_d, staging, barrier, d_row0, col0, issued, by_tma, copy);
+        } else {
+          store_scaled<false>(acc, lo, hi, tma_d, staging, barrier, d_row0, col0, issued, by_tma, copy);
+        }
         return;
       }
     }
