@@ -29,12 +29,9 @@ VARIANTS = {
     "traced_no_epilogue": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LEAVE_OUT=1"),
     # the staging without the TMA stores' issue (no waits on their reads)
     "traced_no_store_issue": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LEAVE_OUT=3"),
-    "traced_late_release": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_LATE_RELEASE=1"),
     "traced_no_store_fence": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_STORE_FENCE=0"),
-    # the store as it was before rounds of boxes and the unit-alpha fill (store_sm90.cuh)
+    # the store as it was before rounds of boxes (store_sm90.cuh)
     "traced_single_boxes": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_STORE_ROUNDS=0"),
-    "traced_scaled_alpha": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_UNIT_ALPHA=0"),
-    "traced_old_store": ("-DGEMM_SM90_TRACE=1", "-DGEMM_SM90_STORE_ROUNDS=0", "-DGEMM_SM90_UNIT_ALPHA=0"),
 }
 
 

@@ -30,11 +30,8 @@ VARIANTS = {
     "depth0": ("-DGEMM_SM90_WGMMA_DEPTH=0",),
     "suspend": ("-DGEMM_SM90_TRY_WAIT_NS=1000000",),
     "general_store": ("-DGEMM_SM90_PLAIN_STMATRIX=0",),
-    "late_release": ("-DGEMM_SM90_LATE_RELEASE=1",),
     "no_store_fence": ("-DGEMM_SM90_STORE_FENCE=0",),
     "single_boxes": ("-DGEMM_SM90_STORE_ROUNDS=0",),
-    "scaled_alpha": ("-DGEMM_SM90_UNIT_ALPHA=0",),
-    "old_store": ("-DGEMM_SM90_STORE_ROUNDS=0", "-DGEMM_SM90_UNIT_ALPHA=0"),
 }
 # (M, N, K): 8192^3, then llama3-8b's gate_up and o at M = 4096 (the weakest layers)
 PROBLEMS = [(8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 4096)]

@@ -66,12 +66,6 @@
 #ifndef GEMM_SM90_WGMMA_DEPTH
 #define GEMM_SM90_WGMMA_DEPTH 1
 #endif
-// GEMM_SM90_LATE_RELEASE 1 hands a unit's last stage back to the producer only after
-// its epilogue issued the stores, so that the next refill's TMA load does not queue ahead
-// of them (GEMM_SM90_STORE_FENCE: store_sm90.cuh).
-#ifndef GEMM_SM90_LATE_RELEASE
-#define GEMM_SM90_LATE_RELEASE 0
-#endif
 // GEMM_SM90_TRACE 1 (bench/experiments/sm90_trace.py) records SM clocks per work unit
 // into the split-K partials pointer of an unsplit launch: where a tile's time goes.
 #ifndef GEMM_SM90_TRACE
@@ -374,11 +368,7 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
         for (int i = 0; i < Cfg::kCtaN / 2; ++i) acc[i] = 0.0f;  // an empty K slice (or K == 0) adds nothing
       }
       if (stamps) trace_stamp(trace, traced, 4 * wg + 2);
-      const bool release_last = GEMM_SM90_WGMMA_DEPTH > 0 && w.k_tiles > 0;
-      // Late only where this warpgroup reaches the stores (an unsplit dense tile's rows).
-      const bool late = GEMM_SM90_LATE_RELEASE && !Cfg::kGrouped && GEMM_SM90_LEAVE_OUT != 1 && w.splits == 1 &&
-                        m0 + 64 * wg < p.M;
-      if (release_last && !late) release((it - 1) % kStages);
+      if (GEMM_SM90_WGMMA_DEPTH > 0 && w.k_tiles > 0) release((it - 1) % kStages);
       if (m0 >= p.M) continue;  // a cluster's CTA below the last tile row: its B part was the work
 
       if (w.splits > 1) {
@@ -418,7 +408,6 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
         Store::template store<true>(acc, p, tma_d, staging, barrier, row0, n0, stored, row0);
       }
       if (stamps) trace_stamp(trace, traced, 4 * wg + 3);
-      if (late && release_last) release((it - 1) % kStages);
     }
     Store::drain();
   }

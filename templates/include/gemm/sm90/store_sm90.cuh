@@ -38,10 +38,6 @@
 #ifndef GEMM_SM90_STORE_FENCE
 #define GEMM_SM90_STORE_FENCE 1
 #endif
-// Experiment knob: 0 scales by alpha even where it is 1.
-#ifndef GEMM_SM90_UNIT_ALPHA
-#define GEMM_SM90_UNIT_ALPHA 1
-#endif
 // Experiment knob: 0 rotates single boxes over the staging buffers (store_boxes).
 #ifndef GEMM_SM90_STORE_ROUNDS
 #define GEMM_SM90_STORE_ROUNDS 1
@@ -187,10 +183,8 @@ struct Sm90Store {
   // 16-byte chunk the swizzle moves to (group ^ row % 8); as rows of a matrix are rows
   // % 8 = t % 8 and 2q is even, that chunk is 2q ^ ((matrix >> 1) ^ t % 8).
   // `lo` and `hi` scale the thread's two fragment rows (alpha, times a grouped launch's
-  // row scales); kUnit: both are 1 (the common case), and the packs take the sums as
-  // they are, without the multiplies (one instruction per value). Not in grouped
-  // kernels: the second copy of the fill made the 128x256 one spill.
-  template <bool kUnit, class Copy>
+  // row scales).
+  template <class Copy>
   __device__ __forceinline__ static void store_scaled(const float (&acc)[Cfg::kCtaN / 2], float lo, float hi,
                                                       const CUtensorMap* tma_d, u32 staging, int barrier, int row0,
                                                       int col0, int& issued, bool by_tma, Copy&& copy) {
@@ -203,14 +197,9 @@ struct Sm90Store {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const float* a = acc + 4 * (8 * box + 2 * q);  // column groups 8 * box + 2q and + 1
-        if constexpr (kUnit) {
-          stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(a[0], a[1]),
-                      PairT::pack(a[2], a[3]), PairT::pack(a[4], a[5]), PairT::pack(a[6], a[7]));
-        } else {
-          stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(lo * a[0], lo * a[1]),
-                      PairT::pack(hi * a[2], hi * a[3]), PairT::pack(lo * a[4], lo * a[5]),
-                      PairT::pack(hi * a[6], hi * a[7]));
-        }
+        stmatrix_x4(buf + row_bytes + static_cast<u32>(((2 * q) ^ chunk) << 4), PairT::pack(lo * a[0], lo * a[1]),
+                    PairT::pack(hi * a[2], hi * a[3]), PairT::pack(lo * a[4], lo * a[5]),
+                    PairT::pack(hi * a[6], hi * a[7]));
       }
     }, by_tma, copy);
   }
@@ -239,12 +228,8 @@ struct Sm90Store {
     const float scale_hi = row_scale<Cfg>(p, row0 + fragment_row + 8);
     if constexpr (!kGated && kPlainFast) {
       if (!read_c && !add_bias) {
-        const float lo = p.alpha * scale_lo, hi = p.alpha * scale_hi;
-        if (GEMM_SM90_UNIT_ALPHA && !Cfg::kGrouped && lo == 1.f && hi == 1.f) {
-          store_scaled<true>(acc, lo, hi, tma_d, staging, barrier, d_row0, col0, issued, by_tma, copy);
-        } else {
-          store_scaled<false>(acc, lo, hi, tma_d, staging, barrier, d_row0, col0, issued, by_tma, copy);
-        }
+        store_scaled(acc, p.alpha * scale_lo, p.alpha * scale_hi, tma_d, staging, barrier, d_row0, col0, issued,
+                     by_tma, copy);
         return;
       }
     }
