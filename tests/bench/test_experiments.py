@@ -21,3 +21,16 @@ def test_there_are_experiments():
 def test_experiment_imports_and_has_main(name):
     module = importlib.import_module(f"bench.experiments.{name}")
     assert callable(getattr(module, "main", None)), f"bench/experiments/{name}.py has no main()"
+
+
+def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
+    """bench/experiments/wgmma_rate.py's probe kernels, both operand forms (no GPU needed)."""
+    from bench.experiments.wgmma_rate import compile_probes
+    from gemm_runtime.compiler import CompileError
+
+    try:
+        built = compile_probes([(64, True, 64, 2), (256, True, 0, 1), (128, False, 0, 2)])
+    except CompileError as err:
+        pytest.fail(str(err))
+    for cfg, result in built:
+        assert result.cubin and result.spill_stores == result.spill_loads == 0, (cfg, result.log)

@@ -1,0 +1,163 @@
+"""Experiment: what a consumer warpgroup can do beside its wgmma, per token width. A probe
+kernel (one CTA per SM, no producer, no global traffic) runs the quantized family's
+consumer loop with everything but the arithmetic taken out: per K tile of 64, four
+m64nNk16 wgmma (A from registers as kernel_sm90_quant.cuh issues them, or both operands
+from shared memory as kernel_sm90.cuh does), one group kept in flight, and between
+commit and wait `alu` independent LOP3s per thread on the other register set (the
+dequantization's budget: kernel_sm90_quant.cuh spends about 110 instructions per thread
+and K tile). It reports the clocks per K tile and the rate in TFLOP/s of the whole GPU:
+
+    python -m bench.experiments.wgmma_rate [--tokens 64 128 256] [--alu 0 32 64 128 192] [--warpgroups 1 2]
+
+Where the clocks per K tile stay at the wgmma's own with `alu` instructions beside
+them, dequantization of that cost is hidden; where they grow, it is not. The fifth
+session's variants put the 64-token tile's K loop at about 800 clocks where its wgmma
+need 256 (docs/NOTES.md): this says whether the instruction form or the loop is why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from codegen.render import INCLUDE_DIR
+from gemm_runtime import cuda_driver
+from gemm_runtime.compiler import compile_cubin
+
+K_TILE = 64
+SOURCE = r"""
+#include "gemm/sm90/ptx_sm90.cuh"
+using namespace gemm;
+
+// A K tile's worth of `alu` LOP3s on `a` that leave it as it was (x ^ c ^ c), issued
+// as independent chains of four so that they are not one dependent string.
+template <int kAlu>
+__device__ __forceinline__ void busy(u32 (&a)[2][2][4], u32 c) {
+#pragma unroll
+  for (int i = 0; i < kAlu; ++i) {
+    u32& x = a[(i / 8) % 2][(i / 4) % 2][i % 4];
+    asm volatile("lop3.b32 %0, %0, %1, %1, 0x96;\n" : "+r"(x) : "r"(c));
+  }
+}
+
+template <int N, bool kRegisterA, int kAlu, int kWarpgroups>
+__device__ __forceinline__ void probe(long long* clocks, float* sink, int iters) {
+  extern __shared__ unsigned char smem_raw[];
+  const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  constexpr int kBytesB = N * 64 * 2, kBytesA = 64 * 64 * 2;
+  const int wg = threadIdx.x / 128;
+  // Small finite halves (0x2c00 = 1/16 with low bits varying) in B and A.
+  for (int i = threadIdx.x; i < (kBytesB + kWarpgroups * kBytesA) / 4; i += blockDim.x)
+    st_shared(base + 4u * i, 0x2c002c00u | (static_cast<u32>(i) & 0x00ff00ffu));
+  fence_proxy_async_smem();
+  __syncthreads();
+  const u64 desc_b = smem_desc_kmajor_sw128(base);
+  const u64 desc_a = smem_desc_kmajor_sw128(base + kBytesB + wg * kBytesA);
+  u32 a[2][2][2][4];  // [register set][k32 block][k16 step][register], as kernel_sm90_quant.cuh
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[s][k / 2][k % 2][r] = 0x2c002c00u | ((threadIdx.x + 4 * k + r) & 0xffu);
+  float acc[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
+  const u32 c = 0x01000100u * (threadIdx.x & 3u);
+  const long long t0 = clock64();
+  for (int it = 0; it < iters; it += 2) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (kRegisterA) {
+          wgmma_rs<N, MmaF16>(acc, a[s][k / 2][k % 2], smem_desc_advance(desc_b, 32 * k), true);
+        } else {
+          wgmma_ss<N, MmaF16>(acc, smem_desc_advance(desc_a, 32 * k), smem_desc_advance(desc_b, 32 * k), true);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+      wgmma_fence_operand(a[s ^ 1]);
+      busy<kAlu>(a[s ^ 1], c);
+    }
+  }
+  wgmma_wait<0>();
+  wgmma_fence_operand(acc);
+  const long long t1 = clock64();
+  if (threadIdx.x % 128 == 0) clocks[blockIdx.x * kWarpgroups + wg] = t1 - t0;
+  float total = 0.f;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) total += acc[i];
+  if (total == 12345.f) sink[threadIdx.x] = total;  // keeps the sums (never true for these inputs)
+}
+"""
+
+
+def kernel_name(tokens: int, register_a: bool, alu: int, warpgroups: int) -> str:
+    return f"wgmma_rate_n{tokens}_{'rs' if register_a else 'ss'}_alu{alu}_wg{warpgroups}"
+
+
+def instantiation(tokens: int, register_a: bool, alu: int, warpgroups: int) -> str:
+    name = kernel_name(tokens, register_a, alu, warpgroups)
+    return (
+        f'extern "C" __global__ void __launch_bounds__({128 * warpgroups}, 1) {name}(long long* clocks, '
+        f"float* sink, int iters) {{\n  probe<{tokens}, {str(register_a).lower()}, {alu}, {warpgroups}>(clocks, "
+        "sink, iters);\n}\n"
+    )
+
+
+def smem_bytes(tokens: int, warpgroups: int) -> int:
+    return tokens * K_TILE * 2 + warpgroups * 64 * K_TILE * 2 + 1024
+
+
+def compile_probes(configs):
+    """[(config, CompileResult)] for (tokens, register_a, alu, warpgroups) configs."""
+
+    def build(cfg):
+        return cfg, compile_cubin(SOURCE + instantiation(*cfg), name=kernel_name(*cfg), arch=90,
+                                  include_dirs=[INCLUDE_DIR], cache_dir=None, target="sm_90a")  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(build, configs))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", nargs="+", type=int, default=[64, 128, 256], help="wgmma N")
+    ap.add_argument("--alu", nargs="+", type=int, default=[0, 32, 64, 128, 192], help="LOP3s per thread and K tile")
+    ap.add_argument("--warpgroups", nargs="+", type=int, default=[1, 2], help="consumer warpgroups per CTA")
+    ap.add_argument("--iters", type=int, default=4096, help="K tiles per warpgroup (even)")
+    args = ap.parse_args()
+    configs = [(n, True, alu, w) for n in args.tokens for alu in args.alu for w in args.warpgroups]
+    configs += [(n, False, 0, w) for n in args.tokens for w in args.warpgroups]
+    built = compile_probes(configs)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sink = torch.zeros(256, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    print("| tokens (N) | A | LOP3 / K tile | warpgroups | registers | clocks / K tile | TFLOP/s |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for (n, register_a, alu, w), result in built:
+        threads, smem = 128 * w, smem_bytes(n, w)
+        fn = cuda_driver.LoadedFunction(result.cubin, kernel_name(n, register_a, alu, w), smem, threads)
+        clocks = torch.zeros(sms * w, dtype=torch.int64, device="cuda")
+        params = [ctypes.c_void_p(clocks.data_ptr()), ctypes.c_void_p(sink.data_ptr()), ctypes.c_int(args.iters)]
+        pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+        fn.launch((sms, 1, 1), threads, smem, stream, ctypes.addressof(pointers))  # warm-up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn.launch((sms, 1, 1), threads, smem, stream, ctypes.addressof(pointers))
+        end.record()
+        torch.cuda.synchronize()
+        per_tile = clocks.double().median().item() / args.iters
+        flops = 2.0 * 64 * w * n * K_TILE * args.iters * sms
+        print(f"| {n} | {'registers' if register_a else 'shared'} | {alu} | {w} | {result.registers} | "
+              f"{per_tile:.0f} | {flops / start.elapsed_time(end) / 1e9:.0f} |", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
