@@ -96,9 +96,11 @@ struct Sm90Store {
   // store that last used it has read it.
   // The boxes go in rounds of kBuffers (one round where the warpgroup's whole share
   // fits): a round waits until the last round's stores have read their buffers, fills
-  // them all, fences once and meets twice. Per box that is half the fences and barriers
-  // of rotating single boxes (GEMM_SM90_STORE_ROUNDS 0), which measured them and the
-  // waits on single stores at about 1 300 of the 128x256 tile's 2 800-clock epilogue.
+  // them all, fences once and meets twice: per box half the fences and barriers of
+  // rotating single boxes (GEMM_SM90_STORE_ROUNDS 0), and one wait per round. On the
+  // 128x256 tile (four boxes, two buffers) 2 340 against 2 940 clocks of epilogue per
+  // unit (bench/experiments/sm90_trace.py, H200); the kernel's time, at the board's power
+  // cap, did not move.
   // Grouped kernels rotate single boxes still: in rounds their 64x256 tile spilled.
   // `copy(box, buf)`: where the warpgroup's rows end inside the box (a grouped
   // expert's last rows), every thread's part of the staged box goes out by copy_rows
