@@ -112,7 +112,8 @@ def instantiation(tokens: int, register_a: bool, alu: int, warpgroups: int) -> s
 
 
 def smem_bytes(tokens: int, warpgroups: int) -> int:
-    return tokens * K_TILE * 2 + warpgroups * 64 * K_TILE * 2 + 1024
+    """The operands' bytes, and at least 120 KiB: one CTA per SM, as the GEMM kernels run."""
+    return max(tokens * K_TILE * 2 + warpgroups * 64 * K_TILE * 2 + 1024, 120 * 1024)
 
 
 def compile_probes(configs):
