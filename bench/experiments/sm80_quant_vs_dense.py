@@ -1,0 +1,88 @@
+"""Experiment: issue 17's second SM80 target, W4A16 on the SM80 family at M >= 1024 in at
+most 1.1x the time of the family's own fp16 kernel on the same problem. Builds the
+default set's sm80 fp16 kernels, dense and 4-bit (B as N x K), into one build directory
+(no SM90 family, as on an Ampere GPU), then times, per llama3 layer and M, tuned dispatch
+of the packed weight (groups of 128) against tuned dispatch of the fp16 weight, the two
+interleaved, L2 flushed, medians:
+
+    python -m bench.experiments.sm80_quant_vs_dense [--m 1024 4096] [--models llama3-8b llama3-70b]
+
+Prints each problem's two plans, times and the ratio W4 / fp16 (asked: at most 1.1),
+and the median ratio per M.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import yaml
+
+import gemm_runtime.build as build_mod
+from bench.experiments.sm90_variants import subset_manifest
+from bench.quant import describe_choice
+from gemm_runtime import DispatchPolicy, Gemm, Operation
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
+from gemm_runtime.timing import interleaved_medians_ms
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def is_sm80_f16_dense_or_w4(name: str, spec: dict) -> bool:
+    """A non-grouped sm80 kernel of fp16 activations and fp16 output with "nk" B, dense
+    or 4-bit."""
+    return ("_sm80_m16n8k16_af16_bf16_" in name or "_sm80_m16n8k16_af16_bu4_" in name) and "_nk_" in name and \
+        "grouped" not in name and spec["d_type"] == "f16"  # fmt: skip
+
+
+def sm80_build(work: Path) -> Path:
+    """The default set generated under ``work``, its sm80 fp16 dense and W4 kernels built
+    for sm_90: the build directory."""
+    subprocess.run([sys.executable, "-m", "codegen", "--out", str(work / "all")], check=True, cwd=ROOT)
+    subset_manifest(work / "all", work / "gen", is_sm80_f16_dense_or_w4)
+    build_mod.build(work / "gen", work / "build", archs=[90], progress=False)
+    return work / "build"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
+    ap.add_argument("--m", nargs="+", type=int, default=[1024, 4096])
+    args = ap.parse_args()
+    gemm = Gemm(build_dir=sm80_build(Path(tempfile.mkdtemp(prefix="sm80_quant_vs_dense_"))))
+    models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    tuned = Operation(dispatch=DispatchPolicy.MEASURE)
+    ratios: dict[int, list[float]] = {}
+    print("| layer | M | N | K | W4 plan | fp16 plan | W4 µs | fp16 µs | W4 / fp16 |")
+    print("|---|---:|---:|---:|---|---|---:|---:|---:|")
+    for model in args.models:
+        for layer, (n, k) in models[model].items():
+            w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
+            packed = pack_for_gemm(quantize(w, bits=4, group_size=128))
+            for m in args.m:
+                a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+                out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+                before = {key for key, _ in gemm.cache.entries()}
+                gemm.matmul(a, packed, out=out, operation=tuned)
+                w4_plan = describe_choice(gemm, before)
+                before = {key for key, _ in gemm.cache.entries()}
+                gemm.matmul(a, w.t(), out=out, operation=tuned)
+                fp16_plan = describe_choice(gemm, before)
+                t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),
+                                                   lambda: gemm.matmul(a, w.t(), out=out)])  # fmt: skip
+                ratios.setdefault(m, []).append(t_q / t_h)
+                print(f"| {model} {layer} | {m} | {n} | {k} | {w4_plan} | {fp16_plan} | {t_q * 1e3:.1f} | "
+                      f"{t_h * 1e3:.1f} | {t_q / t_h:.2f} |", flush=True)  # fmt: skip
+    for m, r in ratios.items():
+        print(f"- M = {m}: median W4 / fp16 time {statistics.median(r):.2f} (min {min(r):.2f}, max {max(r):.2f}) "
+              f"over {len(r)} layers; asked: at most 1.1")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
