@@ -43,12 +43,18 @@ __device__ __forceinline__ void busy(u32 (&a)[2][2][4], u32 c) {
   }
 }
 
-template <int N, bool kRegisterA, int kAlu, int kWarpgroups>
+template <int N, bool kRegisterA, int kAlu, int kWarpgroups, bool kHandshake>
 __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   constexpr int kBytesB = N * 64 * 2, kBytesA = 64 * 64 * 2;
   const int wg = threadIdx.x / 128;
+  // kHandshake: per K tile, as the GEMM consumers wait for a full stage and release it,
+  // each warp's lane 0 arrives on its warpgroup's mbarrier and the warpgroup waits for
+  // the phase to complete.
+  __shared__ u64 handshake[kWarpgroups];
+  if (kHandshake && threadIdx.x < kWarpgroups) mbar_init(smem_addr(&handshake[threadIdx.x]), 4);
+  if (kHandshake) fence_mbarrier_init();
   // Small finite halves (0x2c00 = 1/16 with low bits varying) in B and A.
   for (int i = threadIdx.x; i < (kBytesB + kWarpgroups * kBytesA) / 4; i += blockDim.x)
     st_shared(base + 4u * i, 0x2c002c00u | (static_cast<u32>(i) & 0x00ff00ffu));
@@ -83,6 +89,11 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters)
       wgmma_commit();
       wgmma_wait<1>();
       wgmma_fence_operand(a[s ^ 1]);
+      if constexpr (kHandshake) {
+        const u32 bar = smem_addr(&handshake[wg]);
+        if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+        mbar_wait(bar, static_cast<u32>(it + s) & 1u);
+      }
       busy<kAlu>(a[s ^ 1], c);
     }
   }
@@ -98,16 +109,16 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters)
 """
 
 
-def kernel_name(tokens: int, register_a: bool, alu: int, warpgroups: int) -> str:
-    return f"wgmma_rate_n{tokens}_{'rs' if register_a else 'ss'}_alu{alu}_wg{warpgroups}"
+def kernel_name(tokens: int, register_a: bool, alu: int, warpgroups: int, handshake: bool = False) -> str:
+    return f"wgmma_rate_n{tokens}_{'rs' if register_a else 'ss'}_alu{alu}_wg{warpgroups}" + ("_hs" if handshake else "")
 
 
-def instantiation(tokens: int, register_a: bool, alu: int, warpgroups: int) -> str:
-    name = kernel_name(tokens, register_a, alu, warpgroups)
+def instantiation(tokens: int, register_a: bool, alu: int, warpgroups: int, handshake: bool = False) -> str:
+    name = kernel_name(tokens, register_a, alu, warpgroups, handshake)
+    flags = f"{tokens}, {str(register_a).lower()}, {alu}, {warpgroups}, {str(handshake).lower()}"
     return (
         f'extern "C" __global__ void __launch_bounds__({128 * warpgroups}, 1) {name}(long long* clocks, '
-        f"float* sink, int iters) {{\n  probe<{tokens}, {str(register_a).lower()}, {alu}, {warpgroups}>(clocks, "
-        "sink, iters);\n}\n"
+        f"float* sink, int iters) {{\n  probe<{flags}>(clocks, sink, iters);\n}}\n"
     )
 
 
@@ -117,7 +128,7 @@ def smem_bytes(tokens: int, warpgroups: int) -> int:
 
 
 def compile_probes(configs):
-    """[(config, CompileResult)] for (tokens, register_a, alu, warpgroups) configs."""
+    """[(config, CompileResult)] for (tokens, register_a, alu, warpgroups, handshake) configs."""
 
     def build(cfg):
         return cfg, compile_cubin(SOURCE + instantiation(*cfg), name=kernel_name(*cfg), arch=90,
@@ -134,17 +145,18 @@ def main() -> None:
     ap.add_argument("--warpgroups", nargs="+", type=int, default=[1, 2], help="consumer warpgroups per CTA")
     ap.add_argument("--iters", type=int, default=4096, help="K tiles per warpgroup (even)")
     args = ap.parse_args()
-    configs = [(n, True, alu, w) for n in args.tokens for alu in args.alu for w in args.warpgroups]
-    configs += [(n, False, 0, w) for n in args.tokens for w in args.warpgroups]
+    configs = [(n, True, alu, w, False) for n in args.tokens for alu in args.alu for w in args.warpgroups]
+    configs += [(n, True, alu, w, True) for n in args.tokens for alu in (0, max(args.alu)) for w in args.warpgroups]
+    configs += [(n, False, 0, w, False) for n in args.tokens for w in args.warpgroups]
     built = compile_probes(configs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sink = torch.zeros(256, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
-    print("| tokens (N) | A | LOP3 / K tile | warpgroups | registers | clocks / K tile | TFLOP/s |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for (n, register_a, alu, w), result in built:
+    print("| tokens (N) | A | LOP3 / K tile | warpgroups | mbarrier per K tile | registers | clocks / K tile | TFLOP/s |")
+    print("|---:|---|---:|---:|---|---:|---:|---:|")
+    for (n, register_a, alu, w, handshake), result in built:
         threads, smem = 128 * w, smem_bytes(n, w)
-        fn = cuda_driver.LoadedFunction(result.cubin, kernel_name(n, register_a, alu, w), smem, threads)
+        fn = cuda_driver.LoadedFunction(result.cubin, kernel_name(n, register_a, alu, w, handshake), smem, threads)
         clocks = torch.zeros(sms * w, dtype=torch.int64, device="cuda")
         params = [ctypes.c_void_p(clocks.data_ptr()), ctypes.c_void_p(sink.data_ptr()), ctypes.c_int(args.iters)]
         pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
@@ -156,7 +168,8 @@ def main() -> None:
         torch.cuda.synchronize()
         per_tile = clocks.double().median().item() / args.iters
         flops = 2.0 * 64 * w * n * K_TILE * args.iters * sms
-        print(f"| {n} | {'registers' if register_a else 'shared'} | {alu} | {w} | {result.registers} | "
+        print(f"| {n} | {'registers' if register_a else 'shared'} | {alu} | {w} | {'yes' if handshake else 'no'} | "
+              f"{result.registers} | "
               f"{per_tile:.0f} | {flops / start.elapsed_time(end) / 1e9:.0f} |", flush=True)  # fmt: skip
 
 

@@ -29,7 +29,7 @@ def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
     from gemm_runtime.compiler import CompileError
 
     try:
-        built = compile_probes([(64, True, 64, 2), (256, True, 0, 1), (128, False, 0, 2)])
+        built = compile_probes([(64, True, 64, 2, False), (256, True, 0, 1, True), (128, False, 0, 2, False)])
     except CompileError as err:
         pytest.fail(str(err))
     for cfg, result in built:
