@@ -23,7 +23,8 @@ from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from tests.sm90_quant_kernel import QuantKernel, launch
 
-TILES = [(64, 128, 8), (64, 64, 8), (128, 128, 6), (128, 64, 8), (256, 128, 4)]  # (tokens, rows, stages)
+# (tokens, rows, stages); 128x192 and 64x256: three and four consumer warpgroups
+TILES = [(64, 128, 8), (64, 64, 8), (128, 128, 6), (128, 64, 8), (256, 128, 4), (128, 192, 6), (64, 256, 8)]
 SMS = 132
 
 

@@ -3,7 +3,8 @@ product D^T = W . X^T with the dequantized weights as the register A operand
 (templates/include/gemm/sm90/kernel_sm90_quant.cuh).
 
 A kernel's ``cta`` is (tokens, weight rows, 64) of D: cta M, the tokens per CTA, is
-wgmma's N (8 to 256, a power of two; 8 to 32 for decode); cta N, the weight rows, is 64 per consumer warpgroup (one or two).
+wgmma's N (8 to 256, a power of two; 8 to 32 for decode); cta N, the weight rows, is 64
+per consumer warpgroup (one to four; three take at most 128 tokens, four 64).
 ``warps`` are the consumer warps, [1, cta N / 16, 1]; a producer warpgroup comes on top.
 The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
 packed once runs on either family.
@@ -28,7 +29,27 @@ if TYPE_CHECKING:
 
 CTA_K = 64
 TOKENS = (8, 16, 32, 64, 128, 256)  # cta M: the wgmma_rs widths implemented
-ROWS = (64, 128)  # cta N: 64 weight rows per consumer warpgroup
+ROWS = (64, 128, 192, 256)  # cta N: 64 weight rows per consumer warpgroup
+PRODUCER_REGS = 40  # Sm90QuantConfig::kProducerRegs
+# Registers a consumer thread needs beside its tokens / 2 accumulators: two K tiles' A
+# registers (32) and about 40 for addresses, scales, zeros and the loop's state.
+CONSUMER_REGS_BESIDE_ACC = 72
+
+
+def consumer_registers(consumers: int) -> int:
+    """Sm90QuantConfig::kConsumerRegs: at one CTA per SM the producer warpgroup gives back
+    down to PRODUCER_REGS and the consumers share the rest, in multiples of 8 (setmaxnreg);
+    one consumer keeps the 255 its launch bounds allow."""
+    if consumers < 2:
+        return 255
+    return (65536 - 128 * PRODUCER_REGS) // (128 * consumers) // 8 * 8
+
+
+def max_tokens(consumers: int) -> int:
+    """The most tokens (a power of two) whose accumulators fit a consumer thread beside
+    the rest: 256 for one or two consumer warpgroups, 128 for three, 64 for four."""
+    room = consumer_registers(consumers) - CONSUMER_REGS_BESIDE_ACC
+    return max(t for t in TOKENS if t // 2 <= room)
 V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
 STAGED_PAD = 4  # floats beyond the weight rows per staged row of D (kStagedPitch)
 SMEM_LIMIT = 227 * 1024  # Sm90QuantConfig::kSmemLimit: both forms' ring, staging and buffers
@@ -80,6 +101,10 @@ class Sm90QuantFamily(MainloopFamily):
         consumer_warps, why = self.consumer_warps(n)
         if tuple(warps) != (1, consumer_warps, 1):
             return "warps", f"[1, {consumer_warps}, 1] for cta N {n}: {why}"
+        most = m if self.shared_b else max_tokens(consumer_warps // 4)
+        if m > most:
+            return "cta", (f"at most {most} tokens (cta M) with {n} weight rows: {consumer_warps // 4} consumer "
+                           f"warpgroups share the registers, and a thread holds tokens / 2 accumulators")  # fmt: skip
         if not 2 <= stages <= 8:
             return "stages", "2 to 8"
         return super().tile_error(cta, warps, stages, cluster)

@@ -53,7 +53,9 @@ def test_the_yaml_loads_into_the_default_set() -> None:
         ({"cta": [64, 128, 128], "warps": [1, 8, 1], "stages": 4}, "cta", "a K of 64"),
         ({"cta": [24, 128, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "tokens per CTA"),
         ({"cta": [512, 128, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "tokens per CTA"),
-        ({"cta": [64, 256, 64], "warps": [1, 16, 1], "stages": 4}, "cta", "64 per consumer warpgroup"),
+        ({"cta": [64, 320, 64], "warps": [1, 20, 1], "stages": 4}, "cta", "64 per consumer warpgroup"),
+        ({"cta": [128, 256, 64], "warps": [1, 16, 1], "stages": 4}, "cta", "at most 64 tokens"),
+        ({"cta": [256, 192, 64], "warps": [1, 12, 1], "stages": 4}, "cta", "at most 128 tokens"),
         ({"cta": [64, 128, 64], "warps": [4, 1, 1], "stages": 4}, "warps", "[1, 8, 1]"),
         ({"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 9}, "stages", "an integer <= 8"),
     ],
@@ -142,7 +144,7 @@ def test_the_box_sizes_the_kernel_expects_are_the_hosts() -> None:
         assert SM90Q.tensor_maps(spec, key)[0].box_rows == rows
 
 
-@pytest.mark.parametrize("tokens, rows", [(64, 128), (128, 128), (256, 128), (128, 64)])
+@pytest.mark.parametrize("tokens, rows", [(64, 128), (128, 128), (256, 128), (128, 64), (128, 192), (64, 256)])
 def test_the_staged_epilogue_covers_the_tile_without_bank_conflicts(tokens: int, rows: int) -> None:
     """StagedTransposedTile (kernel_sm90_quant.cuh), emulated from the header's index
     rules: the consumers' D^T fragments land on every (token, weight row) of the tile
@@ -331,3 +333,19 @@ def test_smem_kernels_compile(dtype: str, bits: int) -> None:
         assert ok, log
         rep = report(log, spec.name)
         assert rep["spill_stores"] == rep["spill_loads"] == 0, log
+
+
+def test_consumer_registers_mirror_the_header_and_fit_the_register_file() -> None:
+    """Three and four consumer warpgroups share the SM's registers after the producer's
+    setmaxnreg.dec: the header's formula and the family's agree, every split fits 64 K
+    registers, and the tokens the tile rules allow leave the accumulators room."""
+    from codegen.families.sm90_quant import PRODUCER_REGS, consumer_registers, max_tokens
+    from codegen.render import INCLUDE_DIR
+
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    assert "(65536 - 128 * kProducerRegs) / kConsumerThreads / 8 * 8" in header
+    assert f"kProducerRegs = {PRODUCER_REGS};" in header
+    assert [consumer_registers(c) for c in (2, 3, 4)] == [232, 152, 112]
+    assert [max_tokens(c) for c in (1, 2, 3, 4)] == [256, 256, 128, 64]
+    for c in (2, 3, 4):
+        assert 128 * PRODUCER_REGS + 128 * c * consumer_registers(c) <= 65536

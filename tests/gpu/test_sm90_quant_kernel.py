@@ -24,11 +24,13 @@ TOLERANCE = {"f16": (1e-3, 2e-3), "bf16": (6e-3, 1e-2)}  # as tests/gpu/test_qua
 PAD = 8
 SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4096, 7392), (300, 200, 520)]
 # (tokens, weight rows, stages, form): the register-A tiles of the YAML and more (the
-# decode widths of 8, 16 and 32 tokens among them), and the shared-B form's ("smem",
+# decode widths of 8, 16 and 32 tokens among them; three and four consumer warpgroups:
+# 128x192, 64x256), and the shared-B form's ("smem",
 # codegen/families/sm90_quant.py: experimental), with three and two buffers of
 # dequantized weights.
 TILES = [(64, 128, 8, ""), (128, 128, 6, ""), (256, 128, 4, ""), (64, 64, 8, ""), (128, 64, 4, ""),
          (8, 64, 8, ""), (8, 128, 8, ""), (16, 64, 8, ""), (16, 128, 8, ""), (32, 128, 8, ""),
+         (128, 192, 6, ""), (64, 256, 8, ""),
          (64, 256, 6, "smem"), (128, 256, 4, "smem"), (64, 128, 4, "smem")]  # fmt: skip
 
 

@@ -134,9 +134,12 @@ struct Sm90QuantConfig {
           ? (kStagedOffset + kStagedBytes + kStageBytes - 1) / kStageBytes
           : kStages;
   __host__ __device__ static constexpr bool staged_stage(int s) { return s >= kStagedStageBegin && s < kStagedStageEnd; }
-  static constexpr bool kMoveRegisters = kConsumers == 2;
+  // Registers: at one CTA per SM the producer gives back down to 40 and the consumers
+  // share the rest, in multiples of 8 (two: 232, three: 152, four: 112). One consumer
+  // (256 threads) keeps what the launch bounds give: no exchange.
+  static constexpr bool kMoveRegisters = kConsumers >= 2;
   static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  static constexpr int kConsumerRegs = kMoveRegisters ? (65536 - 128 * kProducerRegs) / kConsumerThreads / 8 * 8 : 0;
   // Bytes of X a stage receives: the tile's tokens, or for an M below them M rounded up
   // to 8 (the host encodes X's box so: codegen/families/sm90_quant.py, a_box_rows; the
   // rows beyond stay stale and feed only accumulators of tokens no store reads).
@@ -144,9 +147,13 @@ struct Sm90QuantConfig {
 
   static_assert(sizeof(typename TA::Storage) == 2, "wgmma f16/bf16 operands are 16-bit");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
-  static_assert(kSharedB ? (kRows == 128 || kRows == 256) : (kRows == 64 || kRows == 128),
-                "register A: 64 weight rows per consumer warpgroup, one or two of them; shared B: 128 or 256 "
+  static_assert(kSharedB ? (kRows == 128 || kRows == 256) : (kRows % 64 == 0 && kRows >= 64 && kRows <= 256),
+                "register A: 64 weight rows per consumer warpgroup, one to four of them; shared B: 128 or 256 "
                 "rows over two");
+  // A consumer thread holds kTokens / 2 accumulators and two K tiles' A registers (32):
+  // three consumers' 152 registers take 128 tokens, four consumers' 112 take 64.
+  static_assert(kSharedB || kConsumers <= 2 || kTokens <= (kConsumers == 3 ? 128 : 64),
+                "register A with three consumer warpgroups takes up to 128 tokens, with four up to 64");
   static_assert(kSharedB ? (kTokens == 64 || kTokens == 128)
                          : (kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 ||
                             kTokens == 256),
