@@ -38,11 +38,20 @@ CONSUMER_REGS_BESIDE_ACC = 72
 
 def consumer_registers(consumers: int) -> int:
     """Sm90QuantConfig::kConsumerRegs: at one CTA per SM the producer warpgroup gives back
-    down to PRODUCER_REGS and the consumers share the rest, in multiples of 8 (setmaxnreg);
-    one consumer keeps the 255 its launch bounds allow."""
+    down to PRODUCER_REGS and the consumers share what it gave, in multiples of 8
+    (setmaxnreg); one consumer keeps the 255 its launch bounds allow. setmaxnreg.inc
+    draws on the CTA's launch allocation only (launch_registers a thread), never on the
+    rest of the register file: a larger request never returns."""
     if consumers < 2:
         return 255
-    return (65536 - 128 * PRODUCER_REGS) // (128 * consumers) // 8 * 8
+    threads = 128 * (consumers + 1)
+    return (launch_registers(threads) * threads - 128 * PRODUCER_REGS) // (128 * consumers) // 8 * 8
+
+
+def launch_registers(threads: int) -> int:
+    """Sm90QuantConfig::kLaunchRegs: the registers a thread launches with under
+    __launch_bounds__(threads, 1), which ptxas assigns a kernel that uses setmaxnreg."""
+    return 65536 // threads // 8 * 8
 
 
 def max_tokens(consumers: int) -> int:

@@ -135,11 +135,17 @@ struct Sm90QuantConfig {
           : kStages;
   __host__ __device__ static constexpr bool staged_stage(int s) { return s >= kStagedStageBegin && s < kStagedStageEnd; }
   // Registers: at one CTA per SM the producer gives back down to 40 and the consumers
-  // share the rest, in multiples of 8 (two: 232, three: 152, four: 112). One consumer
-  // (256 threads) keeps what the launch bounds give: no exchange.
+  // share what it gave, in multiples of 8. setmaxnreg.inc draws only on the CTA's own
+  // launch allocation (kLaunchRegs a thread, what __launch_bounds__(kThreads, 1) allows
+  // and ptxas assigns a setmaxnreg kernel), not on the whole register file: asking for
+  // more waits forever (640 threads launch with 96, so four consumers get 104, not 112).
+  // Two: 232, three: 152, four: 104. One consumer (256 threads) keeps what the launch
+  // bounds give: no exchange.
   static constexpr bool kMoveRegisters = kConsumers >= 2;
   static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kMoveRegisters ? (65536 - 128 * kProducerRegs) / kConsumerThreads / 8 * 8 : 0;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kConsumerRegs =
+      kMoveRegisters ? (kLaunchRegs * kThreads - 128 * kProducerRegs) / kConsumerThreads / 8 * 8 : 0;
   // Bytes of X a stage receives: the tile's tokens, or for an M below them M rounded up
   // to 8 (the host encodes X's box so: codegen/families/sm90_quant.py, a_box_rows; the
   // rows beyond stay stale and feed only accumulators of tokens no store reads).
@@ -151,7 +157,7 @@ struct Sm90QuantConfig {
                 "register A: 64 weight rows per consumer warpgroup, one to four of them; shared B: 128 or 256 "
                 "rows over two");
   // A consumer thread holds kTokens / 2 accumulators and two K tiles' A registers (32):
-  // three consumers' 152 registers take 128 tokens, four consumers' 112 take 64.
+  // three consumers' 152 registers take 128 tokens, four consumers' 104 take 64.
   static_assert(kSharedB || kConsumers <= 2 || kTokens <= (kConsumers == 3 ? 128 : 64),
                 "register A with three consumer warpgroups takes up to 128 tokens, with four up to 64");
   static_assert(kSharedB ? (kTokens == 64 || kTokens == 128)
