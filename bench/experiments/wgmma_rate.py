@@ -3,11 +3,14 @@ kernel (one CTA per SM, no producer, no global traffic) runs the quantized famil
 consumer loop with everything but the arithmetic taken out: per K tile of 64, four
 m64nNk16 wgmma (A from registers as kernel_sm90_quant.cuh issues them, or both operands
 from shared memory as kernel_sm90.cuh does), one group kept in flight, and between
-commit and wait `alu` independent LOP3s per thread on the other register set (the
-dequantization's budget: kernel_sm90_quant.cuh spends about 110 instructions per thread
-and K tile). It reports the clocks per K tile and the rate in TFLOP/s of the whole GPU:
+commit and wait `alu` independent instructions per thread on the other register set
+(the dequantization's budget: kernel_sm90_quant.cuh spends about 110 instructions per
+thread and K tile): LOP3s (the integer pipe, 16 lanes a clock per scheduler) or HFMA2s
+(the FP pipe), beside either operand form. It reports the clocks per K tile and the rate
+in TFLOP/s of the whole GPU:
 
     python -m bench.experiments.wgmma_rate [--tokens 64 128 256] [--alu 0 32 64 128 192] [--warpgroups 1 2]
+        [--ops lop3 hfma2] [--forms registers shared]
 
 Where the clocks per K tile stay at the wgmma's own with `alu` instructions beside
 them, dequantization of that cost is hidden; where they grow, it is not. The fifth
@@ -32,18 +35,24 @@ SOURCE = r"""
 #include "gemm/sm90/ptx_sm90.cuh"
 using namespace gemm;
 
-// A K tile's worth of `alu` LOP3s on `a` that leave it as it was (x ^ c ^ c), issued
-// as independent chains of four so that they are not one dependent string.
-template <int kAlu>
+// A K tile's worth of `alu` instructions on `a` that leave it as it was, issued as
+// independent chains of four so that they are not one dependent string: LOP3 (x ^ c ^ c,
+// kHfma false) or HFMA2 (x * 1 + 0).
+template <int kAlu, bool kHfma>
 __device__ __forceinline__ void busy(u32 (&a)[2][2][4], u32 c) {
+  const u32 one = 0x3c003c00u, zero = 0u;
 #pragma unroll
   for (int i = 0; i < kAlu; ++i) {
     u32& x = a[(i / 8) % 2][(i / 4) % 2][i % 4];
-    asm volatile("lop3.b32 %0, %0, %1, %1, 0x96;\n" : "+r"(x) : "r"(c));
+    if constexpr (kHfma) {
+      asm volatile("fma.rn.f16x2 %0, %0, %1, %2;\n" : "+r"(x) : "r"(one), "r"(zero));
+    } else {
+      asm volatile("lop3.b32 %0, %0, %1, %1, 0x96;\n" : "+r"(x) : "r"(c));
+    }
   }
 }
 
-template <int N, bool kRegisterA, int kAlu, int kWarpgroups, bool kHandshake>
+template <int N, bool kRegisterA, int kAlu, int kWarpgroups, bool kHandshake, bool kHfma>
 __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -94,7 +103,7 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters)
         if (threadIdx.x % 32 == 0) mbar_arrive(bar);
         mbar_wait(bar, static_cast<u32>(it + s) & 1u);
       }
-      busy<kAlu>(a[s ^ 1], c);
+      busy<kAlu, kHfma>(a[s ^ 1], c);
     }
   }
   wgmma_wait<0>();
@@ -109,13 +118,22 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters)
 """
 
 
-def kernel_name(tokens: int, register_a: bool, alu: int, warpgroups: int, handshake: bool = False) -> str:
-    return f"wgmma_rate_n{tokens}_{'rs' if register_a else 'ss'}_alu{alu}_wg{warpgroups}" + ("_hs" if handshake else "")
+OPS = ("lop3", "hfma2")
 
 
-def instantiation(tokens: int, register_a: bool, alu: int, warpgroups: int, handshake: bool = False) -> str:
-    name = kernel_name(tokens, register_a, alu, warpgroups, handshake)
-    flags = f"{tokens}, {str(register_a).lower()}, {alu}, {warpgroups}, {str(handshake).lower()}"
+def kernel_name(tokens: int, register_a: bool, alu: int, warpgroups: int, handshake: bool = False,
+                op: str = "lop3") -> str:  # fmt: skip
+    return (f"wgmma_rate_n{tokens}_{'rs' if register_a else 'ss'}_{op}{alu}_wg{warpgroups}"
+            + ("_hs" if handshake else ""))  # fmt: skip
+
+
+def instantiation(tokens: int, register_a: bool, alu: int, warpgroups: int, handshake: bool = False,
+                  op: str = "lop3") -> str:  # fmt: skip
+    if op not in OPS:
+        raise ValueError(f"op: got {op!r}, accepted: {', '.join(OPS)}")
+    name = kernel_name(tokens, register_a, alu, warpgroups, handshake, op)
+    flags = f"{tokens}, {str(register_a).lower()}, {alu}, {warpgroups}, {str(handshake).lower()}, " \
+            f"{str(op == 'hfma2').lower()}"
     return (
         f'extern "C" __global__ void __launch_bounds__({128 * warpgroups}, 1) {name}(long long* clocks, '
         f"float* sink, int iters) {{\n  probe<{flags}>(clocks, sink, iters);\n}}\n"
@@ -128,7 +146,7 @@ def smem_bytes(tokens: int, warpgroups: int) -> int:
 
 
 def compile_probes(configs):
-    """[(config, CompileResult)] for (tokens, register_a, alu, warpgroups, handshake) configs."""
+    """[(config, CompileResult)] for (tokens, register_a, alu, warpgroups, handshake, op) configs."""
 
     def build(cfg):
         return cfg, compile_cubin(SOURCE + instantiation(*cfg), name=kernel_name(*cfg), arch=90,
@@ -144,19 +162,26 @@ def main() -> None:
     ap.add_argument("--alu", nargs="+", type=int, default=[0, 32, 64, 128, 192], help="LOP3s per thread and K tile")
     ap.add_argument("--warpgroups", nargs="+", type=int, default=[1, 2], help="consumer warpgroups per CTA")
     ap.add_argument("--iters", type=int, default=4096, help="K tiles per warpgroup (even)")
+    ap.add_argument("--ops", nargs="+", choices=OPS, default=["lop3"], help="the instruction beside the wgmma")
+    ap.add_argument("--forms", nargs="+", choices=("registers", "shared"), default=["registers", "shared"],
+                    help="where A comes from")  # fmt: skip
+    ap.add_argument("--handshake", action="store_true", help="also the per-K-tile mbarrier round")
     args = ap.parse_args()
-    configs = [(n, True, alu, w, False) for n in args.tokens for alu in args.alu for w in args.warpgroups]
-    configs += [(n, True, alu, w, True) for n in args.tokens for alu in (0, max(args.alu)) for w in args.warpgroups]
-    configs += [(n, False, 0, w, False) for n in args.tokens for w in args.warpgroups]
+    configs = [(n, form == "registers", alu, w, False, op) for form in args.forms for op in args.ops
+               for n in args.tokens for alu in args.alu for w in args.warpgroups]  # fmt: skip
+    if args.handshake:
+        configs += [(n, True, alu, w, True, op) for op in args.ops for n in args.tokens for alu in (0, max(args.alu))
+                    for w in args.warpgroups]  # fmt: skip
     built = compile_probes(configs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sink = torch.zeros(256, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
-    print("| tokens (N) | A | LOP3 / K tile | warpgroups | mbarrier per K tile | registers | clocks / K tile | TFLOP/s |")
-    print("|---:|---|---:|---:|---|---:|---:|---:|")
-    for (n, register_a, alu, w, handshake), result in built:
+    print("| tokens (N) | A | op | per thread / K tile | warpgroups | mbarrier per K tile | registers | "
+          "clocks / K tile | TFLOP/s |")  # fmt: skip
+    print("|---:|---|---|---:|---:|---|---:|---:|---:|")
+    for (n, register_a, alu, w, handshake, op), result in built:
         threads, smem = 128 * w, smem_bytes(n, w)
-        fn = cuda_driver.LoadedFunction(result.cubin, kernel_name(n, register_a, alu, w, handshake), smem, threads)
+        fn = cuda_driver.LoadedFunction(result.cubin, kernel_name(n, register_a, alu, w, handshake, op), smem, threads)
         clocks = torch.zeros(sms * w, dtype=torch.int64, device="cuda")
         params = [ctypes.c_void_p(clocks.data_ptr()), ctypes.c_void_p(sink.data_ptr()), ctypes.c_int(args.iters)]
         pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
@@ -168,7 +193,7 @@ def main() -> None:
         torch.cuda.synchronize()
         per_tile = clocks.double().median().item() / args.iters
         flops = 2.0 * 64 * w * n * K_TILE * args.iters * sms
-        print(f"| {n} | {'registers' if register_a else 'shared'} | {alu} | {w} | {'yes' if handshake else 'no'} | "
+        print(f"| {n} | {'registers' if register_a else 'shared'} | {op} | {alu} | {w} | {'yes' if handshake else 'no'} | "
               f"{result.registers} | "
               f"{per_tile:.0f} | {flops / start.elapsed_time(end) / 1e9:.0f} |", flush=True)  # fmt: skip
 

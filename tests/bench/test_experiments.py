@@ -24,13 +24,17 @@ def test_experiment_imports_and_has_main(name):
 
 
 def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
-    """bench/experiments/wgmma_rate.py's probe kernels, both operand forms (no GPU needed)."""
+    """bench/experiments/wgmma_rate.py's probe kernels, both operand forms and both kinds of
+    instruction beside them (no GPU needed)."""
     from bench.experiments.wgmma_rate import compile_probes
     from gemm_runtime.compiler import CompileError
 
     try:
-        built = compile_probes([(64, True, 64, 2, False), (256, True, 0, 1, True), (128, False, 0, 2, False)])
+        built = compile_probes([(64, True, 64, 2, False, "lop3"), (256, True, 0, 1, True, "lop3"),
+                                (128, False, 64, 2, False, "hfma2"), (64, True, 32, 1, False, "hfma2")])
     except CompileError as err:
         pytest.fail(str(err))
     for cfg, result in built:
         assert result.cubin and result.spill_stores == result.spill_loads == 0, (cfg, result.log)
+    with pytest.raises(ValueError, match="op: got 'iadd'"):
+        compile_probes([(64, True, 8, 1, False, "iadd")])
