@@ -246,9 +246,13 @@ class Sm90QuantFamily(MainloopFamily):
         N) set how much of a K tile's time goes to the MMAs rather than to dequantizing
         and to the tile's fixed costs. Fitted to the H200 (bench/experiments/
         sm90_quant_tiles.py, W4 and W8, llama3-8b and 70b layers, M = 1 to 4096): about
-        470, 680 and 880 TFLOP/s of MMA time for 64, 128 and 256 tokens."""
+        470, 680 and 880 TFLOP/s of MMA time for 64, 128 and 256 tokens. Each consumer
+        warpgroup beyond two adds 5%: their warps hide more of each other's latency
+        (the 64x256 and 128x192 W4 tiles measured 5-22% faster than the two-consumer
+        tiles of as many tokens on the large layers; fitted so that the pick over the
+        sixteenth session's sweep is within 8.5% of the best timed, 1.0 in the median)."""
         tokens, rows, _ = spec.cta
-        return 2.36 * tokens / (tokens + 110.0)
+        return 2.36 * tokens / (tokens + 110.0) * (1 + 0.05 * max(0, rows // 64 - 2))
 
     def dequant_rate(self, spec: KernelSpec) -> float:
         """The sm80 decode kernels' rate (the default): the same Dequant code, each
