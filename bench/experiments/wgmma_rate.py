@@ -10,7 +10,12 @@ thread and K tile): LOP3s (the integer pipe, 16 lanes a clock per scheduler) or 
 in TFLOP/s of the whole GPU:
 
     python -m bench.experiments.wgmma_rate [--tokens 64 128 256] [--alu 0 32 64 128 192] [--warpgroups 1 2]
-        [--ops lop3 hfma2] [--forms registers shared]
+        [--ops lop3 hfma2] [--forms registers shared] [--blocks 1 2]
+
+--blocks 2 gives each warpgroup two m64 blocks of weight rows (eight wgmma a K tile into
+two accumulator sets), as a consumer of 128 weight rows would run: whether the loop's
+fixed instructions, spread over twice the weights, buy more than the second block's
+accumulators cost.
 
 Where the clocks per K tile stay at the wgmma's own with `alu` instructions beside
 them, dequantization of that cost is hidden; where they grow, it is not. The fifth
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 
@@ -54,11 +60,14 @@ __device__ __forceinline__ void busy(u32 (&a)[2][2][4], u32 c, u32 one, u32 z) {
   }
 }
 
-template <int N, bool kRegisterA, int kAlu, int kWarpgroups, bool kHandshake, bool kHfma>
+// kBlocks: m64 blocks of weight rows per warpgroup (a consumer with 64 x kBlocks rows):
+// per K tile, 4 wgmma into each block's accumulators, in one commit group, and the
+// `alu` instructions split between the blocks' register sets.
+template <int N, bool kRegisterA, int kAlu, int kWarpgroups, bool kHandshake, bool kHfma, int kBlocks>
 __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters, u32 one, u32 z) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  constexpr int kBytesB = N * 64 * 2, kBytesA = 64 * 64 * 2;
+  constexpr int kBytesB = N * 64 * 2, kBytesA = kBlocks * 64 * 64 * 2;
   const int wg = threadIdx.x / 128;
   // kHandshake: per K tile, as the GEMM consumers wait for a full stage and release it,
   // each warp's lane 0 arrives on its warpgroup's mbarrier and the warpgroup waits for
@@ -73,16 +82,20 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters,
   __syncthreads();
   const u64 desc_b = smem_desc_kmajor_sw128(base);
   const u64 desc_a = smem_desc_kmajor_sw128(base + kBytesB + wg * kBytesA);
-  u32 a[2][2][2][4];  // [register set][k32 block][k16 step][register], as kernel_sm90_quant.cuh
+  u32 a[2][kBlocks][2][2][4];  // [register set][block][k32 block][k16 step][register], as kernel_sm90_quant.cuh
 #pragma unroll
   for (int s = 0; s < 2; ++s)
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
+    for (int bl = 0; bl < kBlocks; ++bl)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) a[s][k / 2][k % 2][r] = 0x2c002c00u | ((threadIdx.x + 4 * k + r) & 0xffu);
-  float acc[N / 2];
+      for (int k = 0; k < 4; ++k)
 #pragma unroll
-  for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
+        for (int r = 0; r < 4; ++r) a[s][bl][k / 2][k % 2][r] = 0x2c002c00u | ((threadIdx.x + 4 * k + r + bl) & 0xffu);
+  float acc[kBlocks][N / 2];
+#pragma unroll
+  for (int bl = 0; bl < kBlocks; ++bl)
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) acc[bl][i] = 0.f;
   const u32 c = 0x00010001u * (threadIdx.x & 1u);
   const long long t0 = clock64();
   for (int it = 0; it < iters; it += 2) {
@@ -90,33 +103,41 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters,
     for (int s = 0; s < 2; ++s) {
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if constexpr (kRegisterA) {
-          wgmma_rs<N, MmaF16>(acc, a[s][k / 2][k % 2], smem_desc_advance(desc_b, 32 * k), true);
-        } else {
-          wgmma_ss<N, MmaF16>(acc, smem_desc_advance(desc_a, 32 * k), smem_desc_advance(desc_b, 32 * k), true);
+      for (int bl = 0; bl < kBlocks; ++bl)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if constexpr (kRegisterA) {
+            wgmma_rs<N, MmaF16>(acc[bl], a[s][bl][k / 2][k % 2], smem_desc_advance(desc_b, 32 * k), true);
+          } else {
+            wgmma_ss<N, MmaF16>(acc[bl], smem_desc_advance(desc_a, bl * 64 * 128 + 32 * k),
+                                smem_desc_advance(desc_b, 32 * k), true);
+          }
         }
-      }
       wgmma_commit();
       wgmma_wait<1>();
-      wgmma_fence_operand(a[s ^ 1]);
+#pragma unroll
+      for (int bl = 0; bl < kBlocks; ++bl) wgmma_fence_operand(a[s ^ 1][bl]);
       if constexpr (kHandshake) {
         const u32 bar = smem_addr(&handshake[wg]);
         if (threadIdx.x % 32 == 0) mbar_arrive(bar);
         mbar_wait(bar, static_cast<u32>(it + s) & 1u);
       }
-      busy<kAlu, kHfma>(a[s ^ 1], c, one, z);
+#pragma unroll
+      for (int bl = 0; bl < kBlocks; ++bl) busy<kAlu / kBlocks, kHfma>(a[s ^ 1][bl], c, one, z);
     }
   }
   wgmma_wait<0>();
-  wgmma_fence_operand(acc);
+#pragma unroll
+  for (int bl = 0; bl < kBlocks; ++bl) wgmma_fence_operand(acc[bl]);
   const long long t1 = clock64();
   if (threadIdx.x % 128 == 0) clocks[blockIdx.x * kWarpgroups + wg] = t1 - t0;
   float total = 0.f;
 #pragma unroll
-  for (int i = 0; i < N / 2; ++i) total += acc[i];
+  for (int bl = 0; bl < kBlocks; ++bl)
 #pragma unroll
-  for (int i = 0; i < 32; ++i) total += static_cast<float>((&a[0][0][0][0])[i] & 0xffu);
+    for (int i = 0; i < N / 2; ++i) total += acc[bl][i];
+#pragma unroll
+  for (int i = 0; i < 32 * kBlocks; ++i) total += static_cast<float>((&a[0][0][0][0][0])[i] & 0xffu);
   if (total == 12345.f) sink[threadIdx.x] = total;  // keeps the sums (never true for these inputs)
 }
 """
@@ -125,81 +146,101 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters,
 OPS = ("lop3", "hfma2")
 
 
-def kernel_name(tokens: int, register_a: bool, alu: int, warpgroups: int, handshake: bool = False,
-                op: str = "lop3") -> str:  # fmt: skip
-    return (f"wgmma_rate_n{tokens}_{'rs' if register_a else 'ss'}_{op}{alu}_wg{warpgroups}"
-            + ("_hs" if handshake else ""))  # fmt: skip
+@dataclass(frozen=True)
+class Probe:
+    """One probe kernel: wgmma N (`tokens`), A from registers or shared memory, `alu`
+    instructions (`op`) per thread and K tile beside the wgmma, consumer `warpgroups`,
+    the per-K-tile mbarrier round (`handshake`), m64 weight `blocks` per warpgroup."""
+
+    tokens: int
+    register_a: bool
+    alu: int
+    warpgroups: int
+    handshake: bool = False
+    op: str = "lop3"
+    blocks: int = 1
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"op: got {self.op!r}, accepted: {', '.join(OPS)}")
+        if self.blocks not in (1, 2) or self.alu % self.blocks:
+            raise ValueError(f"blocks: got {self.blocks} (alu {self.alu}), accepted: 1 or 2, dividing alu")
+
+    @property
+    def name(self) -> str:
+        return (f"wgmma_rate_n{self.tokens}_{'rs' if self.register_a else 'ss'}_{self.op}{self.alu}"
+                f"_wg{self.warpgroups}_b{self.blocks}" + ("_hs" if self.handshake else ""))  # fmt: skip
+
+    @property
+    def source(self) -> str:
+        flags = ", ".join([str(self.tokens), str(self.register_a).lower(), str(self.alu), str(self.warpgroups),
+                           str(self.handshake).lower(), str(self.op == "hfma2").lower(), str(self.blocks)])  # fmt: skip
+        return SOURCE + (
+            f'extern "C" __global__ void __launch_bounds__({128 * self.warpgroups}, 1) {self.name}(long long* clocks, '
+            f"float* sink, int iters, unsigned one, unsigned z) {{\n  probe<{flags}>(clocks, sink, iters, one, z);\n}}\n"
+        )
+
+    @property
+    def smem_bytes(self) -> int:
+        """The operands' bytes, and at least 120 KiB: one CTA per SM, as the GEMM kernels run."""
+        operands = self.tokens * K_TILE * 2 + self.warpgroups * self.blocks * 64 * K_TILE * 2 + 1024
+        return max(operands, 120 * 1024)
 
 
-def instantiation(tokens: int, register_a: bool, alu: int, warpgroups: int, handshake: bool = False,
-                  op: str = "lop3") -> str:  # fmt: skip
-    if op not in OPS:
-        raise ValueError(f"op: got {op!r}, accepted: {', '.join(OPS)}")
-    name = kernel_name(tokens, register_a, alu, warpgroups, handshake, op)
-    flags = f"{tokens}, {str(register_a).lower()}, {alu}, {warpgroups}, {str(handshake).lower()}, " \
-            f"{str(op == 'hfma2').lower()}"
-    return (
-        f'extern "C" __global__ void __launch_bounds__({128 * warpgroups}, 1) {name}(long long* clocks, '
-        f"float* sink, int iters, unsigned one, unsigned z) {{\n  probe<{flags}>(clocks, sink, iters, one, z);\n}}\n"
-    )
+def compile_probes(probes):
+    """[(Probe, CompileResult)]."""
 
-
-def smem_bytes(tokens: int, warpgroups: int) -> int:
-    """The operands' bytes, and at least 120 KiB: one CTA per SM, as the GEMM kernels run."""
-    return max(tokens * K_TILE * 2 + warpgroups * 64 * K_TILE * 2 + 1024, 120 * 1024)
-
-
-def compile_probes(configs):
-    """[(config, CompileResult)] for (tokens, register_a, alu, warpgroups, handshake, op) configs."""
-
-    def build(cfg):
-        return cfg, compile_cubin(SOURCE + instantiation(*cfg), name=kernel_name(*cfg), arch=90,
-                                  include_dirs=[INCLUDE_DIR], cache_dir=None, target="sm_90a")  # fmt: skip
+    def build(probe: Probe):
+        return probe, compile_cubin(probe.source, name=probe.name, arch=90, include_dirs=[INCLUDE_DIR], cache_dir=None,
+                                    target="sm_90a")  # fmt: skip
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(build, configs))
+        return list(pool.map(build, probes))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", nargs="+", type=int, default=[64, 128, 256], help="wgmma N")
-    ap.add_argument("--alu", nargs="+", type=int, default=[0, 32, 64, 128, 192], help="LOP3s per thread and K tile")
+    ap.add_argument("--alu", nargs="+", type=int, default=[0, 32, 64, 128, 192], help="instructions per thread and K tile")
     ap.add_argument("--warpgroups", nargs="+", type=int, default=[1, 2], help="consumer warpgroups per CTA")
     ap.add_argument("--iters", type=int, default=4096, help="K tiles per warpgroup (even)")
     ap.add_argument("--ops", nargs="+", choices=OPS, default=["lop3"], help="the instruction beside the wgmma")
     ap.add_argument("--forms", nargs="+", choices=("registers", "shared"), default=["registers", "shared"],
                     help="where A comes from")  # fmt: skip
+    ap.add_argument("--blocks", nargs="+", type=int, choices=(1, 2), default=[1],
+                    help="m64 blocks of weight rows per warpgroup (alu counts both blocks' instructions)")
     ap.add_argument("--handshake", action="store_true", help="also the per-K-tile mbarrier round")
     args = ap.parse_args()
-    configs = [(n, form == "registers", alu, w, False, op) for form in args.forms for op in args.ops
-               for n in args.tokens for alu in args.alu for w in args.warpgroups]  # fmt: skip
+    probes = [Probe(n, form == "registers", alu, w, False, op, b) for form in args.forms for op in args.ops
+              for b in args.blocks for n in args.tokens for alu in args.alu for w in args.warpgroups
+              if alu % b == 0]  # fmt: skip
     if args.handshake:
-        configs += [(n, True, alu, w, True, op) for op in args.ops for n in args.tokens for alu in (0, max(args.alu))
-                    for w in args.warpgroups]  # fmt: skip
-    built = compile_probes(configs)
+        probes += [Probe(n, True, alu, w, True, op) for op in args.ops for n in args.tokens
+                   for alu in (0, max(args.alu)) for w in args.warpgroups]  # fmt: skip
+    built = compile_probes(probes)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sink = torch.zeros(256, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
-    print("| tokens (N) | A | op | per thread / K tile | warpgroups | mbarrier per K tile | registers | "
+    print("| tokens (N) | A | op | per thread / K tile | warpgroups | blocks | mbarrier per K tile | registers | "
           "clocks / K tile | TFLOP/s |")  # fmt: skip
-    print("|---:|---|---|---:|---:|---|---:|---:|---:|")
-    for (n, register_a, alu, w, handshake, op), result in built:
-        threads, smem = 128 * w, smem_bytes(n, w)
-        fn = cuda_driver.LoadedFunction(result.cubin, kernel_name(n, register_a, alu, w, handshake, op), smem, threads)
-        clocks = torch.zeros(sms * w, dtype=torch.int64, device="cuda")
+    print("|---:|---|---|---:|---:|---:|---|---:|---:|---:|")
+    for probe, result in built:
+        threads = 128 * probe.warpgroups
+        fn = cuda_driver.LoadedFunction(result.cubin, probe.name, probe.smem_bytes, threads)
+        clocks = torch.zeros(sms * probe.warpgroups, dtype=torch.int64, device="cuda")
         params = [ctypes.c_void_p(clocks.data_ptr()), ctypes.c_void_p(sink.data_ptr()), ctypes.c_int(args.iters),
                   ctypes.c_uint(0x3C003C00), ctypes.c_uint(0)]  # one (1.0 twice), z: see busy()
         pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
-        fn.launch((sms, 1, 1), threads, smem, stream, ctypes.addressof(pointers))  # warm-up
+        fn.launch((sms, 1, 1), threads, probe.smem_bytes, stream, ctypes.addressof(pointers))  # warm-up
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn.launch((sms, 1, 1), threads, smem, stream, ctypes.addressof(pointers))
+        fn.launch((sms, 1, 1), threads, probe.smem_bytes, stream, ctypes.addressof(pointers))
         end.record()
         torch.cuda.synchronize()
         per_tile = clocks.double().median().item() / args.iters
-        flops = 2.0 * 64 * w * n * K_TILE * args.iters * sms
-        print(f"| {n} | {'registers' if register_a else 'shared'} | {op} | {alu} | {w} | {'yes' if handshake else 'no'} | "
-              f"{result.registers} | "
+        flops = 2.0 * 64 * probe.blocks * probe.warpgroups * probe.tokens * K_TILE * args.iters * sms
+        print(f"| {probe.tokens} | {'registers' if probe.register_a else 'shared'} | {probe.op} | {probe.alu} | "
+              f"{probe.warpgroups} | {probe.blocks} | {'yes' if probe.handshake else 'no'} | {result.registers} | "
               f"{per_tile:.0f} | {flops / start.elapsed_time(end) / 1e9:.0f} |", flush=True)  # fmt: skip
 
 

@@ -24,17 +24,21 @@ def test_experiment_imports_and_has_main(name):
 
 
 def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
-    """bench/experiments/wgmma_rate.py's probe kernels, both operand forms and both kinds of
-    instruction beside them (no GPU needed)."""
-    from bench.experiments.wgmma_rate import compile_probes
+    """bench/experiments/wgmma_rate.py's probe kernels, both operand forms, both kinds of
+    instruction beside them and one or two weight blocks per warpgroup (no GPU needed)."""
+    from bench.experiments.wgmma_rate import Probe, compile_probes
     from gemm_runtime.compiler import CompileError
 
+    probes = [Probe(64, True, 64, 2), Probe(256, True, 0, 1, handshake=True), Probe(128, False, 64, 2, op="hfma2"),
+              Probe(64, True, 32, 1, op="hfma2"), Probe(64, True, 128, 2, blocks=2), Probe(64, False, 64, 1, blocks=2)]
     try:
-        built = compile_probes([(64, True, 64, 2, False, "lop3"), (256, True, 0, 1, True, "lop3"),
-                                (128, False, 64, 2, False, "hfma2"), (64, True, 32, 1, False, "hfma2")])
+        built = compile_probes(probes)
     except CompileError as err:
         pytest.fail(str(err))
-    for cfg, result in built:
-        assert result.cubin and result.spill_stores == result.spill_loads == 0, (cfg, result.log)
+    for probe, result in built:
+        assert result.cubin and result.spill_stores == result.spill_loads == 0, (probe, result.log)
+    assert len({p.name for p in probes}) == len(probes)
     with pytest.raises(ValueError, match="op: got 'iadd'"):
-        compile_probes([(64, True, 8, 1, False, "iadd")])
+        Probe(64, True, 8, 1, op="iadd")
+    with pytest.raises(ValueError, match="blocks: got 3"):
+        Probe(64, True, 8, 1, blocks=3)
