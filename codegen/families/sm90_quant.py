@@ -252,7 +252,8 @@ class Sm90QuantFamily(MainloopFamily):
         tiles of as many tokens on the large layers; fitted so that the pick over the
         sixteenth session's sweep is within 8.5% of the best timed, 1.0 in the median)."""
         tokens, rows, _ = spec.cta
-        return 2.36 * tokens / (tokens + 110.0) * (1 + 0.05 * max(0, rows // 64 - 2))
+        consumers = spec.warps[1] // 4  # the consumer warpgroups (four warps each)
+        return 2.36 * tokens / (tokens + 110.0) * (1 + 0.05 * max(0, consumers - 2))
 
     def dequant_rate(self, spec: KernelSpec) -> float:
         """The sm80 decode kernels' rate (the default): the same Dequant code, each
