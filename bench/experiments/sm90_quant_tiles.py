@@ -23,9 +23,16 @@ from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from tests.sm90_quant_kernel import QuantKernel, launch
 
-# (tokens, rows, stages); 128x192 and 64x256: three and four consumer warpgroups
-TILES = [(64, 128, 8), (64, 64, 8), (128, 128, 6), (128, 64, 8), (256, 128, 4), (128, 192, 6), (64, 256, 8)]
+# (tokens, rows, stages[, blocks]); 128x192 and 64x256: three and four consumer warpgroups;
+# blocks 2: two m64 blocks of weight rows per consumer warpgroup (half the warps)
+TILES = [(64, 128, 8), (64, 64, 8), (128, 128, 6), (128, 64, 8), (256, 128, 4), (128, 192, 6), (64, 256, 8),
+         (64, 256, 8, 2), (64, 128, 8, 2)]  # fmt: skip
 SMS = 132
+
+
+def label(tile) -> str:
+    """64x256s8, or 64x256s8b2 for two blocks per consumer."""
+    return f"{tile[0]}x{tile[1]}s{tile[2]}" + (f"b{tile[3]}" if len(tile) > 3 and tile[3] > 1 else "")
 
 
 def candidates(m: int, n: int, k: int) -> list[tuple[tuple[int, int, int], int]]:
@@ -33,7 +40,7 @@ def candidates(m: int, n: int, k: int) -> list[tuple[tuple[int, int, int], int]]
     counts that bring the grid up to at most two CTAs per SM."""
     out = []
     for tile in TILES:
-        tokens, rows, _ = tile
+        tokens, rows = tile[:2]
         if tokens > 64 and tokens // 2 >= m:
             continue
         ctas = -(-m // tokens) * -(-n // rows)
@@ -48,10 +55,11 @@ def main() -> None:
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 64, 128, 256, 1024, 4096])
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
-    ap.add_argument("--tiles", nargs="+", help="tokens x rows s stages, e.g. 128x64s4 (default: TILES)")
+    ap.add_argument("--tiles", nargs="+",
+                    help="tokens x rows s stages [b blocks], e.g. 128x64s4 or 64x256s8b2 (default: TILES)")
     args = ap.parse_args()
     if args.tiles:
-        TILES[:] = [tuple(int(v) for v in t.replace("s", "x").split("x")) for t in args.tiles]
+        TILES[:] = [tuple(int(v) for v in t.replace("s", "x").replace("b", "x").split("x")) for t in args.tiles]
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     gemm = Gemm()
     for bits in args.bits:
@@ -68,7 +76,7 @@ def main() -> None:
                     ours = median_ms(lambda: gemm.matmul(x, packed, out=d)) * 1e3
                     times = []
                     for tile, splits in candidates(m, n, k):
-                        kernel = QuantKernel("f16", bits, "f16", *tile)
+                        kernel = QuantKernel("f16", bits, "f16", *tile[:3], blocks=tile[3] if len(tile) > 3 else 1)
                         launch(kernel, x, packed, d, splits=splits)  # compiled, loaded, checked for traps
                         t = median_ms(lambda: launch(kernel, x, packed, d, splits=splits, sync=False)) * 1e3
                         times.append((t, tile, splits))
@@ -76,9 +84,9 @@ def main() -> None:
                     best, tile, splits = times[0]
                     ratios[m].append(cublas / best)
                     sm80[m].append(cublas / ours)
-                    others = " ".join(f"{t[0]}x{t[1]}s{t[2]}/{s}:{u:.1f}" for u, t, s in times[1:6])
+                    others = " ".join(f"{label(t)}/{s}:{u:.1f}" for u, t, s in times[1:6])
                     print(f"W{bits} {model} {layer:8s} M={m:5d}: cuBLAS {cublas:8.1f} us, sm80 default {ours:8.1f}, "
-                          f"best {best:8.1f} ({tile[0]}x{tile[1]}s{tile[2]} /{splits}) -> {cublas / best:5.2f}x "
+                          f"best {best:8.1f} ({label(tile)} /{splits}) -> {cublas / best:5.2f}x "
                           f"(sm80 {cublas / ours:5.2f}x) | {others}", flush=True)  # fmt: skip
         for m in args.m:
             print(f"W{bits} M={m:5d}: median cuBLAS/best {statistics.median(ratios[m]):5.2f}x "

@@ -54,9 +54,13 @@ def launch_registers(threads: int) -> int:
     return 65536 // threads // 8 * 8
 
 
-def max_tokens(consumers: int) -> int:
+def max_tokens(consumers: int, blocks: int = 1) -> int:
     """The most tokens (a power of two) whose accumulators fit a consumer thread beside
-    the rest: 256 for one or two consumer warpgroups, 128 for three, 64 for four."""
+    the rest: 256 for one or two consumer warpgroups, 128 for three, 64 for four. With two
+    m64 weight blocks per consumer (Sm90QuantConfig::kBlocks), a thread holds both blocks'
+    accumulators and A registers: 64 tokens, where the kernel's rule stops."""
+    if blocks == 2:
+        return 64
     room = consumer_registers(consumers) - CONSUMER_REGS_BESIDE_ACC
     return max(t for t in TOKENS if t // 2 <= room)
 V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
@@ -98,6 +102,11 @@ class Sm90QuantFamily(MainloopFamily):
         """The warps a tile of ``rows`` weight rows has, and why."""
         return rows // 16, "the consumer warps, 4 per 64 weight rows"
 
+    def blocks(self, spec: KernelSpec) -> int:
+        """m64 blocks of weight rows per consumer warpgroup (Sm90QuantConfig::kBlocks): 2
+        where the tile has half the usual warps ([1, rows / 32, 1]: 32 rows a warp)."""
+        return 1 if self.shared_b else spec.cta[1] // (16 * spec.warps[1])
+
     # ---- validation -------------------------------------------------------------------
     def tile_error(self, cta, warps, stages, cluster=1):
         m, n, k = cta
@@ -108,12 +117,20 @@ class Sm90QuantFamily(MainloopFamily):
         if n not in self.rows:
             return "cta", f"an N (weight rows per CTA) of {' or '.join(map(str, self.rows))}: {self.rows_rule}"
         consumer_warps, why = self.consumer_warps(n)
-        if tuple(warps) != (1, consumer_warps, 1):
-            return "warps", f"[1, {consumer_warps}, 1] for cta N {n}: {why}"
-        most = m if self.shared_b else max_tokens(consumer_warps // 4)
+        # Register A also takes two m64 blocks per consumer warpgroup: half the warps, 32
+        # weight rows each, for one or two consumers.
+        two_blocks = not self.shared_b and n in (128, 256) and tuple(warps) == (1, consumer_warps // 2, 1)
+        if tuple(warps) != (1, consumer_warps, 1) and not two_blocks:
+            also = "" if self.shared_b or n not in (128, 256) else f" (or [1, {consumer_warps // 2}, 1]: two m64 " \
+                                                                   "blocks of weight rows per consumer warpgroup)"
+            return "warps", f"[1, {consumer_warps}, 1] for cta N {n}: {why}{also}"
+        blocks = 2 if two_blocks else 1
+        consumers = warps[1] // 4
+        most = m if self.shared_b else max_tokens(consumers, blocks)
         if m > most:
-            return "cta", (f"at most {most} tokens (cta M) with {n} weight rows: {consumer_warps // 4} consumer "
-                           f"warpgroups share the registers, and a thread holds tokens / 2 accumulators")  # fmt: skip
+            return "cta", (f"at most {most} tokens (cta M) with {n} weight rows: {consumers} consumer warpgroups "
+                           f"of {blocks} m64 block(s) share the registers, and a thread holds tokens / 2 "
+                           f"accumulators per block")  # fmt: skip
         if not 2 <= stages <= 8:
             return "stages", "2 to 8"
         return super().tile_error(cta, warps, stages, cluster)
@@ -166,11 +183,11 @@ class Sm90QuantFamily(MainloopFamily):
         """Sm90QuantConfig::kStagedOffset: the staging as far up as shared memory allows
         (after the ring where it fits, else on a stage boundary within it), so that a
         persistent CTA's next tile fills the stages below it during the epilogue; at the
-        ring's start for one consumer warpgroup (two CTAs share an SM) and for the
+        ring's start for one consumer warpgroup (64 weight rows: two CTAs share an SM) and for the
         shared-B form (its buffers follow the ring)."""
         stage, staged = self.stage_bytes(spec), self.staged_bytes(spec)
         room = SMEM_LIMIT - 1024 - staged
-        if self.shared_b or spec.cta[1] == 64 or room < 0:
+        if self.shared_b or spec.warps[1] // 4 == 1 or room < 0:  # one consumer warpgroup
             return 0
         return min(spec.stages * stage, room // stage * stage)
 

@@ -60,6 +60,11 @@ def test_the_yaml_loads_into_the_default_set() -> None:
         ({"cta": [128, 256, 64], "warps": [1, 16, 1], "stages": 4}, "cta", "at most 64 tokens"),
         ({"cta": [256, 192, 64], "warps": [1, 12, 1], "stages": 4}, "cta", "at most 128 tokens"),
         ({"cta": [64, 128, 64], "warps": [4, 1, 1], "stages": 4}, "warps", "[1, 8, 1]"),
+        # Two m64 blocks per consumer warpgroup: half the warps, up to 64 tokens, for 128
+        # and 256 weight rows only.
+        ({"cta": [128, 256, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "at most 64 tokens"),
+        ({"cta": [64, 192, 64], "warps": [1, 6, 1], "stages": 4}, "warps", "[1, 12, 1] for cta N 192"),
+        ({"cta": [64, 256, 64], "warps": [1, 4, 1], "stages": 4}, "warps", "or [1, 8, 1]: two m64 blocks"),
         ({"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 9}, "stages", "an integer <= 8"),
     ],
 )
@@ -71,6 +76,22 @@ def test_kernel_rules(tmp_path: Path) -> None:
     cfg.fam_error(tmp_path, family(b_type="f16"), TILE, "b_type", "u4 or u8 (dense B is the sm90 family's)")
     cfg.fam_error(tmp_path, family(align=[4]), TILE, "align", "8 (TMA needs 16-byte aligned rows of X)")
     cfg.fam_error(tmp_path, family(arch=[80, 90]), "families[0] (hopq)", "mainloop", "needs arch >= 90")
+
+
+def test_two_blocks_per_consumer(tmp_path: Path) -> None:
+    """[1, rows / 32, 1] warps: each consumer warpgroup takes two m64 blocks of weight rows
+    (Sm90QuantConfig's Blocks), so 64x256 has two consumers and 64x128 one; the staging
+    then starts at the ring's start as for any single consumer."""
+    fam = family(tiles=[{"cta": [64, 256, 64], "warps": [1, 8, 1], "stages": 8},
+                        {"cta": [64, 128, 64], "warps": [1, 4, 1], "stages": 8},
+                        {"cta": [64, 256, 64], "warps": [1, 16, 1], "stages": 8}])  # fmt: skip
+    two, one, four = (k.spec for k in load_configs([cfg.write(tmp_path, {"families": [fam]})]))
+    assert [SM90Q.blocks(s) for s in (two, one, four)] == [2, 2, 1]
+    assert [s.threads for s in (two, one, four)] == [128 * 3, 128 * 2, 128 * 5]
+    assert SM90Q.staged_offset(one) == 0 < SM90Q.staged_offset(two)
+    assert QuantKernel("f16", 4, "f16", 64, 256, 8, blocks=2).spec.warps == two.warps
+    # The cost model's consumer term counts warpgroups, not m64 blocks.
+    assert SM90Q.mma_efficiency(two) < SM90Q.mma_efficiency(four)
 
 
 def test_what_a_kernel_implies() -> None:
@@ -147,34 +168,37 @@ def test_the_box_sizes_the_kernel_expects_are_the_hosts() -> None:
         assert SM90Q.tensor_maps(spec, key)[0].box_rows == rows
 
 
-@pytest.mark.parametrize("tokens, rows", [(64, 128), (128, 128), (256, 128), (128, 64), (128, 192), (64, 256)])
-def test_the_staged_epilogue_covers_the_tile_without_bank_conflicts(tokens: int, rows: int) -> None:
+@pytest.mark.parametrize("tokens, rows, blocks", [(64, 128, 1), (128, 128, 1), (256, 128, 1), (128, 64, 1),
+                                                  (128, 192, 1), (64, 256, 1), (64, 256, 2), (64, 128, 2)])  # fmt: skip
+def test_the_staged_epilogue_covers_the_tile_without_bank_conflicts(tokens: int, rows: int, blocks: int) -> None:
     """StagedTransposedTile (kernel_sm90_quant.cuh), emulated from the header's index
-    rules: the consumers' D^T fragments land on every (token, weight row) of the tile
-    once, a warp's 32 stores of one accumulator fall on 32 banks (the pitch of rows + 4
-    floats), and the staging fits the family's shared memory however few the stages."""
+    rules: the consumers' D^T fragments (of every m64 block of a warpgroup) land on every
+    (token, weight row) of the tile once, a warp's 32 stores of one accumulator fall on
+    32 banks (the pitch of rows + 4 floats), and the staging fits the family's shared
+    memory however few the stages."""
     from codegen.render import INCLUDE_DIR
 
     header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
-    assert "const int row = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + lane / 4;" in header
+    assert "const int row = 64 * (wg * Cfg::kBlocks + b) + 16 * ((threadIdx.x / 32) % 4) + lane / 4;" in header
     assert "const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;" in header
-    assert "rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[i];" in header
+    assert "rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[b * Cfg::kBlockAcc + i];" in header
     assert "static constexpr int kStagedPitch = kRows + (kSharedB ? 8 : 4);" in header
-    pitch, consumers = rows + 4, rows // 64 * 128
+    pitch, threads = rows + 4, rows // (64 * blocks) * 128
     written: dict[int, int] = {}
-    for t in range(consumers):
+    for t in range(threads):
         wg, warp, lane = t // 128, t // 32 % 4, t % 32
-        for i in range(tokens // 2):
-            token = 8 * (i // 4) + 2 * (lane % 4) + i % 2
-            row = 64 * wg + 16 * warp + lane // 4 + 8 * (i // 2 % 2)
-            written[token * pitch + row] = written.get(token * pitch + row, 0) + 1
+        for b in range(blocks):
+            for i in range(tokens // 2):
+                token = 8 * (i // 4) + 2 * (lane % 4) + i % 2
+                row = 64 * (wg * blocks + b) + 16 * warp + lane // 4 + 8 * (i // 2 % 2)
+                written[token * pitch + row] = written.get(token * pitch + row, 0) + 1
     assert sorted(written) == sorted(tok * pitch + r for tok in range(tokens) for r in range(rows))
     assert set(written.values()) == {1}
-    for i in range(tokens // 2):  # warp 0's store of acc[i]; every warp is this shifted by 16 rows
+    for i in range(tokens // 2):  # warp 0's store of acc[i]; every warp and block is this shifted by 16 rows
         addresses = {(8 * (i // 4) + 2 * (lane % 4) + i % 2) * pitch + lane // 4 + 8 * (i // 2 % 2) for lane in range(32)}
         assert len({a % 32 for a in addresses}) == 32, i
     # The staging fits the shared memory the family asks for, with a ring of any depth.
-    assert QuantKernel("f16", 4, "f16", tokens, rows, 2).spec.smem_bytes >= tokens * pitch * 4 + 1024
+    assert QuantKernel("f16", 4, "f16", tokens, rows, 2, blocks=blocks).spec.smem_bytes >= tokens * pitch * 4 + 1024
 
 
 def _stream_k_shares(total: int, ctas: int) -> list[tuple[int, int]]:
@@ -357,3 +381,19 @@ def test_consumer_registers_mirror_the_header_and_fit_the_register_file() -> Non
         # the four-consumer tile hung on the H200 when it asked for 112 of a 96 launch.
         threads = 128 * (c + 1)
         assert 128 * PRODUCER_REGS + 128 * c * consumer_registers(c) <= launch_registers(threads) * threads
+
+
+@pytest.mark.parametrize("dtype, bits", [("f16", 4), ("bf16", 8)])
+def test_two_block_kernels_compile(dtype: str, bits: int) -> None:
+    """The GPU test's tiles of two m64 blocks per consumer warpgroup compile for sm_90a
+    without spilling (two accumulator sets and twice the A registers a thread), with the
+    kernel's static_asserts (threads and shared memory equal to the family's)."""
+    from codegen.render import render_kernel
+    from tests.sm90_smoke import nvrtc_compile, report
+
+    for tokens, rows in [(64, 256), (64, 128), (32, 256)]:
+        spec = QuantKernel(dtype, bits, dtype, tokens, rows, 8, blocks=2).spec
+        ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+        assert ok, log
+        rep = report(log, spec.name)
+        assert rep["spill_stores"] == rep["spill_loads"] == 0, log

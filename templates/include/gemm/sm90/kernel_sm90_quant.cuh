@@ -68,7 +68,7 @@
 namespace gemm {
 
 template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_, bool SharedB_ = false,
-          bool Grouped_ = false>
+          bool Grouped_ = false, int Blocks_ = 1>
 struct Sm90QuantConfig {
   using TA = TA_;
   using TD = TD_;
@@ -85,11 +85,17 @@ struct Sm90QuantConfig {
   //     wgmma_ss's B operand (N = the warpgroup's weight rows), the tokens its M in
   //     slices of 64; two consumer warpgroups, each with half the weight rows.
   static constexpr bool kSharedB = SharedB_;
+  // Register A: m64 blocks of weight rows per consumer warpgroup (1 or 2). With two, each
+  // warp dequantizes 32 rows a K tile and issues eight wgmma into two accumulator sets,
+  // so the K tile's fixed instructions (barriers, fences, descriptors, the loop) spread
+  // over twice the weights.
+  static constexpr int kBlocks = Blocks_;
   static constexpr int kCtaK = 64;
-  static constexpr int kConsumers = kSharedB ? 2 : kRows / 64;
+  static constexpr int kConsumers = kSharedB ? 2 : kRows / (64 * kBlocks);
   static constexpr int kConsumerRows = kRows / kConsumers;  // weight rows per consumer warpgroup
   static constexpr int kTokenSlices = kTokens / 64;         // shared B: wgmma M slices
-  static constexpr int kAcc = kSharedB ? kTokenSlices * kConsumerRows / 2 : kTokens / 2;  // per thread
+  static constexpr int kBlockAcc = kTokens / 2;             // register A: accumulators per block
+  static constexpr int kAcc = kSharedB ? kTokenSlices * kConsumerRows / 2 : kBlocks * kBlockAcc;  // per thread
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kWords = kBits / 4;  // 32-bit words per lane per n8 x k32 block
@@ -160,6 +166,9 @@ struct Sm90QuantConfig {
   // three consumers' 152 registers take 128 tokens, four consumers' 104 take 64.
   static_assert(kSharedB || kConsumers <= 2 || kTokens <= (kConsumers == 3 ? 128 : 64),
                 "register A with three consumer warpgroups takes up to 128 tokens, with four up to 64");
+  static_assert(kBlocks == 1 || (kBlocks == 2 && !kSharedB && kConsumers <= 2 && kTokens <= 64),
+                "two weight blocks per consumer: register A, one or two consumers, up to 64 tokens (two sets "
+                "of accumulators and twice the A registers)");
   static_assert(kSharedB ? (kTokens == 64 || kTokens == 128)
                          : (kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 ||
                             kTokens == 256),
@@ -192,11 +201,14 @@ struct StagedTransposedTile {
   // ptxas serializes the 128- and 256-token tiles' wgmma (C7514).
   __device__ __forceinline__ void stage(const float (&acc)[Cfg::kAcc], int wg) const {
     const int lane = threadIdx.x % 32;
-    const int row = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + lane / 4;
 #pragma unroll
-    for (int i = 0; i < Cfg::kTokens / 2; ++i) {
-      const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-      rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[i];
+    for (int b = 0; b < Cfg::kBlocks; ++b) {
+      const int row = 64 * (wg * Cfg::kBlocks + b) + 16 * ((threadIdx.x / 32) % 4) + lane / 4;
+#pragma unroll
+      for (int i = 0; i < Cfg::kBlockAcc; ++i) {
+        const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+        rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[b * Cfg::kBlockAcc + i];
+      }
     }
   }
 
@@ -540,7 +552,13 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   const u64 x_desc0 = smem_desc_kmajor_sw128(st.x(0));
 
   // ---- register A: D^T = W . X^T ----
-  const int local_row0 = 64 * wg + 16 * warp;  // the warp's 16 weight rows
+  // The warp's 16 weight rows of block b (Cfg::kBlocks m64 blocks per warpgroup).
+  auto local_row0 = [&](int b) { return 64 * (wg * Cfg::kBlocks + b) + 16 * warp; };
+  using ARegs = u32[Cfg::kBlocks][2][2][4];  // a K tile's A registers: [block][k32 block][k16 step][register]
+  auto fence_a = [](ARegs& a) {
+#pragma unroll
+    for (int b = 0; b < Cfg::kBlocks; ++b) wgmma_fence_operand(a[b]);
+  };
   // K tile j of a tile's run of n, the CTA's K tile it: its wgmma (of `use`, dequantized
   // already) join the one of the previous K tile in flight; once that one is done, its
   // stage goes back and its registers (`fill`) take the next K tile's dequantized
@@ -550,44 +568,50 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // issuing the next leaves the tensor cores idle for a wgmma's latency per K tile
   // (H200, W4 128x128 at M = 4096: 3% slower, GEMM_SM90Q_WGMMA_DEPTH=0). Two in flight
   // (three register sets) and 12-16 stages measured no faster than one (NOTES).
-  auto dequantize = [&](int it, u32(&a)[2][2][4]) {
+  auto dequantize = [&](int it, ARegs& a) {
     wait_full(it);
     if (GEMM_SM90Q_LEAVE_OUT != 3) {
-      if (v_rows == 2) {
-        quant_a_fragments<Cfg, 2>(st, stage_of(it), local_row0, lane, a);
-      } else {
-        quant_a_fragments<Cfg, 1>(st, stage_of(it), local_row0, lane, a);
+#pragma unroll
+      for (int b = 0; b < Cfg::kBlocks; ++b) {
+        if (v_rows == 2) {
+          quant_a_fragments<Cfg, 2>(st, stage_of(it), local_row0(b), lane, a[b]);
+        } else {
+          quant_a_fragments<Cfg, 1>(st, stage_of(it), local_row0(b), lane, a[b]);
+        }
       }
     }
   };
-  auto step = [&](int it, int j, int n, u32(&use)[2][2][4], u32(&fill)[2][2][4]) {
+  auto step = [&](int it, int j, int n, ARegs& use, ARegs& fill) {
     const u64 x_desc = smem_desc_advance(x_desc0, static_cast<u32>(stage_of(it) * Cfg::kStageBytes));
     // NOTE: orders the A registers' ordinary writes before the wgmma reads them.
     wgmma_fence();
     if constexpr (!Cfg::kSharedB) {
 #pragma unroll
-      for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
+      for (int b = 0; b < Cfg::kBlocks; ++b)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          wgmma_rs<Cfg::kTokens, Mma>(acc, use[kb][h], smem_desc_advance(x_desc, (2 * kb + h) * 32),
-                                      j > 0 || kb > 0 || h > 0);
+        for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            wgmma_rs<Cfg::kTokens, Mma>(*reinterpret_cast<float(*)[Cfg::kBlockAcc]>(acc + b * Cfg::kBlockAcc),
+                                        use[b][kb][h], smem_desc_advance(x_desc, (2 * kb + h) * 32),
+                                        j > 0 || kb > 0 || h > 0);
     }
     wgmma_commit();
     if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
-      wgmma_fence_operand(fill);
+      fence_a(fill);
       if (j > 0) release(it - 1);
       if (j + 1 < n) dequantize(it + 1, fill);
     } else {
       if (j + 1 < n) dequantize(it + 1, fill);
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
-      wgmma_fence_operand(use);
+      fence_a(use);
       release(it);
     }
   };
   auto run_register_a = [&](int it, int n) {
-    u32 a0[2][2][4], a1[2][2][4];
+    ARegs a0, a1;
     dequantize(it, a0);
     for (int j = 0; j < n; j += 2) {
       step(it + j, j, n, a0, a1);
@@ -658,7 +682,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       const int ts = i / (Cfg::kConsumerRows / 2), c = i % (Cfg::kConsumerRows / 2);
       return 64 * ts + 16 * warp + lane / 4 + 8 * ((c / 2) % 2);
     } else {
-      return 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+      const int c = i % Cfg::kBlockAcc;  // the same tokens in every block
+      return 8 * (c / 4) + 2 * (lane % 4) + c % 2;
     }
   };
   constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
