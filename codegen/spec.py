@@ -115,6 +115,11 @@ class KernelSpec:
         return self.mainloop.direct_b(self)
 
     @property
+    def staged_b(self) -> bool:
+        """Quantized B is dequantized once per CTA into shared memory."""
+        return self.mainloop.staged_b(self)
+
+    @property
     def min_ctas_per_sm(self) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return self.mainloop.min_ctas_per_sm(self)

@@ -5,7 +5,11 @@ default set's sm80 fp16 kernels, dense and 4-bit (B as N x K), into one build di
 of the packed weight (groups of 128) against tuned dispatch of the fp16 weight, the two
 interleaved, L2 flushed, medians:
 
-    python -m bench.experiments.sm80_quant_vs_dense [--m 1024 4096] [--models llama3-8b llama3-70b]
+    python -m bench.experiments.sm80_quant_vs_dense [--m 1024 4096] [--models llama3-8b llama3-70b] [--staged]
+
+With --staged the build also has the sm80_staged family's tiles (bench/experiments/
+sm80_staged.yaml: the weights dequantized once per CTA into shared memory), which the
+W4 problems' tuning then weighs beside the default set's W4 kernels.
 
 Prints each problem's two plans, times and the ratio W4 / fp16 (asked: at most 1.1),
 and the median ratio per M.
@@ -30,22 +34,16 @@ from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
+from tests.sm80_staged_kernels import is_sm80_f16_peer
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def is_sm80_f16_dense_or_w4(name: str, spec: dict) -> bool:
-    """A non-grouped sm80 kernel of fp16 activations and fp16 output with "nk" B, dense
-    or 4-bit."""
-    return ("_sm80_m16n8k16_af16_bf16_" in name or "_sm80_m16n8k16_af16_bu4_" in name) and "_nk_" in name and \
-        "grouped" not in name and spec["d_type"] == "f16"  # fmt: skip
 
 
 def sm80_build(work: Path) -> Path:
     """The default set generated under ``work``, its sm80 fp16 dense and W4 kernels built
     for sm_90: the build directory."""
     subprocess.run([sys.executable, "-m", "codegen", "--out", str(work / "all")], check=True, cwd=ROOT)
-    subset_manifest(work / "all", work / "gen", is_sm80_f16_dense_or_w4)
+    subset_manifest(work / "all", work / "gen", is_sm80_f16_peer)
     build_mod.build(work / "gen", work / "build", archs=[90], progress=False)
     return work / "build"
 
@@ -54,8 +52,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     ap.add_argument("--m", nargs="+", type=int, default=[1024, 4096])
+    ap.add_argument("--staged", action="store_true", help="add the sm80_staged tiles to the build")
     args = ap.parse_args()
-    gemm = Gemm(build_dir=sm80_build(Path(tempfile.mkdtemp(prefix="sm80_quant_vs_dense_"))))
+    work = Path(tempfile.mkdtemp(prefix="sm80_quant_vs_dense_"))
+    if args.staged:
+        from tests.sm80_staged_kernels import build as staged_build
+
+        major, minor = torch.cuda.get_device_capability()
+        gemm = Gemm(build_dir=staged_build(work, 10 * major + minor, with_peers=True))
+    else:
+        gemm = Gemm(build_dir=sm80_build(work))
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     tuned = Operation(dispatch=DispatchPolicy.MEASURE)
     ratios: dict[int, list[float]] = {}
@@ -79,6 +85,13 @@ def main() -> None:
                 ratios.setdefault(m, []).append(t_q / t_h)
                 print(f"| {model} {layer} | {m} | {n} | {k} | {w4_plan} | {fp16_plan} | {t_q * 1e3:.1f} | "
                       f"{t_h * 1e3:.1f} | {t_q / t_h:.2f} |", flush=True)  # fmt: skip
+                if args.staged:
+                    # Each staged f16 W4 tile unsplit, whether or not the tuning took it.
+                    staged = [x.name for x in gemm.kernels if "_sm80_staged_" in x.name and "_af16_bu4_" in x.name]
+                    times = interleaved_medians_ms([lambda x=x: gemm.matmul(a, packed, out=out, kernel=x)
+                                                    for x in staged])  # fmt: skip
+                    print("|  | staged: " + ", ".join(f"{x.split('_df16_')[1].split('_nk')[0]} {t * 1e3:.1f} "
+                                                      f"({t / t_h:.2f})" for x, t in zip(staged, times)) + " |")
     for m, r in ratios.items():
         print(f"- M = {m}: median W4 / fp16 time {statistics.median(r):.2f} (min {min(r):.2f}, max {max(r):.2f}) "
               f"over {len(r)} layers; asked: at most 1.1")  # fmt: skip

@@ -88,6 +88,11 @@ class MainloopFamily:
         """Quantized B goes global -> registers, with no B tile in the stages."""
         return False
 
+    def staged_b(self, spec: KernelSpec) -> bool:
+        """Quantized B is dequantized once per CTA into shared memory, which the MMA
+        warps read as they would a dense B (GemmConfig::kStagedB)."""
+        return False
+
     def min_ctas_per_sm(self, spec: KernelSpec) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return 1

@@ -67,3 +67,64 @@ class Sm80Family(MainloopFamily):
     def mma_efficiency(self, spec: KernelSpec) -> float:
         # Two stages leave no copy in flight across the wait.
         return self.tile_efficiency(spec) * (0.7 if spec.stages < 3 else 1.0)
+
+
+class Sm80StagedFamily(Sm80Family):
+    """The SM80 mainloop with quantized B dequantized once per CTA tile into shared
+    memory (GemmConfig::kStagedB, mainloop_sm80.cuh's run_staged): during K tile t every
+    warp dequantizes a share of tile t + 1's packed weights into the second of two
+    buffers of 16-bit B fragments, between its MMAs of tile t, and the MMA warps read
+    their B fragments from the first (one 16-byte load a lane per pair of n8 tiles and
+    k16 step) as a dense kernel's would. For prefill tiles with several warps along M,
+    where the sm80 family's quantized kernels dequantize every weight once per warp
+    along M (issue 17: W4 took 1.7-1.9x the time of fp16 at M >= 1024)."""
+
+    value = "sm80_staged"
+    summary = "multi-stage cp.async pipeline, quantized B dequantized once per CTA into shared memory"
+    # NOTE: not yet measured on a GPU (docs/NOTES.md, sixteenth session), so no default
+    # kernels; bench/experiments/sm80_staged.yaml lists the tiles to time.
+    experimental = True
+
+    def tile_error(
+        self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int, cluster: int = 1
+    ) -> tuple[str, str] | None:
+        error = super().tile_error(cta, warps, stages, cluster)
+        if error:
+            return error
+        m, n, k = cta
+        if warps[2] != 1:
+            return "warps", "[wm, wn, 1] (the staged form has no K slices)"
+        if stages < 3:
+            return "stages", "3 or more (tile t + 1's packed weights are read during tile t)"
+        units = (n // 16) * (k // 32)  # k32 blocks of n8-tile pairs (warp_mma_staged.cuh)
+        if k % 32 or n % 16 or units % (warps[0] * warps[1]):
+            return "cta", (f"n / 16 x k / 32 (k32 blocks of n8-tile pairs) a multiple of the warps "
+                           f"(got {units} over {warps[0] * warps[1]} warps)")
+        return None
+
+    def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
+        if not spec.quantized:
+            return "b_type", spec.b_type.value, "u4 or u8 (the staged form dequantizes packed weights)"
+        return None
+
+    def grouped_error(self, spec: KernelSpec) -> str | None:
+        return "false (the sm80_staged family has no grouped kernels yet)"
+
+    def direct_b(self, spec: KernelSpec) -> bool:
+        return False
+
+    def staged_b(self, spec: KernelSpec) -> bool:
+        return True
+
+    def min_ctas_per_sm(self, spec: KernelSpec) -> int:
+        return 1
+
+    def smem_bytes(self, spec: KernelSpec) -> int:
+        """The ring, and two buffers of the CTA tile's dequantized 16-bit weights."""
+        _, n, k = spec.cta
+        return super().smem_bytes(spec) + 2 * n * k * 2
+
+    def dequant_rate(self, spec: KernelSpec) -> float:
+        """cost_model.dequant_time counts each weight once per warp along M; here every
+        weight is dequantized once per CTA."""
+        return float(spec.warps[0])

@@ -23,7 +23,8 @@ struct AtomWgmma {};     // sm_90a: wgmma.mma_async m64nNk16 (gemm/sm90/kernel_s
 enum class OrderB { kNK, kKN };
 
 template <class Atom_, class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
-          int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_, bool Grouped_ = false>
+          int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_, bool Grouped_ = false,
+          bool StagedB_ = false>
 struct GemmConfig {
   using Atom = Atom_;
   using TA = TA_;
@@ -63,6 +64,9 @@ struct GemmConfig {
   static constexpr bool kDirectB = DirectB_;
   // One launch over the row groups of E experts with stacked weights (gemm/grouped.cuh).
   static constexpr bool kGrouped = Grouped_;
+  // Quantized B dequantized once per CTA tile into shared memory, into two buffers of
+  // 16-bit B fragments after the ring (MainloopSm80::run_staged, codegen: sm80_staged).
+  static constexpr bool kStagedB = StagedB_;
   static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
   static constexpr int kTileBRows = kQuantB ? kCtaN / 8 : (kOrderB == OrderB::kNK ? kCtaN : kCtaK);
   static constexpr int kTileBCols = kQuantB ? kCtaK / 32 * kQuantBlockUnits : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);
@@ -75,9 +79,12 @@ struct GemmConfig {
   static constexpr int kStageBytesV = 2 * kGroupRows * kLdsV * 2;  // scales, then zeros
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB + kStageBytesV;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
+  static constexpr int kStagedBufferBytes = kStagedB ? kCtaN * kCtaK * 2 : 0;  // one of the two
   // Warps of K-slices other than the first hand their accumulators over in shared memory.
   static constexpr int kReduceBytes = (kWarpsK - 1) * kCtaM * kCtaN * 4;
-  static constexpr int kSmemBytes = kPipelineBytes > kReduceBytes ? kPipelineBytes : kReduceBytes;
+  static constexpr int kSmemBytes = kPipelineBytes + 2 * kStagedBufferBytes > kReduceBytes
+                                        ? kPipelineBytes + 2 * kStagedBufferBytes
+                                        : kReduceBytes;
 
   static_assert(sizeof(typename TA::Storage) == 2 && sizeof(typename TB::Storage) == 2,
                 "A and B are 16-bit types (quantized B in 16-bit units)");
@@ -85,6 +92,10 @@ struct GemmConfig {
                 "quantized B is N x K, dequantized in k32 blocks: the warp tile K must be a multiple of 32");
   static_assert(!kQuantB || !kSame<Atom, AtomM8N8K4>, "quantized B needs an m16n8 atom (m16n8k16 or m16n8k8)");
   static_assert(!kDirectB || (kQuantB && kWarpsM == 1), "direct B loads are for quantized B, one warp along M");
+  static_assert(!kStagedB || (kQuantB && !kDirectB && kWarpsK == 1 && kStages >= 3),
+                "staged B: quantized B through the ring, no K slices, 3 or more stages");
+  static_assert(!kStagedB || (kCtaN / 16 * (kCtaK / 32)) % kWarps == 0,
+                "staged B: the tile's k32 blocks of n8-tile pairs split evenly over the warps");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
   static_assert(kCtaM % kWarpsM == 0 && kCtaN % kWarpsN == 0 && kCtaK % kWarpsK == 0,
                 "CTA tile must split evenly over the warps");

@@ -229,6 +229,18 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
   }
 
+  // The copies of K tiles 0 .. Stages - 2 into stages 0 .. Stages - 2, a commit group each.
+  __device__ __forceinline__ void issue_prologue(u32 smem, int k_tiles) const {
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages - 1; ++s) {
+      if (s < k_tiles) {
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) issue_tile(smem, s, s, step);
+      }
+      cp_async_commit();  // NOTE: empty groups keep the wait count uniform for short K
+    }
+  }
+
   // Fragments of the step at `kk` (K offset inside the tile) of tile `tile` from `stage`.
   __device__ __forceinline__ void load_step(WarpMma<Cfg>& warp, int buf, u32 smem, int stage, int tile, int kk,
                                             int warp_m0, int warp_n0) const {
@@ -247,6 +259,81 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 
   __device__ __forceinline__ void operator()(Warp& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
                                              int warp_k0) const {
+    if constexpr (Cfg::kStagedB) {
+      run_staged(warp, smem, k_tiles, warp_m0, warp_n0);
+    } else {
+      run_registers(warp, smem, k_tiles, warp_m0, warp_n0, warp_k0);
+    }
+  }
+
+  // Staged B (Cfg::kStagedB, warp_mma_staged.cuh): the ring holds A, the packed B tile
+  // and its scale and zero rows as for the other quantized tiles; during K tile t every
+  // warp dequantizes its share of tile t + 1's packed weights, a slice per k16 step
+  // between its MMAs, into the staged buffer the MMAs of tile t do not read (buffers
+  // alternate by tile), and the MMA warps read tile t's from the other.
+  //   prologue : tiles 0 .. S-2 in flight; wait for tiles 0 and 1, dequantize tile 0
+  //              whole, meet, load the first fragments.
+  //   tile t   : per step, the next step's fragments, a slice of the copies of tile
+  //              t + S - 1 into the stage tile t - 1 left, a slice of tile t + 1's
+  //              dequantization, the step's MMAs. Then commit, wait until tile t + 2
+  //              landed (it is dequantized during tile t + 1), meet.
+  // NOTE: the barrier at the end of tile t publishes the buffer tile t + 1's MMAs read
+  // and frees the one tile t read for tile t + 2's dequantization; the packed weights
+  // arrive a tile earlier than A needs to (<= S - 3 copy groups pending, not S - 2), so
+  // the ring keeps one tile fewer in flight than the dense loop with as many stages.
+  __device__ __forceinline__ void run_staged(Warp& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0) const {
+    constexpr int S = Cfg::kStages;
+    using Staged = StagedB<Cfg>;
+    const int lane = threadIdx.x & 31, warp_id = threadIdx.x >> 5;
+    const u32 staged0 = smem + Cfg::kPipelineBytes;
+    auto buffer = [&](int tile) { return staged0 + static_cast<u32>((tile & 1) * Cfg::kStagedBufferBytes); };
+    // Step `step`'s share of K tile `tile`'s dequantization, from ring stage `stage`.
+    auto dequantize = [&](int tile, int stage, int step) {
+      const u32 sb = smem + stage * Cfg::kStageBytes + Cfg::kStageBytesA;
+      const int k0 = tile * Cfg::kCtaK;
+      Staged::dequantize(step, sb, sb + Cfg::kStageBytesB, buffer(tile), warp_id, lane,
+                         [&](int k) { return this->group_of(k0 + k); });
+    };
+    auto fragments = [&](int buf, int stage, int tile, int step) {
+      warp.load(buf, smem + stage * Cfg::kStageBytes, buffer(tile), warp_m0, warp_n0, step * kStepK);
+    };
+    issue_prologue(smem, k_tiles);
+    cp_async_wait<S - 3>();
+    __syncthreads();
+    if (k_tiles > 0) {
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) dequantize(0, 0, step);
+    }
+    __syncthreads();
+    int read = 0;
+    int write = S - 1;
+    if (k_tiles > 0) fragments(0, 0, 0, 0);
+    for (int t = 0; t < k_tiles; ++t) {
+      const bool refill = t + S - 1 < k_tiles;
+      const bool ahead = t + 1 < k_tiles;
+      const int next = read + 1 == S ? 0 : read + 1;  // tile t + 1's stage
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) {
+        if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
+        if (refill && GEMM_SM80_LEAVE_OUT != 3) issue_tile(smem, write, t + S - 1, step);
+        if (ahead) dequantize(t + 1, next, step);
+        if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
+        if (step + 1 == kSteps) {
+          cp_async_commit();
+          cp_async_wait<S - 3>();
+          if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+          read = next;
+          write = write + 1 == S ? 0 : write + 1;
+          // Step 0 of the next tile reads buffer 0: the last step's MMAs took theirs at issue.
+          if (ahead) fragments(0, read, t + 1, 0);
+        }
+      }
+    }
+    cp_async_wait<0>();
+  }
+
+  __device__ __forceinline__ void run_registers(Warp& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
+                                                int warp_k0) const {
     this->begin_groups(warp, warp_m0);
     if constexpr (Cfg::kQuantB && kDirectB) {
       if constexpr (Warp::kDeferred) {
@@ -293,14 +380,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         load_step(warp, buf, smem, stage, tile, kk, warp_m0, warp_n0);
       }
     };
-#pragma unroll
-    for (int s = 0; s < S - 1; ++s) {
-      if (s < k_tiles) {
-#pragma unroll
-        for (int step = 0; step < kSteps; ++step) issue_tile(smem, s, s, step);
-      }
-      cp_async_commit();  // NOTE: empty groups keep the wait count uniform for short K
-    }
+    issue_prologue(smem, k_tiles);
     cp_async_wait<S - 2>();
     __syncthreads();
 

@@ -1,0 +1,107 @@
+// Quantized B dequantized once per CTA tile into shared memory (GemmConfig::kStagedB).
+//
+// The sm80 family's other quantized warps (warp_mma_quant.cuh) dequantize their own B
+// fragments in registers: every warp along M repeats the work for the same weights, so
+// a prefill tile with two warps along M dequantizes each weight twice, and one with one
+// warp along M has too small a tile for mma.sync (issue 17: W4 took 1.7-1.9x the time of
+// fp16 at M >= 1024 on the H200). Here every warp dequantizes a share of the next K
+// tile's packed weights into a buffer of 16-bit B fragments, and the MMA warps read
+// their fragments from it as a dense B.
+//
+// The buffer is in fragment order, so neither side shuffles: for k16 step kk of the
+// tile and pair p of n8 tiles (2p, 2p + 1), lane L's 16 bytes at
+//   ((kk * kCtaN / 16 + p) * 32 + L) * 16
+// hold its B fragment registers (0, 1) of tile 2p, then of tile 2p + 1. A lane
+// dequantizing packed block (tile, k32 block) gets exactly the fragments of that lane
+// (dequant.cuh), for both k16 steps of the block; so the writer of a pair's block and
+// every reader of it are the same lane number, and both move whole 16-byte vectors in
+// lane order (one 512-byte row a warp: no bank conflicts).
+#pragma once
+#include "gemm/config.cuh"
+#include "gemm/dequant.cuh"
+#include "gemm/warp_mma.cuh"
+
+namespace gemm {
+
+// Where a CTA tile's dequantized weights live (one of the two buffers) and who writes
+// which part. A unit is one k32 block of a pair of n8 tiles: a lane's two packed words
+// (4-bit; four for 8-bit) in, two 16-byte fragment vectors out. Warp w writes units
+// [w kUnitsPerWarp, (w + 1) kUnitsPerWarp), in pair-major order, spread over the k16
+// steps of the tile it runs them under.
+template <class Cfg>
+struct StagedB {
+  static constexpr int kPairs = Cfg::kCtaN / 16;  // pairs of n8 tiles across the CTA tile
+  static constexpr int kBlocksK = Cfg::kCtaK / 32;
+  static constexpr int kSteps = Cfg::kCtaK / 16;  // k16 steps of a K tile
+  static constexpr int kUnits = kPairs * kBlocksK;
+  static constexpr int kUnitsPerWarp = kUnits / Cfg::kWarps;
+  static constexpr u32 kZerosOffset = Cfg::kGroupRows * Cfg::kLdsV * 2;  // zero rows after the scale rows
+  using Dq = Dequant<typename Cfg::TA, Cfg::kBitsB>;
+  static_assert(kUnits % Cfg::kWarps == 0, "staged B: the units split evenly over the warps");
+
+  // Byte offset of lane `lane`'s vector of pair `p` at k16 step `kk`.
+  __device__ __forceinline__ static u32 vector(int kk, int p, int lane) {
+    return static_cast<u32>(((kk * kPairs + p) * 32 + lane) * 16);
+  }
+
+  // The units of step `step` (of kSteps) of this warp: dequantize them from the stage
+  // whose packed B tile is at `smem_b` and scale/zero rows at `smem_v` (their first
+  // row the group of the tile's first K index, `group0`) into the buffer at `dst`.
+  // `group_of(k)`: the group of K index k of the tile.
+  template <class GroupOf>
+  __device__ __forceinline__ static void dequantize(int step, u32 smem_b, u32 smem_v, u32 dst, int warp, int lane,
+                                                    GroupOf&& group_of) {
+    constexpr int kWords = Dq::kWords;
+    const int group0 = group_of(0);
+#pragma unroll
+    for (int u = step * kUnitsPerWarp / kSteps; u < (step + 1) * kUnitsPerWarp / kSteps; ++u) {
+      const int unit = warp * kUnitsPerWarp + u;
+      const int p = unit / kBlocksK, block = unit % kBlocksK;
+      const int group_row = group_of(block * 32) - group0;
+      BlockFragments f[2];
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const int tile = 2 * p + t;
+        const u32 words = smem_b + (tile * Cfg::kLdsB + block * Cfg::kQuantBlockUnits) * 2 + lane * kWords * 4;
+        u32 w[kWords];
+        if constexpr (kWords == 1) {
+          w[0] = ld_shared_u32(words);
+        } else {
+          ld_shared_v2(w, words);
+        }
+        const u32 v = smem_v + (group_row * Cfg::kLdsV + tile * 8 + (lane >> 2)) * 2;
+        Dq::apply(w, Dq::make(ld_shared_u16(v), ld_shared_u16(v + kZerosOffset)), f[t]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        st_shared(dst + vector(2 * block + h, p, lane), make_uint4(f[0][h][0], f[0][h][1], f[1][h][0], f[1][h][1]));
+    }
+  }
+};
+
+// The MMA side: the dense m16n8 warp (warp_mma.cuh), its B fragments from the staged
+// buffer, two n8 tiles per 16-byte load, instead of from a dense tile by ldmatrix.
+template <class Cfg>
+struct WarpMmaStaged : WarpMmaM16N8<Cfg> {
+  using Base = WarpMmaM16N8<Cfg>;
+  using Base::a;
+  using Base::b;
+  using Base::kNI;
+
+  // Fragments of the k16 step at `k0` (elements into the CTA K tile) into buffer `buf`:
+  // A from the ring stage at `smem_a`, B from the staged buffer at `staged`.
+  __device__ __forceinline__ void load(int buf, u32 smem_a, u32 staged, int warp_m0, int warp_n0, int k0) {
+    const int lane = threadIdx.x & 31;
+    load_a_fragments<Cfg>(a[buf], smem_a, warp_m0, k0);
+#pragma unroll
+    for (int ni = 0; ni < kNI; ni += 2) {
+      const uint4 r = ld_shared_v4(staged + StagedB<Cfg>::vector(k0 / 16, warp_n0 / 16 + ni / 2, lane));
+      b[buf][ni][0] = r.x;
+      b[buf][ni][1] = r.y;
+      b[buf][ni + 1][0] = r.z;
+      b[buf][ni + 1][1] = r.w;
+    }
+  }
+};
+
+}  // namespace gemm
