@@ -5,7 +5,7 @@ m64nNk16 wgmma (A from registers as kernel_sm90_quant.cuh issues them, or both o
 from shared memory as kernel_sm90.cuh does), one group kept in flight, and between
 commit and wait `alu` independent instructions per thread on the other register set
 (the dequantization's budget: kernel_sm90_quant.cuh issues about 140 instructions per
-thread and K tile, ncu): LOP3s (the integer pipe, 16 lanes a clock per scheduler) or HFMA2s
+thread and K tile, ncu): LOP3s (the integer pipe) or HFMA2s
 (the FP pipe), beside either operand form. It reports the clocks per K tile and the rate
 in TFLOP/s of the whole GPU:
 
