@@ -4,8 +4,8 @@ consumer loop with everything but the arithmetic taken out: per K tile of 64, fo
 m64nNk16 wgmma (A from registers as kernel_sm90_quant.cuh issues them, or both operands
 from shared memory as kernel_sm90.cuh does), one group kept in flight, and between
 commit and wait `alu` independent instructions per thread on the other register set
-(the dequantization's budget: kernel_sm90_quant.cuh spends about 110 instructions per
-thread and K tile): LOP3s (the integer pipe, 16 lanes a clock per scheduler) or HFMA2s
+(the dequantization's budget: kernel_sm90_quant.cuh issues about 140 instructions per
+thread and K tile, ncu): LOP3s (the integer pipe) or HFMA2s
 (the FP pipe), beside either operand form. It reports the clocks per K tile and the rate
 in TFLOP/s of the whole GPU:
 
