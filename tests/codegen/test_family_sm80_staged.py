@@ -36,7 +36,7 @@ def family(**overrides: Any) -> dict[str, Any]:
 
 def test_the_experiment_yaml_loads_and_stays_out_of_the_default_set() -> None:
     loaded = load_configs([YAML])
-    assert len(loaded) == 15 and {k.spec.mainloop for k in loaded} == {STAGED}
+    assert len(loaded) == 20 and {k.spec.mainloop for k in loaded} == {STAGED}
     assert {k.spec.b_type.value for k in loaded} == {"u4", "u8"}
     assert STAGED.experimental
     assert not {k.spec.name for k in loaded} & {k.spec.name for k in load_configs(default_config_paths())}

@@ -29,7 +29,8 @@
 
 // Experiment knob, 0 in every build (bench/experiments/sm80_variants.py sets it to time
 // the pipeline with one part left out; the sums are then wrong): 1 the epilogue
-// (gemm/kernel.cuh), 2 the MMAs, 3 the refilling copies, 4 the barrier after each tile.
+// (gemm/kernel.cuh), 2 the MMAs, 3 the refilling copies, 4 the barrier after each tile,
+// 5 the staged tiles' dequantization inside the K loop (run_staged).
 #ifndef GEMM_SM80_LEAVE_OUT
 #define GEMM_SM80_LEAVE_OUT 0
 #endif
@@ -316,7 +317,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       for (int step = 0; step < kSteps; ++step) {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
         if (refill && GEMM_SM80_LEAVE_OUT != 3) issue_tile(smem, write, t + S - 1, step);
-        if (ahead) dequantize(t + 1, next, step);
+        if (ahead && GEMM_SM80_LEAVE_OUT != 5) dequantize(t + 1, next, step);
         if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
         if (step + 1 == kSteps) {
           cp_async_commit();
