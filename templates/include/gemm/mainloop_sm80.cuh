@@ -31,6 +31,11 @@
 // the pipeline with one part left out; the sums are then wrong): 1 the epilogue
 // (gemm/kernel.cuh), 2 the MMAs, 3 the refilling copies, 4 the barrier after each tile,
 // 5 the staged tiles' dequantization inside the K loop (run_staged).
+#ifndef GEMM_SM80_STAGED_SPLIT
+// 0: run_staged's loop dequantizes a step's units between its copies and its MMAs;
+// 1: reads their inputs first in the step and converts and stores them after the MMAs.
+#define GEMM_SM80_STAGED_SPLIT 0
+#endif
 #ifndef GEMM_SM80_LEAVE_OUT
 #define GEMM_SM80_LEAVE_OUT 0
 #endif
@@ -295,6 +300,12 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       Staged::dequantize(step, sb, sb + Cfg::kStageBytesB, buffer(tile), warp_id, lane,
                          [&](int k) { return this->group_of(k0 + k); });
     };
+    auto load_inputs = [&](int tile, int stage, int step, typename Staged::Inputs& in) {
+      const u32 sb = smem + stage * Cfg::kStageBytes + Cfg::kStageBytesA;
+      const int k0 = tile * Cfg::kCtaK;
+      Staged::load(step, sb, sb + Cfg::kStageBytesB, warp_id, lane, [&](int k) { return this->group_of(k0 + k); },
+                   in);
+    };
     auto fragments = [&](int buf, int stage, int tile, int step) {
       warp.load(buf, smem + stage * Cfg::kStageBytes, buffer(tile), warp_m0, warp_n0, step * kStepK);
     };
@@ -316,9 +327,13 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
+        typename Staged::Inputs inputs;
+        if (GEMM_SM80_STAGED_SPLIT && ahead && GEMM_SM80_LEAVE_OUT != 5) load_inputs(t + 1, next, step, inputs);
         if (refill && GEMM_SM80_LEAVE_OUT != 3) issue_tile(smem, write, t + S - 1, step);
-        if (ahead && GEMM_SM80_LEAVE_OUT != 5) dequantize(t + 1, next, step);
+        if (!GEMM_SM80_STAGED_SPLIT && ahead && GEMM_SM80_LEAVE_OUT != 5) dequantize(t + 1, next, step);
         if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
+        if (GEMM_SM80_STAGED_SPLIT && ahead && GEMM_SM80_LEAVE_OUT != 5)
+          Staged::store(step, inputs, buffer(t + 1), warp_id, lane);
         if (step + 1 == kSteps) {
           cp_async_commit();
           cp_async_wait<S - 3>();

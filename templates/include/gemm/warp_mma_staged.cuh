@@ -44,38 +44,69 @@ struct StagedB {
     return static_cast<u32>(((kk * kPairs + p) * 32 + lane) * 16);
   }
 
-  // The units of step `step` (of kSteps) of this warp: dequantize them from the stage
-  // whose packed B tile is at `smem_b` and scale/zero rows at `smem_v` (their first
-  // row the group of the tile's first K index, `group0`) into the buffer at `dst`.
+  // Units [lo(step), hi(step)) of this warp's are dequantized under k16 step `step`.
+  __device__ __forceinline__ static constexpr int lo(int step) { return step * kUnitsPerWarp / kSteps; }
+  __device__ __forceinline__ static constexpr int hi(int step) { return (step + 1) * kUnitsPerWarp / kSteps; }
+  static constexpr int kMaxUnitsPerStep = (kUnitsPerWarp + kSteps - 1) / kSteps;
+
+  // What a step's units read from the ring: per unit and n8 tile, the lane's packed
+  // words and its row's scale and zero.
+  struct Inputs {
+    u32 w[kMaxUnitsPerStep][2][Dq::kWords];
+    u16 scale[kMaxUnitsPerStep][2], zero[kMaxUnitsPerStep][2];
+  };
+
+  // Step `step`'s inputs from the stage whose packed B tile is at `smem_b` and
+  // scale/zero rows at `smem_v` (their first row the group of the tile's first K index).
   // `group_of(k)`: the group of K index k of the tile.
   template <class GroupOf>
-  __device__ __forceinline__ static void dequantize(int step, u32 smem_b, u32 smem_v, u32 dst, int warp, int lane,
-                                                    GroupOf&& group_of) {
-    constexpr int kWords = Dq::kWords;
+  __device__ __forceinline__ static void load(int step, u32 smem_b, u32 smem_v, int warp, int lane,
+                                              GroupOf&& group_of, Inputs& in) {
     const int group0 = group_of(0);
 #pragma unroll
-    for (int u = step * kUnitsPerWarp / kSteps; u < (step + 1) * kUnitsPerWarp / kSteps; ++u) {
+    for (int u = lo(step); u < hi(step); ++u) {
       const int unit = warp * kUnitsPerWarp + u;
       const int p = unit / kBlocksK, block = unit % kBlocksK;
       const int group_row = group_of(block * 32) - group0;
-      BlockFragments f[2];
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
         const int tile = 2 * p + t;
-        const u32 words = smem_b + (tile * Cfg::kLdsB + block * Cfg::kQuantBlockUnits) * 2 + lane * kWords * 4;
-        u32 w[kWords];
-        if constexpr (kWords == 1) {
-          w[0] = ld_shared_u32(words);
+        const u32 words = smem_b + (tile * Cfg::kLdsB + block * Cfg::kQuantBlockUnits) * 2 + lane * Dq::kWords * 4;
+        if constexpr (Dq::kWords == 1) {
+          in.w[u - lo(step)][t][0] = ld_shared_u32(words);
         } else {
-          ld_shared_v2(w, words);
+          ld_shared_v2(in.w[u - lo(step)][t], words);
         }
         const u32 v = smem_v + (group_row * Cfg::kLdsV + tile * 8 + (lane >> 2)) * 2;
-        Dq::apply(w, Dq::make(ld_shared_u16(v), ld_shared_u16(v + kZerosOffset)), f[t]);
+        in.scale[u - lo(step)][t] = ld_shared_u16(v);
+        in.zero[u - lo(step)][t] = ld_shared_u16(v + kZerosOffset);
       }
+    }
+  }
+
+  // Step `step`'s units from `in` into the buffer at `dst`.
+  __device__ __forceinline__ static void store(int step, const Inputs& in, u32 dst, int warp, int lane) {
+#pragma unroll
+    for (int u = lo(step); u < hi(step); ++u) {
+      const int unit = warp * kUnitsPerWarp + u;
+      const int p = unit / kBlocksK, block = unit % kBlocksK;
+      BlockFragments f[2];
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+        Dq::apply(in.w[u - lo(step)][t], Dq::make(in.scale[u - lo(step)][t], in.zero[u - lo(step)][t]), f[t]);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         st_shared(dst + vector(2 * block + h, p, lane), make_uint4(f[0][h][0], f[0][h][1], f[1][h][0], f[1][h][1]));
     }
+  }
+
+  // Both at once (the prologue's tile 0, and the loop unless GEMM_SM80_STAGED_SPLIT).
+  template <class GroupOf>
+  __device__ __forceinline__ static void dequantize(int step, u32 smem_b, u32 smem_v, u32 dst, int warp, int lane,
+                                                    GroupOf&& group_of) {
+    Inputs in;
+    load(step, smem_b, smem_v, warp, lane, group_of, in);
+    store(step, in, dst, warp, lane);
   }
 };
 
