@@ -113,7 +113,9 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // whose mainloops issue few MMAs per copy.
   // NOTE: measured on the H200, the prefill tiles ran 8-12% slower at M = 1024 with
   // them (and no faster at M = 128): those copy with LeanCopies (below).
-  static constexpr bool kWholeVectorCopies = Cfg::kAlign > 1 && (Cfg::kQuantB || Cfg::kCtaM <= 32);
+  // Staged B (prefill tiles) copies with LeanCopies like the dense tiles.
+  static constexpr bool kWholeVectorCopies =
+      Cfg::kAlign > 1 && ((Cfg::kQuantB && !Cfg::kStagedB) || Cfg::kCtaM <= 32);
   // Quantized B straight from global memory into registers, one K tile ahead, for
   // tiles whose weights each feed one warp only (Cfg::kDirectB): no shared-memory
   // round trip, no per-copy address arithmetic, and nothing for other warps to wait for.
@@ -126,10 +128,12 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   using StepWords = typename Cursor::StepWords;
   using TileWords = StepWords[kSteps];
 
-  // Dense 16-byte-aligned tiles copy the K tiles inside the matrix by LeanCopies.
+  // Dense 16-byte-aligned tiles, and staged B's (its packed tile a matrix of N / 8 rows
+  // and ldb units), copy the K tiles inside the matrix by LeanCopies.
   // NOTE: "nk" B only. With "kn" B (K x N, the tile advancing by whole rows of B) the
   // 128x128x64 tile spilled 4-8 bytes on sm_90 (NVRTC 13.5), so it keeps the general copies.
-  static constexpr bool kLean = GEMM_SM80_LEAN_COPIES && !Cfg::kQuantB && !kDirectB && !kWholeVectorCopies &&
+  static constexpr bool kLean = GEMM_SM80_LEAN_COPIES && (!Cfg::kQuantB || Cfg::kStagedB) && !kDirectB &&
+                                !kWholeVectorCopies &&
                                 Cfg::kAlign == 8 && Cfg::kOrderB == OrderB::kNK;
   using LeanA = LeanCopies<CopyA, Cfg::kLdsA>;
   using LeanB = LeanCopies<CopyB, Cfg::kLdsB>;
@@ -168,8 +172,12 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       lda_bytes = p.lda * 2;
       ldb_bytes = p.ldb * 2;
       lean_a = static_cast<const char*>(p.A) + m0 * lda_bytes + static_cast<i64>(k0) * 2;
-      lean_b = static_cast<const char*>(p.B) +
-               (Base::kBAlongRows ? k0 * ldb_bytes + static_cast<i64>(n0) * 2 : n0 * ldb_bytes + static_cast<i64>(k0) * 2);
+      if constexpr (Cfg::kQuantB) {
+        lean_b = static_cast<const char*>(p.B) + n0 / 8 * ldb_bytes + static_cast<i64>(Base::b_dcol(k0)) * 2;
+      } else {
+        lean_b = static_cast<const char*>(p.B) + (Base::kBAlongRows ? k0 * ldb_bytes + static_cast<i64>(n0) * 2
+                                                                    : n0 * ldb_bytes + static_cast<i64>(k0) * 2);
+      }
       lean = m0 + Cfg::kCtaM <= p.M && n0 + Cfg::kCtaN <= p.N && LeanA::fits(lda_bytes) && LeanB::fits(ldb_bytes);
       if constexpr (Cfg::kGrouped) lean = lean && gather == nullptr;  // gathered rows take the general copies
     }
@@ -177,7 +185,10 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 
   // Bytes between the origins of successive K tiles in A and in B.
   __device__ __forceinline__ i64 a_step() const { return Cfg::kCtaK * 2; }
-  __device__ __forceinline__ i64 b_step() const { return Base::kBAlongRows ? Cfg::kCtaK * ldb_bytes : Cfg::kCtaK * 2; }
+  __device__ __forceinline__ i64 b_step() const {
+    if constexpr (Cfg::kQuantB) return Cfg::kCtaK / 32 * Cfg::kQuantBlockUnits * 2;
+    return Base::kBAlongRows ? Cfg::kCtaK * ldb_bytes : Cfg::kCtaK * 2;
+  }
 
   // Slice `step` of `slices` of the copies of K tile `tile` into ring buffer `stage`.
   __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step, int slices = kSteps) const {
@@ -196,6 +207,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       if (lean && inside_k) {
         LeanA::issue(sa, LeanA::source(lean_a + a_step() * tile, lda_bytes), lda_bytes, a_begin, a_end);
         LeanB::issue(sb, LeanB::source(lean_b + b_step() * tile, ldb_bytes), ldb_bytes, b_begin, b_end);
+        if (step == 0) issue_group_rows(sb, k0);
         return;
       }
     }
@@ -227,12 +239,14 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     } else {
       this->copy_b.issue(sb, Base::b_drow(k0), Base::b_dcol(k0), b_begin, b_end);
     }
-    if constexpr (Cfg::kQuantB) {
-      // The scale and zero rows of the groups this tile touches ride in the same stage.
-      if (step == 0) {
-        copy_group_rows.issue(sb + Cfg::kStageBytesB, this->group_of(k0), this->group_end(k0), this->groups);
-      }
-    }
+    if (step == 0) issue_group_rows(sb, k0);
+  }
+
+  // Quantized B: the scale and zero rows of the groups the K tile at `k0` touches, into
+  // the stage whose B tile is at `sb` (they ride in the same stage).
+  __device__ __forceinline__ void issue_group_rows(u32 sb, int k0) const {
+    if constexpr (Cfg::kQuantB)
+      copy_group_rows.issue(sb + Cfg::kStageBytesB, this->group_of(k0), this->group_end(k0), this->groups);
   }
 
   // The copies of K tiles 0 .. Stages - 2 into stages 0 .. Stages - 2, a commit group each.
@@ -310,6 +324,16 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       warp.load(buf, smem + stage * Cfg::kStageBytes, buffer(tile), warp_m0, warp_n0, step * kStepK);
     };
     issue_prologue(smem, k_tiles);
+    // kLean: as in run(), this thread's sources in the K tile the loop refills next.
+    const char* lean_src_a = nullptr;
+    const char* lean_src_b = nullptr;
+    int lean_end = 0;
+    if constexpr (kLean) {
+      lean_src_a = LeanA::source(lean_a + a_step() * (S - 1), lda_bytes);
+      lean_src_b = LeanB::source(lean_b + b_step() * (S - 1), ldb_bytes);
+      const int inside_k = this->k_extent / Cfg::kCtaK;
+      lean_end = lean ? (inside_k < k_tiles ? inside_k : k_tiles) : 0;
+    }
     cp_async_wait<S - 3>();
     __syncthreads();
     if (k_tiles > 0) {
@@ -322,6 +346,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     if (k_tiles > 0) fragments(0, 0, 0, 0);
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
+      const bool refill_lean = t + S - 1 < lean_end;
       const bool ahead = t + 1 < k_tiles;
       const int next = read + 1 == S ? 0 : read + 1;  // tile t + 1's stage
 #pragma unroll
@@ -329,7 +354,15 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
         typename Staged::Inputs inputs;
         if (GEMM_SM80_STAGED_SPLIT && ahead && GEMM_SM80_LEAVE_OUT != 5) load_inputs(t + 1, next, step, inputs);
-        if (refill && GEMM_SM80_LEAVE_OUT != 3) issue_tile(smem, write, t + S - 1, step);
+        if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
+          const u32 sa = smem + write * Cfg::kStageBytes;
+          LeanA::issue(sa, lean_src_a, lda_bytes, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
+          LeanB::issue(sa + Cfg::kStageBytesA, lean_src_b, ldb_bytes, step * CopyB::kIters / kSteps,
+                       (step + 1) * CopyB::kIters / kSteps);
+          if (step == 0) issue_group_rows(sa + Cfg::kStageBytesA, (t + S - 1) * Cfg::kCtaK);
+        } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
+          issue_tile(smem, write, t + S - 1, step);
+        }
         if (!GEMM_SM80_STAGED_SPLIT && ahead && GEMM_SM80_LEAVE_OUT != 5) dequantize(t + 1, next, step);
         if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
         if (GEMM_SM80_STAGED_SPLIT && ahead && GEMM_SM80_LEAVE_OUT != 5)
@@ -338,6 +371,10 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           cp_async_commit();
           cp_async_wait<S - 3>();
           if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+          if constexpr (kLean) {
+            lean_src_a += a_step();
+            lean_src_b += b_step();
+          }
           read = next;
           write = write + 1 == S ? 0 : write + 1;
           // Step 0 of the next tile reads buffer 0: the last step's MMAs took theirs at issue.
