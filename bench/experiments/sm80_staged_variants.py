@@ -8,7 +8,7 @@ problems, the variants of a kernel back to back, L2 flushed, medians:
     python -m bench.experiments.sm80_staged_variants [--variants base no_dequant ...] [--tiles 128x256x64s4]
 
 split reads a step's packed weights first in the step and converts and stores them after
-its MMAs (GEMM_SM80_STAGED_SPLIT). no_dequant leaves out the staged tiles' dequantization inside the K loop (the MMAs then
+its MMAs, fused between its copies and MMAs (GEMM_SM80_STAGED_SPLIT; base chooses per tile). no_dequant leaves out the staged tiles' dequantization inside the K loop (the MMAs then
 read the buffer the prologue wrote): its time against base is what the dequantization
 costs beside the MMAs; base against the fp16 tile is the whole gap.
 """
@@ -34,6 +34,7 @@ from tests.sm80_staged_kernels import YAML
 VARIANTS = {
     "base": (),
     "split": ("-DGEMM_SM80_STAGED_SPLIT=1",),
+    "fused": ("-DGEMM_SM80_STAGED_SPLIT=0",),
     "no_dequant": ("-DGEMM_SM80_LEAVE_OUT=5",),
     "no_mma": ("-DGEMM_SM80_LEAVE_OUT=2",),
     "no_refill": ("-DGEMM_SM80_LEAVE_OUT=3",),
