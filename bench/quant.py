@@ -34,13 +34,13 @@ def copy_bandwidth() -> float:
 
 
 def describe_choice(gemm: Gemm, before: set) -> str:
-    """The tile, mainloop and split count of the launch the tuner just added to the cache."""
+    """The tile, mainloop, split count and swizzle of the launch the tuner just added to the cache."""
     new = [spec for key, spec in gemm.cache.entries() if key not in before]
     if not new:
         return "-"
     spec = gemm.registry.get(new[0].kernel).spec
     cta, warps = "x".join(map(str, spec.cta)), "x".join(map(str, spec.warps))
-    return f"{spec.mainloop.value} {cta} w{warps} s{spec.stages} ({new[0].splits})"
+    return f"{spec.mainloop.value} {cta} w{warps} s{spec.stages} ({new[0].splits}, z{new[0].swizzle})"
 
 
 def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:

@@ -86,12 +86,15 @@ def main() -> None:
                 print(f"| {model} {layer} | {m} | {n} | {k} | {w4_plan} | {fp16_plan} | {t_q * 1e3:.1f} | "
                       f"{t_h * 1e3:.1f} | {t_q / t_h:.2f} |", flush=True)  # fmt: skip
                 if args.staged:
-                    # Each staged f16 W4 tile unsplit, whether or not the tuning took it.
+                    # Each staged f16 W4 tile unsplit at swizzle 0, whether or not the tuning
+                    # took it, interleaved with the tuned W4 plan again (so the two compare).
                     staged = [x.name for x in gemm.kernels if "_sm80_staged_" in x.name and "_af16_bu4_" in x.name]
-                    times = interleaved_medians_ms([lambda x=x: gemm.matmul(a, packed, out=out, kernel=x)
+                    times = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out)] +
+                                                   [lambda x=x: gemm.matmul(a, packed, out=out, kernel=x)
                                                     for x in staged])  # fmt: skip
-                    print("|  | staged: " + ", ".join(f"{x.split('_df16_')[1].split('_nk')[0]} {t * 1e3:.1f} "
-                                                      f"({t / t_h:.2f})" for x, t in zip(staged, times)) + " |")
+                    print(f"|  | tuned W4 plan again {times[0] * 1e3:.1f}; staged, unsplit, z0: " +
+                          ", ".join(f"{x.split('_df16_')[1].split('_nk')[0]} {t * 1e3:.1f} ({t / t_h:.2f})"
+                                    for x, t in zip(staged, times[1:])) + " |")  # fmt: skip
     for m, r in ratios.items():
         print(f"- M = {m}: median W4 / fp16 time {statistics.median(r):.2f} (min {min(r):.2f}, max {max(r):.2f}) "
               f"over {len(r)} layers; asked: at most 1.1")  # fmt: skip
