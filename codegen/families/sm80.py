@@ -8,6 +8,11 @@ from typing import TYPE_CHECKING
 from codegen.families.base import MainloopFamily
 from codegen.vocabulary import BOrder, DataType, MmaAtom
 
+# The staged tiles' MMA rate against the dense tile's (Sm80StagedFamily.mma_efficiency):
+# NORM / (1 + ROWS / CTA M).
+_STAGED_DEQUANT_ROWS = 37.6
+_STAGED_DEQUANT_NORM = 1.048
+
 if TYPE_CHECKING:
     from codegen.spec import KernelSpec
 
@@ -128,3 +133,25 @@ class Sm80StagedFamily(Sm80Family):
         """cost_model.dequant_time counts each weight once per warp along M; here every
         weight is dequantized once per CTA."""
         return float(spec.warps[0])
+
+    def tile_efficiency(self, spec: KernelSpec) -> float:
+        """The dense tile's: the MMA warps read their B fragments from the staged buffer,
+        each serving the CTA's rows, not only the warp's."""
+        cm, cn, _ = spec.cta
+        intensity = cm * cn / (cm + cn)
+        return intensity / (intensity + 48.0)
+
+    def mma_efficiency(self, spec: KernelSpec) -> float:
+        """The dense tile's rate, less what the in-loop dequantization takes from it: its
+        instructions issue beside the MMAs of the same two warps per scheduler (254
+        registers) and hide poorly, so the loss goes with the weights per MMA, 1 / CTA M;
+        and with three stages the ring has one K tile in flight (stages_in_flight).
+        Fitted to the H200 (docs/NOTES.md, seventeenth session: W4 / fp16 time of the
+        sm80 fp16 tile, 1.25 for 256x128 s4, 1.41 for 128x256 s4, 1.51 / 1.60 for s3)."""
+        ring = 0.88 if self.stages_in_flight(spec) < 2 else 1.0
+        return self.tile_efficiency(spec) * ring * _STAGED_DEQUANT_NORM / (1.0 + _STAGED_DEQUANT_ROWS / spec.cta[0])
+
+    def stages_in_flight(self, spec: KernelSpec) -> int:
+        """The packed weights land a K tile before A (they are dequantized a tile ahead),
+        so the ring keeps one tile fewer in flight than the dense one."""
+        return max(1, spec.stages - 2)

@@ -287,3 +287,52 @@ def test_llama3_8b_qkv_at_1024_rows_takes_128x192_unsplit(a_type) -> None:
     _, best = rank(feasible, key, H200, **WORKSPACE)[0]
     spec = next(x.spec for x in feasible if x.name == best.kernel)
     assert (spec.mainloop, spec.cta[:2], spec.cluster, best.splits) == (Mainloop.SM90, (128, 192), 1, 1), best
+
+
+@functools.cache
+def _staged_kernels() -> tuple:
+    from tests.sm80_staged_kernels import YAML
+
+    return tuple(SimpleNamespace(spec=s, name=s.name, ctas_per_sm=_occupancy(s))
+                 for s in (k.spec for k in load_configs([YAML])))  # fmt: skip
+
+
+# W4 / fp16 time of the staged f16 tiles against the best sm80 fp16 tile, measured on the
+# H200 (docs/perf/sm80_quant_vs_dense.md, each tile forced unsplit, medians over the
+# llama3 layers at M = 4096).
+STAGED_MEASURED = {((256, 128, 64), 4): 1.25, ((128, 256, 64), 4): 1.41, ((128, 256, 64), 3): 1.60,
+                   ((256, 128, 64), 3): 1.51}  # fmt: skip
+
+
+@pytest.mark.parametrize("mnk", [(4096, 28672, 4096), (4096, 8192, 8192), (1024, 8192, 8192)])
+def test_staged_tiles_are_priced_as_measured_against_the_sm80_fp16_tile(mnk) -> None:
+    m, n, k = mnk
+    dense_key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=90)
+    quant_key = dense_key._replace(b_type=DataType.U4, quant="u4g128")
+    dense = min(predict(x.spec, x.ctas_per_sm, H200, dense_key) for x in _kernels(90)
+                if x.spec.mainloop is Mainloop.SM80 and infeasible_reason(x.spec, dense_key) is None)  # fmt: skip
+    seen = set()
+    for x in _staged_kernels():
+        shape = (x.spec.cta, x.spec.stages)
+        if x.spec.a_type is DataType.F16 and x.spec.b_type is DataType.U4 and shape in STAGED_MEASURED:
+            ratio = predict(x.spec, x.ctas_per_sm, H200, quant_key) / dense
+            assert ratio == pytest.approx(STAGED_MEASURED[shape], rel=0.1), (shape, ratio)
+            seen.add(shape)
+    assert seen == set(STAGED_MEASURED)
+
+
+@pytest.mark.parametrize("m", [1024, 4096])
+def test_staged_256x128_leads_the_sm80_class_w4_kernels_and_wgmma_still_wins_on_sm90(m) -> None:
+    """Measured on the H200: the staged 256x128 s4 tile 1.25-1.3x fp16's time, the
+    register-dequantizing sm80 W4 tiles 1.7-1.8x; sm90_quant 0.97-0.99x of cuBLAS."""
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, 28672, 4096, arch=90)._replace(
+        b_type=DataType.U4, quant="u4g128")
+    feasible = [x for x in _kernels(90) + _staged_kernels() if infeasible_reason(x.spec, key) is None]
+    specs = {x.name: x.spec for x in feasible}
+    assert Mainloop.SM80_STAGED in {s.mainloop for s in specs.values()}
+    _, best = rank(feasible, key, H200, **WORKSPACE)[0]
+    assert specs[best.kernel].mainloop is Mainloop.SM90_QUANT, best
+    sm80_class = [x for x in feasible if x.spec.mainloop in (Mainloop.SM80, Mainloop.SM80_STAGED)]
+    _, best = rank(sm80_class, key, H200, **WORKSPACE)[0]
+    assert (specs[best.kernel].mainloop, specs[best.kernel].cta, specs[best.kernel].stages) == \
+        (Mainloop.SM80_STAGED, (256, 128, 64), 4), best  # fmt: skip
