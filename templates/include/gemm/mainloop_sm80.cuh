@@ -193,6 +193,44 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     return Base::kBAlongRows ? Cfg::kCtaK * ldb_bytes : Cfg::kCtaK * 2;
   }
 
+  // kLean: this thread's sources in the K tile a loop refills next, carried from tile to
+  // tile (a loop-carried pointer stays in a register; state rebuilt from the parameters
+  // at every copy cost the copies most of their instructions), and `end`: tiles
+  // [0, end) of the split go lean (inside K, the CTA's tile inside M and N). One
+  // integer, where three live conditions cost the 64-deep prefill tiles a register (a
+  // 4-byte spill on sm_90).
+  struct LeanCursor {
+    const char* a = nullptr;
+    const char* b = nullptr;
+    int end = 0;
+  };
+
+  // The cursor at the first tile a loop refills (S - 1, after the prologue's).
+  __device__ __forceinline__ LeanCursor lean_cursor(int k_tiles) const {
+    LeanCursor c;
+    if constexpr (kLean) {
+      c.a = LeanA::source(lean_a + a_step() * (Cfg::kStages - 1), lda_bytes);
+      c.b = LeanB::source(lean_b + b_step() * (Cfg::kStages - 1), ldb_bytes);
+      const int inside_k = this->k_extent / Cfg::kCtaK;
+      c.end = lean ? (inside_k < k_tiles ? inside_k : k_tiles) : 0;
+    }
+    return c;
+  }
+
+  // Slice `slice` of `slices` of the lean copies of the tile at `c` into the stage at `sa`.
+  __device__ __forceinline__ void issue_lean(u32 sa, const LeanCursor& c, int slice, int slices) const {
+    LeanA::issue(sa, c.a, lda_bytes, slice * CopyA::kIters / slices, (slice + 1) * CopyA::kIters / slices);
+    LeanB::issue(sa + Cfg::kStageBytesA, c.b, ldb_bytes, slice * CopyB::kIters / slices,
+                 (slice + 1) * CopyB::kIters / slices);
+  }
+
+  __device__ __forceinline__ void advance(LeanCursor& c) const {
+    if constexpr (kLean) {
+      c.a += a_step();
+      c.b += b_step();
+    }
+  }
+
   // Slice `step` of `slices` of the copies of K tile `tile` into ring buffer `stage`.
   __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step, int slices = kSteps) const {
     const u32 sa = smem + stage * Cfg::kStageBytes;
@@ -328,16 +366,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       warp.load(buf, smem + stage * Cfg::kStageBytes, buffer(tile), warp_m0, warp_n0, step * kStepK);
     };
     issue_prologue(smem, k_tiles);
-    // kLean: as in run(), this thread's sources in the K tile the loop refills next.
-    const char* lean_src_a = nullptr;
-    const char* lean_src_b = nullptr;
-    int lean_end = 0;
-    if constexpr (kLean) {
-      lean_src_a = LeanA::source(lean_a + a_step() * (S - 1), lda_bytes);
-      lean_src_b = LeanB::source(lean_b + b_step() * (S - 1), ldb_bytes);
-      const int inside_k = this->k_extent / Cfg::kCtaK;
-      lean_end = lean ? (inside_k < k_tiles ? inside_k : k_tiles) : 0;
-    }
+    LeanCursor lean_src = lean_cursor(k_tiles);
     cp_async_wait<S - 3>();
     __syncthreads();
     if (k_tiles > 0) {
@@ -350,7 +379,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     if (k_tiles > 0) fragments(0, 0, 0, 0);
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
-      const bool refill_lean = t + S - 1 < lean_end;
+      const bool refill_lean = t + S - 1 < lean_src.end;
       const bool ahead = t + 1 < k_tiles;
       const int next = read + 1 == S ? 0 : read + 1;  // tile t + 1's stage
 #pragma unroll
@@ -360,9 +389,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (kSplit && ahead && GEMM_SM80_LEAVE_OUT != 5) load_inputs(t + 1, next, step, inputs);
         if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
           const u32 sa = smem + write * Cfg::kStageBytes;
-          LeanA::issue(sa, lean_src_a, lda_bytes, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
-          LeanB::issue(sa + Cfg::kStageBytesA, lean_src_b, ldb_bytes, step * CopyB::kIters / kSteps,
-                       (step + 1) * CopyB::kIters / kSteps);
+          issue_lean(sa, lean_src, step, kSteps);
           if (step == 0) issue_group_rows(sa + Cfg::kStageBytesA, (t + S - 1) * Cfg::kCtaK);
         } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
           issue_tile(smem, write, t + S - 1, step);
@@ -375,10 +402,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           cp_async_commit();
           cp_async_wait<S - 3>();
           if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
-          if constexpr (kLean) {
-            lean_src_a += a_step();
-            lean_src_b += b_step();
-          }
+          advance(lean_src);
           read = next;
           write = write + 1 == S ? 0 : write + 1;
           // Step 0 of the next tile reads buffer 0: the last step's MMAs took theirs at issue.
@@ -444,24 +468,10 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     int read = 0;
     int write = S - 1;
     fragments(0, 0, 0, 0);
-    // kLean: this thread's sources in the K tile the loop refills next, carried from
-    // tile to tile (a loop-carried pointer stays in a register; state rebuilt from the
-    // parameters at every copy cost the copies most of their instructions), and
-    // lean_end: tiles [0, lean_end) of the split go lean (inside K, the CTA's tile
-    // inside M and N). One integer, where three live conditions cost the 64-deep
-    // prefill tiles a register (a 4-byte spill on sm_90).
     // NOTE: kLean is "nk" only, so the kBAlongRows branches of lean_b and b_step() are
     // never taken; dropping them changed ptxas's allocation of the bf16 128x128x32
     // kernel, so that waits for a GPU run to time it.
-    const char* lean_src_a = nullptr;
-    const char* lean_src_b = nullptr;
-    int lean_end = 0;
-    if constexpr (kLean) {
-      lean_src_a = LeanA::source(lean_a + a_step() * (S - 1), lda_bytes);
-      lean_src_b = LeanB::source(lean_b + b_step() * (S - 1), ldb_bytes);
-      const int inside_k = this->k_extent / Cfg::kCtaK;
-      lean_end = lean ? (inside_k < k_tiles ? inside_k : k_tiles) : 0;
-    }
+    LeanCursor lean_src = lean_cursor(k_tiles);
     if constexpr (kEarlyBarrier) {
       // The read and write stages' addresses, carried from tile to tile (a stage index
       // times the stage's bytes was rebuilt after every barrier).
@@ -469,7 +479,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       u32 read_base = smem, write_base = smem + (S - 1) * Cfg::kStageBytes;
       for (int t = 0; t < k_tiles; ++t) {
         const bool refill = t + S - 1 < k_tiles;
-        const bool refill_lean = t + S - 1 < lean_end;
+        const bool refill_lean = t + S - 1 < lean_src.end;
 #pragma unroll
         for (int step = 0; step < kSteps; ++step) {
           const u32 read_at = GEMM_SM80_STAGE_BASES ? read_base : smem + read * Cfg::kStageBytes;
@@ -482,10 +492,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
             if (refill_lean) {
               const u32 sa = GEMM_SM80_STAGE_BASES ? write_base : smem + write * Cfg::kStageBytes;
-              LeanA::issue(sa, lean_src_a, lda_bytes, step * CopyA::kIters / kCopySlices,
-                           (step + 1) * CopyA::kIters / kCopySlices);
-              LeanB::issue(sa + Cfg::kStageBytesA, lean_src_b, ldb_bytes, step * CopyB::kIters / kCopySlices,
-                           (step + 1) * CopyB::kIters / kCopySlices);
+              issue_lean(sa, lean_src, step, kCopySlices);
             } else if (refill) {
               issue_tile(smem, write, t + S - 1, step, kCopySlices);
             }
@@ -495,10 +502,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
             cp_async_commit();
             cp_async_wait<S - 2>();
             if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
-            if constexpr (kLean) {
-              lean_src_a += a_step();
-              lean_src_b += b_step();
-            }
+            advance(lean_src);
             read = read + 1 == S ? 0 : read + 1;
             write = write + 1 == S ? 0 : write + 1;
             read_base = read_base + Cfg::kStageBytes == ring_end ? smem : read_base + Cfg::kStageBytes;
@@ -512,7 +516,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
     for (int t = 0; t < k_tiles; ++t) {
       const bool refill = t + S - 1 < k_tiles;
-      const bool refill_lean = t + S - 1 < lean_end;
+      const bool refill_lean = t + S - 1 < lean_src.end;
       if constexpr (kDirectB) {
         if (t + 1 < k_tiles) load_tile(next_words);
       }
@@ -521,9 +525,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
         if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
           const u32 sa = smem + write * Cfg::kStageBytes;
-          LeanA::issue(sa, lean_src_a, lda_bytes, step * CopyA::kIters / kSteps, (step + 1) * CopyA::kIters / kSteps);
-          LeanB::issue(sa + Cfg::kStageBytesA, lean_src_b, ldb_bytes, step * CopyB::kIters / kSteps,
-                       (step + 1) * CopyB::kIters / kSteps);
+          issue_lean(sa, lean_src, step, kSteps);
         } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
           issue_tile(smem, write, t + S - 1, step);
         }
@@ -533,10 +535,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           cp_async_commit();
           cp_async_wait<S - 2>();
           if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
-          if constexpr (kLean) {
-            lean_src_a += a_step();
-            lean_src_b += b_step();
-          }
+          advance(lean_src);
           read = read + 1 == S ? 0 : read + 1;
           write = write + 1 == S ? 0 : write + 1;
           if constexpr (kDirectB) {
