@@ -100,7 +100,8 @@ struct StagedB {
     }
   }
 
-  // Both at once (the prologue's tile 0, and the loop unless GEMM_SM80_STAGED_SPLIT).
+  // Both at once (the prologue's tile 0, and the loop of tiles that do not split:
+  // run_staged's kSplit).
   template <class GroupOf>
   __device__ __forceinline__ static void dequantize(int step, u32 smem_b, u32 smem_v, u32 dst, int warp, int lane,
                                                     GroupOf&& group_of) {
