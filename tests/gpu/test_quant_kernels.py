@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gemm_runtime import Epilogue, GemmArgumentError, Operation
+from gemm_runtime import GemmArgumentError
 from gemm_runtime.nn import QuantLinear, replace_linear
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import QuantizedWeight, quantize
 from gemm_runtime.types import torch_dtype
-from tests.gpu.util import rel_err, shared_gemm
+from tests.gpu.util import check_quant_epilogues_and_split_k, rel_err, shared_gemm
 
 pytestmark = pytest.mark.gpu
 
@@ -74,23 +74,7 @@ def test_quant_kernel_matches_dequantized_reference(gemm, name, group_size):
 
 @pytest.mark.parametrize("name", _quant_kernels())
 def test_quant_kernel_epilogues_and_split_k(gemm, name):
-    from gemm_runtime.plan import LaunchSpec
-
-    spec = gemm.registry.get(name).spec
-    dt = torch_dtype(spec.a_type)
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    n, k = 2 * spec.cta[1] + 16, 4 * spec.cta[2]
-    qw = _weight(n, k, dt, spec.b_type.bits, 64, gen)
-    packed = pack_for_gemm(qw)
-    a = torch.randn(19, k, device="cuda", dtype=dt, generator=gen)
-    out_dt = torch_dtype(spec.d_type)
-    bias = torch.randn(n, device="cuda", dtype=out_dt, generator=gen)
-    v = a.float() @ qw.dequantize().float().t() + bias.float()
-    out = gemm.matmul(a, packed, bias=bias, kernel=LaunchSpec(name, 3, 1), out_dtype=out_dt)
-    assert rel_err(out, v) < 1e-2
-    gated = gemm.matmul(a, packed, bias=bias, kernel=name, operation=Operation(epilogue=Epilogue.GATED_SILU),
-                        out_dtype=out_dt)  # fmt: skip
-    assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
+    check_quant_epilogues_and_split_k(gemm, name, rows=19)
 
 
 def _wgmma_quant_kernels():

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from gemm_runtime import Epilogue, Operation
 from gemm_runtime.packed_weight import pack_for_gemm
-from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.quant import quantize
 from gemm_runtime.types import torch_dtype
-from tests.gpu.util import rel_err
+from tests.gpu.util import check_quant_epilogues_and_split_k
 from tests.sm80_staged_kernels import build, kernel_names
 
 pytestmark = pytest.mark.gpu
@@ -73,18 +70,4 @@ def test_staged_kernel_matches_dequantized_reference(staged_gemm, name, group_si
 
 @pytest.mark.parametrize("name", kernel_names())
 def test_staged_kernel_epilogues_and_split_k(staged_gemm, name):
-    spec = _kernel(staged_gemm, name)
-    dt, out_dt = torch_dtype(spec.a_type), torch_dtype(spec.d_type)
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    n, k = 2 * spec.cta[1] + 16, 4 * spec.cta[2]
-    qw = quantize(torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05, bits=spec.b_type.bits,
-                  group_size=64)  # fmt: skip
-    packed = pack_for_gemm(qw)
-    a = torch.randn(spec.cta[0] + 19, k, device="cuda", dtype=dt, generator=gen)
-    bias = torch.randn(n, device="cuda", dtype=out_dt, generator=gen)
-    v = a.float() @ qw.dequantize().float().t() + bias.float()
-    out = staged_gemm.matmul(a, packed, bias=bias, kernel=LaunchSpec(name, 3, 1), out_dtype=out_dt)
-    assert rel_err(out, v) < 1e-2
-    gated = staged_gemm.matmul(a, packed, bias=bias, kernel=name, operation=Operation(epilogue=Epilogue.GATED_SILU),
-                               out_dtype=out_dt)  # fmt: skip
-    assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
+    check_quant_epilogues_and_split_k(staged_gemm, name, rows=_kernel(staged_gemm, name).cta[0] + 19)

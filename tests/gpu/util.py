@@ -38,3 +38,32 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
         return float("nan")
     denom = ref.norm().item()
     return (out - ref).norm().item() / max(denom, 1e-30)
+
+
+def check_quant_epilogues_and_split_k(gemm, name: str, rows: int) -> None:
+    """A quantized kernel of ``gemm`` against the fp32 product with the dequantized
+    weight (groups of 64, N past two CTA tiles, K four CTA tiles, ``rows`` rows of A):
+    with a bias, split 3 ways, and with the gated SiLU epilogue."""
+    import torch.nn.functional as F
+
+    from gemm_runtime import Epilogue, Operation
+    from gemm_runtime.packed_weight import pack_for_gemm
+    from gemm_runtime.plan import LaunchSpec
+    from gemm_runtime.quant import quantize
+    from gemm_runtime.types import torch_dtype
+
+    spec = gemm.registry.get(name).spec
+    dt, out_dt = torch_dtype(spec.a_type), torch_dtype(spec.d_type)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    n, k = 2 * spec.cta[1] + 16, 4 * spec.cta[2]
+    qw = quantize(torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05, bits=spec.b_type.bits,
+                  group_size=64)  # fmt: skip
+    packed = pack_for_gemm(qw)
+    a = torch.randn(rows, k, device="cuda", dtype=dt, generator=gen)
+    bias = torch.randn(n, device="cuda", dtype=out_dt, generator=gen)
+    v = a.float() @ qw.dequantize().float().t() + bias.float()
+    out = gemm.matmul(a, packed, bias=bias, kernel=LaunchSpec(name, 3, 1), out_dtype=out_dt)
+    assert rel_err(out, v) < 1e-2
+    gated = gemm.matmul(a, packed, bias=bias, kernel=name, operation=Operation(epilogue=Epilogue.GATED_SILU),
+                        out_dtype=out_dt)  # fmt: skip
+    assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
