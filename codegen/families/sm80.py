@@ -101,10 +101,13 @@ class Sm80StagedFamily(Sm80Family):
             return "warps", "[wm, wn, 1] (the staged form has no K slices)"
         if stages < 3:
             return "stages", "3 or more (tile t + 1's packed weights are read during tile t)"
-        units = (n // 16) * (k // 32)  # k32 blocks of n8-tile pairs (warp_mma_staged.cuh)
-        if k % 32 or n % 16 or units % (warps[0] * warps[1]):
-            return "cta", (f"n / 16 x k / 32 (k32 blocks of n8-tile pairs) a multiple of the warps "
-                           f"(got {units} over {warps[0] * warps[1]} warps)")
+        if k % 32 or k & (k - 1) or n % 16:
+            return "cta", f"n a multiple of 16 and k a power of two from 32 (got n = {n}, k = {k})"
+        # A warp writes whole pairs of n8 tiles, every k32 block of each (warp_mma_staged.cuh).
+        units, count = (n // 16) * (k // 32), warps[0] * warps[1]
+        if units % count or (units // count) % (k // 32):
+            return "cta", (f"n / 16 x k / 32 (k32 blocks of n8-tile pairs) whole pairs per warp "
+                           f"(got {units} over {count} warps)")
         return None
 
     def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:

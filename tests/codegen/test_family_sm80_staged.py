@@ -50,6 +50,10 @@ def test_the_experiment_yaml_loads_and_stays_out_of_the_default_set() -> None:
         ({"cta": [128, 256, 64], "warps": [2, 4, 1], "stages": 2}, "stages", "3 or more"),
         # 128 / 16 x 32 / 32 = 8 pair blocks over 16 warps
         ({"cta": [256, 128, 32], "warps": [4, 4, 1], "stages": 3}, "cta", "got 8 over 16 warps"),
+        # 16 pair blocks over 16 warps: one k32 block each, not whole pairs
+        ({"cta": [256, 128, 64], "warps": [4, 4, 1], "stages": 3}, "cta", "got 16 over 16 warps"),
+        # K tiles must start on group boundaries: a power-of-two K tile
+        ({"cta": [128, 128, 96], "warps": [2, 2, 1], "stages": 3}, "cta", "k = 96"),
     ],
 )
 def test_tile_rules(tmp_path: Path, tile: dict, field: str, needle: str) -> None:

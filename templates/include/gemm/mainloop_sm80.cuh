@@ -348,19 +348,16 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     const int lane = threadIdx.x & 31, warp_id = threadIdx.x >> 5;
     constexpr bool kSplit = GEMM_SM80_STAGED_SPLIT == 2 ? Staged::kUnitsPerWarp < kSteps : GEMM_SM80_STAGED_SPLIT == 1;
     const u32 staged0 = smem + Cfg::kPipelineBytes;
+    const typename Staged::Lanes at = Staged::lanes(warp_id, lane);
     auto buffer = [&](int tile) { return staged0 + static_cast<u32>((tile & 1) * Cfg::kStagedBufferBytes); };
     // Step `step`'s share of K tile `tile`'s dequantization, from ring stage `stage`.
     auto dequantize = [&](int tile, int stage, int step) {
       const u32 sb = smem + stage * Cfg::kStageBytes + Cfg::kStageBytesA;
-      const int k0 = tile * Cfg::kCtaK;
-      Staged::dequantize(step, sb, sb + Cfg::kStageBytesB, buffer(tile), warp_id, lane,
-                         [&](int k) { return this->group_of(k0 + k); });
+      Staged::dequantize(step, sb, sb + Cfg::kStageBytesB, buffer(tile), at, this->group_shift);
     };
-    auto load_inputs = [&](int tile, int stage, int step, typename Staged::Inputs& in) {
+    auto load_inputs = [&](int stage, int step, typename Staged::Inputs& in) {
       const u32 sb = smem + stage * Cfg::kStageBytes + Cfg::kStageBytesA;
-      const int k0 = tile * Cfg::kCtaK;
-      Staged::load(step, sb, sb + Cfg::kStageBytesB, warp_id, lane, [&](int k) { return this->group_of(k0 + k); },
-                   in);
+      Staged::load(step, sb, sb + Cfg::kStageBytesB, at, this->group_shift, in);
     };
     auto fragments = [&](int buf, int stage, int tile, int step) {
       warp.load(buf, smem + stage * Cfg::kStageBytes, buffer(tile), warp_m0, warp_n0, step * kStepK);
@@ -386,7 +383,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       for (int step = 0; step < kSteps; ++step) {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
         typename Staged::Inputs inputs;
-        if (kSplit && ahead && GEMM_SM80_LEAVE_OUT != 5) load_inputs(t + 1, next, step, inputs);
+        if (kSplit && ahead && GEMM_SM80_LEAVE_OUT != 5) load_inputs(next, step, inputs);
         if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
           const u32 sa = smem + write * Cfg::kStageBytes;
           issue_lean(sa, lean_src, step, kSteps);
@@ -397,7 +394,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (!kSplit && ahead && GEMM_SM80_LEAVE_OUT != 5) dequantize(t + 1, next, step);
         if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
         if (kSplit && ahead && GEMM_SM80_LEAVE_OUT != 5)
-          Staged::store(step, inputs, buffer(t + 1), warp_id, lane);
+          Staged::store(step, inputs, buffer(t + 1), at);
         if (step + 1 == kSteps) {
           cp_async_commit();
           cp_async_wait<S - 3>();
