@@ -407,7 +407,7 @@ def test_default_configs() -> None:
         "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 231
+    assert len(loaded) == 239
     grouped = [k.spec for k in loaded if k.spec.grouped]
     # Grouped kernels (docs/MOE.md): the sm80 and sm90 families, both 16-bit types, stacked
     # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill; quantized
@@ -431,11 +431,11 @@ def test_default_configs() -> None:
         ("f16", "u4"), ("bf16", "u4"), ("f16", "u8"), ("bf16", "u8")}
     assert {s.mainloop.value for s in quantized} == {"sm70", "sm80", "sm90_quant"}
     assert {s.cta[0] for s in quantized} >= {16, 128}
-    # W4 on sm90_quant has tiles of three and four consumer warpgroups as well (the
-    # 192- and 256-row ones); W8 only the two-consumer ones.
+    # sm90_quant has tiles of three and four consumer warpgroups as well (the 192- and
+    # 256-row ones), for both widths.
     wide = {(s.b_type.value, s.cta[:2]) for s in quantized if s.mainloop.value == "sm90_quant" and not s.grouped
             and s.cta[1] > 128}  # fmt: skip
-    assert wide == {("u4", (64, 256)), ("u4", (128, 192))}
+    assert wide == {(b, t) for b in ("u4", "u8") for t in ((64, 256), (128, 192))}
     assert {k.spec.mma for k in loaded} == set(MmaAtom)
     # Every family but the experimental ones (measured slower; tested by direct launch).
     assert {k.spec.mainloop for k in loaded} == {f for f in families() if not f.experimental}
