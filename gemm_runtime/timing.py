@@ -16,18 +16,27 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 _flush_buffer: Any = None  # torch.Tensor once allocated
+_flush_sink: Any = None  # the read's one-element result
 _FLUSH_BYTES = 256 << 20  # larger than any current L2 (H200: 60 MB)
 _SLEEP_CYCLES = 400_000  # ~0.2 ms at 2 GHz: longer than any host-side launch path
 
 
 def flush_l2() -> None:
-    """Evict the L2 cache of the current device by writing a buffer larger than it."""
+    """Evict the L2 cache of the current device by reading a buffer larger than it.
+
+    NOTE: a read, so that L2 is left holding clean lines, as a model step leaves it (the
+    previous layer's weights). Zeroing the buffer instead (until 2026-12-04) left L2
+    full of dirty lines, whose write-back then shared DRAM with the timed call: on the
+    H200 it added 5-8 us to fp16 GEMMs of llama3-8b layers at M = 1 and about 1 us to
+    W4 ones, which read fewer bytes and so evict fewer of them (docs/NOTES.md,
+    bench/experiments/flush_kind.py)."""
     import torch
 
-    global _flush_buffer
+    global _flush_buffer, _flush_sink
     if _flush_buffer is None or _flush_buffer.device.index != torch.cuda.current_device():
-        _flush_buffer = torch.empty(_FLUSH_BYTES, dtype=torch.int8, device="cuda")
-    _flush_buffer.zero_()
+        _flush_buffer = torch.zeros(_FLUSH_BYTES // 2, dtype=torch.float16, device="cuda")
+        _flush_sink = torch.empty((), dtype=torch.float32, device="cuda")
+    torch.sum(_flush_buffer, dim=0, dtype=torch.float32, out=_flush_sink)
 
 
 def median_ms(

@@ -6,12 +6,12 @@ ranking without sm90 kernels) and the model's prediction for each plan:
 
     python -m bench.experiments.decode_splits [--m 1 16] [--splits 1 2 3 4] [--flush write read]
 
-``--flush``: how L2 is emptied before each repetition. ``write`` (the benchmarks' and
-the tuner's flush, gemm_runtime.timing) zeroes a 256 MB buffer, which leaves L2 full
-of dirty lines; the timed kernel's reads then evict them, so up to 60 MB of write-back
-shares DRAM with a decode layer of 32-50 MB. ``read`` sums the buffer instead: L2
+``--flush``: how L2 is emptied before each repetition. ``read`` (the benchmarks' and
+the tuner's flush, gemm_runtime.timing, since 2026-12-04) sums a 256 MB buffer: L2
 holds clean lines, as it does in a model step after the previous layer's weights
-streamed through. ``floor`` is a read of the weights alone (torch.sum) under the same
+streamed through. ``write`` zeroes the buffer (the flush until then), which leaves L2
+full of dirty lines; the timed kernel's reads then evict them, so up to 60 MB of
+write-back shares DRAM with a decode layer of 32-50 MB. ``floor`` is a read of the weights alone (torch.sum) under the same
 flush: what the memory system gives a plain streaming read.
 """
 
@@ -38,13 +38,16 @@ TILES = ("sm80_m16n8k16_af16_bf16_accf32_df16_16x64x128_w1x2x2_s4_nk_align8",
          "sm90_m64nNk16_af16_bf16_accf32_df16_128x128x64_w8x1x1_s6_nk_align8",
          "sm90_m64nNk16_af16_bf16_accf32_df16_128x192x64_w8x1x1_s4_nk_align8",
          "sm90_m64nNk16_af16_bf16_accf32_df16_128x256x64_w8x1x1_s4_nk_align8")  # fmt: skip
-_write_flush = timing.flush_l2
+_read_flush = timing.flush_l2
+_written: list[torch.Tensor] = []
 
 
-def _read_flush() -> None:
-    """Evict L2 by reading a buffer larger than it (clean lines left behind)."""
-    _write_flush()  # allocates the buffer on first use; its dirty lines are read out below
-    timing._flush_buffer.view(torch.float16).sum(dtype=torch.float32)
+def _write_flush() -> None:
+    """Evict L2 by zeroing a buffer larger than it (dirty lines left behind: the
+    benchmarks' flush until 2026-12-04)."""
+    if not _written:
+        _written.append(torch.empty(timing._FLUSH_BYTES, dtype=torch.int8, device="cuda"))
+    _written[0].zero_()
 
 
 def _tile(name: str) -> str:
@@ -55,7 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--m", nargs="+", type=int, default=[16])
     ap.add_argument("--splits", nargs="+", type=int, default=[1, 2, 3, 4])
-    ap.add_argument("--flush", nargs="+", choices=["write", "read"], default=["write"])
+    ap.add_argument("--flush", nargs="+", choices=["write", "read"], default=["read"])
     ap.add_argument("--tiles", nargs="+", help="only these tiles (e.g. 64x128x64 16x64x128; default: all of TILES)")
     args = ap.parse_args()
     gemm = Gemm()
