@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import yaml
 
 from gemm_runtime import DispatchPolicy, Gemm, Operation
-from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.packed_weight import PackedWeight, pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms, median_ms
 
@@ -31,6 +32,24 @@ def copy_bandwidth() -> float:
     dst = torch.empty_like(src)
     t = median_ms(lambda: dst.copy_(src), reps=10, flush=False)
     return 2 * src.numel() * 2 / (t * 1e-3)
+
+
+def w4_layers(models: list[str]) -> Iterator[tuple[str, int, int, torch.Tensor, PackedWeight]]:
+    """Per layer of ``models`` (bench/shapes.yaml): its label, N, K, a random fp16 weight
+    [N, K] on the GPU and that weight in 4 bits, groups of 128, packed."""
+    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    for model in models:
+        for layer, (n, k) in shapes[model].items():
+            w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
+            yield f"{model} {layer}", n, k, w, pack_for_gemm(quantize(w, bits=4, group_size=128))
+
+
+def tuned_choice(gemm: Gemm, a: torch.Tensor, b: object, out: torch.Tensor) -> str:
+    """Tune ``a @ b`` into ``out`` (the MEASURE policy; its plan is cached for the calls
+    that follow) and describe the launch chosen."""
+    before = {key for key, _ in gemm.cache.entries()}
+    gemm.matmul(a, b, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
+    return describe_choice(gemm, before)
 
 
 def describe_choice(gemm: Gemm, before: set) -> str:
@@ -100,9 +119,7 @@ def main() -> None:
             for m in args.m:
                 a = torch.randn(m, k, device="cuda", dtype=torch.float16)
                 out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-                before = {key for key, _ in gemm.cache.entries()}
-                gemm.matmul(a, packed, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
-                choice = describe_choice(gemm, before)
+                choice = tuned_choice(gemm, a, packed, out)
                 t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),
                                                    lambda: torch.matmul(a, w.t(), out=out)])
                 wbw = weight_bytes / (t_q * 1e-3)

@@ -18,12 +18,10 @@ import statistics
 from collections.abc import Callable
 
 import torch
-import yaml
 
 from bench.decode_chain import GROUP, INT4_INNER_K_TILES
-from gemm_runtime import DispatchPolicy, Gemm, Operation
-from gemm_runtime.packed_weight import pack_for_gemm
-from gemm_runtime.quant import quantize
+from bench.quant import tuned_choice, w4_layers
+from gemm_runtime import Gemm
 from gemm_runtime.timing import _SLEEP_CYCLES, event_ms, round_robin_order
 
 _BYTES = 256 << 20
@@ -67,32 +65,27 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     args = ap.parse_args()
     gemm = Gemm()
-    tuned = Operation(dispatch=DispatchPolicy.MEASURE)
-    models = yaml.safe_load(open("bench/shapes.yaml"))["models"]
     kinds = flushes()
     tiny = torch.zeros(1, device="cuda")
     print("| layer | M | flush | floor µs | ours W4 µs | ours fp16 µs | cuBLAS fp16 µs | torch int4 µs | "
           "cuBLAS / W4 | int4 / W4 |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for model in args.models:
-        for layer, (n, k) in models[model].items():
-            w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
-            packed = pack_for_gemm(quantize(w, bits=4, group_size=128))
-            q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
-            int4 = torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), INT4_INNER_K_TILES)
-            sz = torch.randn(k // GROUP, n, 2, device="cuda", dtype=torch.bfloat16) * 0.01
-            for m in args.m:
-                a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-                a_bf = a.to(torch.bfloat16)
-                out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-                gemm.matmul(a, packed, out=out, operation=tuned)
-                fns = [lambda: tiny.add_(1), lambda: gemm.matmul(a, packed, out=out),
-                       lambda: gemm.matmul(a, w.t(), out=out), lambda: torch.matmul(a, w.t(), out=out),
-                       lambda: torch._weight_int4pack_mm(a_bf, int4, GROUP, sz)]  # fmt: skip
-                for name, flush in kinds.items():
-                    t = medians(fns, flush)
-                    print(f"| {model} {layer} | {m} | {name} | {t[0]:.1f} | {t[1]:.1f} | {t[2]:.1f} | {t[3]:.1f} | "
-                          f"{t[4]:.1f} | {t[3] / t[1]:.2f} | {t[4] / t[1]:.2f} |", flush=True)  # fmt: skip
+    for layer, n, k, w, packed in w4_layers(args.models):
+        q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
+        int4 = torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), INT4_INNER_K_TILES)
+        sz = torch.randn(k // GROUP, n, 2, device="cuda", dtype=torch.bfloat16) * 0.01
+        for m in args.m:
+            a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            a_bf = a.to(torch.bfloat16)
+            out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+            tuned_choice(gemm, a, packed, out)
+            fns = [lambda: tiny.add_(1), lambda: gemm.matmul(a, packed, out=out),
+                   lambda: gemm.matmul(a, w.t(), out=out), lambda: torch.matmul(a, w.t(), out=out),
+                   lambda: torch._weight_int4pack_mm(a_bf, int4, GROUP, sz)]  # fmt: skip
+            for name, flush in kinds.items():
+                t = medians(fns, flush)
+                print(f"| {layer} | {m} | {name} | {t[0]:.1f} | {t[1]:.1f} | {t[2]:.1f} | {t[3]:.1f} | "
+                      f"{t[4]:.1f} | {t[3] / t[1]:.2f} | {t[4] / t[1]:.2f} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

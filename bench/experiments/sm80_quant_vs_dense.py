@@ -29,8 +29,8 @@ import yaml
 
 import gemm_runtime.build as build_mod
 from bench.experiments.sm90_variants import subset_manifest
-from bench.quant import describe_choice
-from gemm_runtime import DispatchPolicy, Gemm, Operation
+from bench.quant import tuned_choice
+from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
@@ -63,7 +63,6 @@ def main() -> None:
     else:
         gemm = Gemm(build_dir=sm80_build(work))
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
-    tuned = Operation(dispatch=DispatchPolicy.MEASURE)
     ratios: dict[int, list[float]] = {}
     print("| layer | M | N | K | W4 plan | fp16 plan | W4 µs | fp16 µs | W4 / fp16 |")
     print("|---|---:|---:|---:|---|---|---:|---:|---:|")
@@ -74,12 +73,8 @@ def main() -> None:
             for m in args.m:
                 a = torch.randn(m, k, device="cuda", dtype=torch.float16)
                 out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-                before = {key for key, _ in gemm.cache.entries()}
-                gemm.matmul(a, packed, out=out, operation=tuned)
-                w4_plan = describe_choice(gemm, before)
-                before = {key for key, _ in gemm.cache.entries()}
-                gemm.matmul(a, w.t(), out=out, operation=tuned)
-                fp16_plan = describe_choice(gemm, before)
+                w4_plan = tuned_choice(gemm, a, packed, out)
+                fp16_plan = tuned_choice(gemm, a, w.t(), out)
                 t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),
                                                    lambda: gemm.matmul(a, w.t(), out=out)])  # fmt: skip
                 ratios.setdefault(m, []).append(t_q / t_h)

@@ -1,0 +1,36 @@
+"""gemm_runtime.unpack on the CPU: its kernels compile for sm_80 and sm_90 without
+spills, one entry per (activation type, bits), and arguments it cannot serve are
+refused by name (its results: tests/gpu/test_unpack.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gemm_runtime.build import INCLUDE_DIR
+from gemm_runtime.compiler import compile_cubin
+from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
+from gemm_runtime.unpack import ENTRIES, SOURCE, unpack_weight
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+def test_the_kernels_compile_without_spills(arch):
+    result = compile_cubin(SOURCE, name="gemm_unpack", arch=arch, include_dirs=[INCLUDE_DIR], cache_dir=None)
+    assert result.spill_stores == result.spill_loads == 0, result.log
+    for entry in ENTRIES.values():
+        assert entry.encode() in result.cubin
+
+
+def test_every_activation_type_and_width_has_an_entry():
+    assert set(ENTRIES) == {(d, b) for d in (torch.float16, torch.bfloat16) for b in (4, 8)}
+    assert len(set(ENTRIES.values())) == 4
+
+
+def test_refuses_what_is_not_a_packed_weight_on_a_gpu():
+    with pytest.raises(GemmArgumentError, match="^packed: got Tensor.*PackedWeight"):
+        unpack_weight(torch.zeros(8, 32))
+    packed = pack_for_gemm(quantize(torch.randn(16, 64, dtype=torch.float16), bits=4, group_size=32))
+    with pytest.raises(GemmArgumentError, match="^packed: got on cpu.*CUDA"):
+        unpack_weight(packed)
