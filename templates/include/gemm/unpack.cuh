@@ -4,10 +4,11 @@
 // traffic per weight, where the quantized kernels dequantize it once per CTA row of
 // tiles (16 times at M = 4096 on 256-row tiles) beside their MMAs.
 //
-// A warp takes one n8 x k32 block of the packed layout at a time
-// (gemm_runtime/packed_weight.py): lane (g, t) reads its word(s), dequantizes them with
-// the kernels' own Dequant (so the values are bit for bit what the MMAs would see), and
-// writes its fragment registers, each a (k, k + 1) pair of column g, to row n0 + g of D.
+// A warp takes kUnpackChunk n8 x k32 blocks of the packed layout along K at a time
+// (gemm_runtime/packed_weight.py): lane (g, t) reads its word(s) of each, dequantizes
+// them with the kernels' own Dequant (so the values are bit for bit what the MMAs would
+// see), and writes its fragment registers, each a (k, k + 1) pair of column g, to row
+// n0 + g of D.
 // A warp's four stores of a block fill 8 rows x 64 bytes, which L2 merges into whole
 // sectors before they reach memory.
 #pragma once
