@@ -39,6 +39,23 @@ def flush_l2() -> None:
     torch.sum(_flush_buffer, dim=0, dtype=torch.float32, out=_flush_sink)
 
 
+_written: Any = None  # write_flush_l2's buffer
+
+
+def write_flush_l2() -> None:
+    """Evict L2 by zeroing a buffer larger than it, leaving dirty lines behind (the
+    measure until 2026-12-04; for experiments that compare the two, as flush_kind)."""
+    import torch
+
+    global _written
+    if _written is None or _written.device.index != torch.cuda.current_device():
+        _written = torch.empty(_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    _written.zero_()
+
+
+Flush = bool | Callable[[], object]  # True: flush_l2; False: none; or the function to run
+
+
 def median_ms(
     fn: Callable[[], object],
     *,
@@ -46,7 +63,7 @@ def median_ms(
     reps: int = 30,
     max_ms: float = 2000.0,
     min_reps: int = 3,
-    flush: bool = True,
+    flush: Flush = True,
 ) -> float:
     """Median time of ``fn`` in milliseconds, measured on the current stream.
 
@@ -65,7 +82,7 @@ def interleaved_medians_ms(
     reps: int = 30,
     max_ms: float = 2000.0,
     min_reps: int = 3,
-    flush: bool = True,
+    flush: Flush = True,
 ) -> list[float]:
     """Median time of each of ``fns`` in milliseconds, their repetitions interleaved.
 
@@ -90,8 +107,10 @@ def interleaved_medians_ms(
     rounds = max(min(min_reps, reps), min(reps, int(max_ms / max(round_ms, 1e-3))))
     times: list[list[float]] = [[] for _ in fns]
     for index in round_robin_order(len(fns), rounds):
-        if flush:
+        if flush is True:
             flush_l2()
+        elif flush:
+            flush()
         torch.cuda._sleep(_SLEEP_CYCLES)
         times[index].append(event_ms(fns[index]))
     return [statistics.median(t) for t in times]

@@ -18,11 +18,11 @@ flush: what the memory system gives a plain streaming read.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 
 import gemm_runtime.timing as timing
-from bench.timing import median_ms
 from codegen.vocabulary import BOrder, DataType
 from gemm_runtime import Gemm
 from gemm_runtime.context import make_key
@@ -38,16 +38,7 @@ TILES = ("sm80_m16n8k16_af16_bf16_accf32_df16_16x64x128_w1x2x2_s4_nk_align8",
          "sm90_m64nNk16_af16_bf16_accf32_df16_128x128x64_w8x1x1_s6_nk_align8",
          "sm90_m64nNk16_af16_bf16_accf32_df16_128x192x64_w8x1x1_s4_nk_align8",
          "sm90_m64nNk16_af16_bf16_accf32_df16_128x256x64_w8x1x1_s4_nk_align8")  # fmt: skip
-_read_flush = timing.flush_l2
-_written: list[torch.Tensor] = []
-
-
-def _write_flush() -> None:
-    """Evict L2 by zeroing a buffer larger than it (dirty lines left behind: the
-    benchmarks' flush until 2026-12-04)."""
-    if not _written:
-        _written.append(torch.empty(timing._FLUSH_BYTES, dtype=torch.int8, device="cuda"))
-    _written[0].zero_()
+_FLUSHES = {"read": True, "write": timing.write_flush_l2}
 
 
 def _tile(name: str) -> str:
@@ -66,8 +57,7 @@ def main() -> None:
     kernels = {t: next((k for k in gemm.kernels if k.name.endswith(t)), None) for t in tiles}
     device = gemm.dispatcher.device_model
     for flush in args.flush:
-        # NOTE: median_ms looks flush_l2 up in gemm_runtime.timing on every repetition.
-        timing.flush_l2 = _write_flush if flush == "write" else _read_flush
+        median_ms = functools.partial(timing.median_ms, flush=_FLUSHES[flush])
         for m in args.m:
             for layer, (n, k) in LAYERS.items():
                 a = torch.randn(m, k, device="cuda", dtype=torch.float16)

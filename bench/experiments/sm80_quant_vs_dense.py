@@ -25,14 +25,11 @@ import tempfile
 from pathlib import Path
 
 import torch
-import yaml
 
 import gemm_runtime.build as build_mod
 from bench.experiments.sm90_variants import subset_manifest
-from bench.quant import tuned_choice
+from bench.quant import tuned_choice, w4_layers
 from gemm_runtime import Gemm
-from gemm_runtime.packed_weight import pack_for_gemm
-from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
 from tests.sm80_staged_kernels import is_sm80_f16_peer
 
@@ -62,34 +59,30 @@ def main() -> None:
         gemm = Gemm(build_dir=staged_build(work, 10 * major + minor, with_peers=True))
     else:
         gemm = Gemm(build_dir=sm80_build(work))
-    models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     ratios: dict[int, list[float]] = {}
     print("| layer | M | N | K | W4 plan | fp16 plan | W4 µs | fp16 µs | W4 / fp16 |")
     print("|---|---:|---:|---:|---|---|---:|---:|---:|")
-    for model in args.models:
-        for layer, (n, k) in models[model].items():
-            w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
-            packed = pack_for_gemm(quantize(w, bits=4, group_size=128))
-            for m in args.m:
-                a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-                out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-                w4_plan = tuned_choice(gemm, a, packed, out)
-                fp16_plan = tuned_choice(gemm, a, w.t(), out)
-                t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),
-                                                   lambda: gemm.matmul(a, w.t(), out=out)])  # fmt: skip
-                ratios.setdefault(m, []).append(t_q / t_h)
-                print(f"| {model} {layer} | {m} | {n} | {k} | {w4_plan} | {fp16_plan} | {t_q * 1e3:.1f} | "
-                      f"{t_h * 1e3:.1f} | {t_q / t_h:.2f} |", flush=True)  # fmt: skip
-                if args.staged:
-                    # Each staged f16 W4 tile unsplit at swizzle 0, whether or not the tuning
-                    # took it, interleaved with the tuned W4 plan again (so the two compare).
-                    staged = [x.name for x in gemm.kernels if "_sm80_staged_" in x.name and "_af16_bu4_" in x.name]
-                    times = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out)] +
-                                                   [lambda x=x: gemm.matmul(a, packed, out=out, kernel=x)
-                                                    for x in staged])  # fmt: skip
-                    print(f"|  | tuned W4 plan again {times[0] * 1e3:.1f}; staged, unsplit, z0: " +
-                          ", ".join(f"{x.split('_df16_')[1].split('_nk')[0]} {t * 1e3:.1f} ({t / t_h:.2f})"
-                                    for x, t in zip(staged, times[1:])) + " |")  # fmt: skip
+    for layer, n, k, w, packed in w4_layers(args.models):
+        for m in args.m:
+            a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+            w4_plan = tuned_choice(gemm, a, packed, out)
+            fp16_plan = tuned_choice(gemm, a, w.t(), out)
+            t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),
+                                               lambda: gemm.matmul(a, w.t(), out=out)])  # fmt: skip
+            ratios.setdefault(m, []).append(t_q / t_h)
+            print(f"| {layer} | {m} | {n} | {k} | {w4_plan} | {fp16_plan} | {t_q * 1e3:.1f} | "
+                  f"{t_h * 1e3:.1f} | {t_q / t_h:.2f} |", flush=True)  # fmt: skip
+            if args.staged:
+                # Each staged f16 W4 tile unsplit at swizzle 0, whether or not the tuning
+                # took it, interleaved with the tuned W4 plan again (so the two compare).
+                staged = [x.name for x in gemm.kernels if "_sm80_staged_" in x.name and "_af16_bu4_" in x.name]
+                times = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out)] +
+                                               [lambda x=x: gemm.matmul(a, packed, out=out, kernel=x)
+                                                for x in staged])  # fmt: skip
+                print(f"|  | tuned W4 plan again {times[0] * 1e3:.1f}; staged, unsplit, z0: " +
+                      ", ".join(f"{x.split('_df16_')[1].split('_nk')[0]} {t * 1e3:.1f} ({t / t_h:.2f})"
+                                for x, t in zip(staged, times[1:])) + " |")  # fmt: skip
     for m, r in ratios.items():
         print(f"- M = {m}: median W4 / fp16 time {statistics.median(r):.2f} (min {min(r):.2f}, max {max(r):.2f}) "
               f"over {len(r)} layers; asked: at most 1.1")  # fmt: skip
