@@ -135,7 +135,7 @@ def _short(plan) -> str:
     parts = plan.kernel.split("_")
     tile = "_".join(x for x in parts if "x" in x or (x[:1] in "sc" and x[1:].isdigit()))
     loop = next((x for x in parts[2:] if x in ("sm70", "sm80", "sm90")), "?")  # the mainloop token
-    return f"{loop} {tile} k{plan.splits} z{plan.swizzle}"
+    return f"{'unpack + ' if plan.unpack else ''}{loop} {tile} k{plan.splits} z{plan.swizzle}"
 
 
 if __name__ == "__main__":

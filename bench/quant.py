@@ -59,7 +59,8 @@ def describe_choice(gemm: Gemm, before: set) -> str:
         return "-"
     spec = gemm.registry.get(new[0].kernel).spec
     cta, warps = "x".join(map(str, spec.cta)), "x".join(map(str, spec.warps))
-    return f"{spec.mainloop.value} {cta} w{warps} s{spec.stages} ({new[0].splits}, z{new[0].swizzle})"
+    unpack = "unpack + " if new[0].unpack else ""  # a whole-weight plan (gemm_runtime/whole_weight.py)
+    return f"{unpack}{spec.mainloop.value} {cta} w{warps} s{spec.stages} ({new[0].splits}, z{new[0].swizzle})"
 
 
 def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:

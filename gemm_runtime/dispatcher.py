@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from codegen.spec import KernelSpec
+from gemm_runtime import whole_weight
 from gemm_runtime.context import ProblemKey, describe, infeasible_reason
 from gemm_runtime.cost_model import DeviceModel, rank, resident_ctas
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport, PathOrFile
@@ -58,7 +59,7 @@ class Dispatcher:
         self.cache = cache
         self.default_workspace = default_workspace
         self._lock = threading.Lock()
-        self._predicted: dict[ProblemKey, LaunchSpec] = {}  # cost-model choices (never exported)
+        self._predicted: dict[tuple, LaunchSpec] = {}  # cost-model choices (never exported)
 
     @property
     def kernels(self) -> list[DispatchKernel]:
@@ -77,18 +78,25 @@ class Dispatcher:
         return [k for k in self._kernels if infeasible_reason(k.spec, key) is None]
 
     def ranked(self, key: ProblemKey, workspace: WorkspaceSizes | None = None) -> list[tuple[float, LaunchSpec]]:
-        """Every feasible (kernel, splits, swizzle), cheapest predicted first; raises
-        UnsupportedProblemError (with each kernel's reason, counted) when none is."""
-        candidates = self.feasible(key)
-        if not candidates:
+        """Every feasible (kernel, splits, swizzle), and for quantized prefill the
+        whole-weight plans of the best few dense kernels (whole_weight), cheapest predicted
+        first; raises UnsupportedProblemError (with each kernel's reason, counted) when
+        there is none."""
+        ranking = self._rank(self.feasible(key), key, workspace)
+        if whole_weight.ranked(key):
+            ranking = sorted(ranking + self._whole_weight_ranked(key, workspace), key=lambda item: item[0])
+        if not ranking:
             reasons: dict[str, int] = {}
             for k in self._kernels:
                 r = infeasible_reason(k.spec, key) or "?"
                 reasons[r] = reasons.get(r, 0) + 1
             raise UnsupportedProblemError(describe(key), reasons)
+        return ranking
+
+    def _rank(self, kernels: list[DispatchKernel], key: ProblemKey, workspace: WorkspaceSizes | None):
         barriers, partials = workspace or self.default_workspace
         return rank(
-            candidates,
+            kernels,
             key,
             self.device_model,
             max_splits=settings().tune.max_splits,
@@ -96,14 +104,31 @@ class Dispatcher:
             partials_bytes=partials,
         )
 
+    def _whole_weight_ranked(self, key: ProblemKey, workspace: WorkspaceSizes | None) -> list[tuple[float, LaunchSpec]]:
+        """The whole-weight plans of the whole_weight.KERNELS dense kernels ranked best
+        on ``key``'s dense problem, each priced with the unpack."""
+        dense = whole_weight.dense_key(key)
+        unpack = whole_weight.unpack_seconds(key, self.device_model)
+        chosen: list[str] = []
+        plans = []
+        for cost, plan in self._rank(self.feasible(dense), dense, workspace):
+            if plan.kernel not in chosen:
+                if len(chosen) == whole_weight.KERNELS:
+                    continue
+                chosen.append(plan.kernel)
+            plans.append((cost + unpack, dataclasses.replace(plan, unpack=True)))
+        return plans
+
     def predicted(self, key: ProblemKey) -> LaunchSpec:
-        """The cost model's choice for the default workspace (memoized)."""
+        """The cost model's choice for the default workspace (memoized, with the settings
+        that change the ranking: the splits tried and the whole-weight buffer's limit)."""
+        memo = (key, settings().tune.max_splits, settings().unpack_max_mib)
         with self._lock:
-            hit = self._predicted.get(key)
+            hit = self._predicted.get(memo)
         if hit is None:
             hit = self.ranked(key)[0][1]
             with self._lock:
-                self._predicted[key] = hit
+                self._predicted[memo] = hit
         return hit
 
     # ---- decisions ------------------------------------------------------------------

@@ -86,17 +86,20 @@ class FastPlan(NamedTuple):
     read_c: bool
     offset: int = 0  # where GemmParams starts in the parameter block (after any tensor maps)
     maps: object = None  # launch.TensorMaps: the block's descriptors for (A, B, D, V) addresses, or None
+    # A whole-weight plan's unpack.UnpackStep: B and V go through it into a dense buffer
+    # first, and the kernel reads the buffer (gemm_runtime/whole_weight.py); else None.
+    unpack: object = None
 
     @classmethod
     def build(cls, function, grid, threads: int, smem: int, stream: int, template: bytes, spans, version: int,
-              keep: tuple, shape: tuple, offset: int = 0, maps=None) -> "FastPlan":  # fmt: skip
+              keep: tuple, shape: tuple, offset: int = 0, maps=None, unpack=None) -> "FastPlan":  # fmt: skip
         """``function``: the kernel's LoadedFunction; ``stream``: a raw handle;
         ``template``: the parameter block, GemmParams at ``offset``."""
         params = ctypes.create_string_buffer(template, len(template))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
         launch, handle, stream_obj = function.launcher(stream)
         return cls(launch, handle, grid, threads, smem, stream_obj, params, ctypes.addressof(args), threading.Lock(),
-                   [None], *spans, version, (*keep, args), *shape, offset, maps or None)  # fmt: skip
+                   [None], *spans, version, (*keep, args), *shape, offset, maps or None, unpack)  # fmt: skip
 
     def replay(self, a, b_ptr: int, v_ptr: int, out, c, bias, alpha: float, beta: float) -> torch.Tensor:
         """``Gemm.matmul`` for arguments of this plan's signature (B and V by pointer)."""
@@ -105,8 +108,13 @@ class FastPlan(NamedTuple):
         if out is None:
             out = a.new_empty(self.out_shape, dtype=self.out_dtype)  # on a's device, as the signature says
         c_ptr = c.data_ptr() if self.read_c else 0
+        buffer = None
+        if self.unpack is not None:
+            buffer = self.unpack(b_ptr, v_ptr)  # queued on the plan's stream, before the kernel
+            b_ptr, v_ptr = buffer.data_ptr(), 0
         self.run(a.data_ptr(), b_ptr, c_ptr, out.data_ptr(), alpha, beta if self.read_c else 0.0,
                  0 if bias is None else bias.data_ptr(), v_ptr)  # fmt: skip
+        del buffer  # the caching allocator's again, for the stream's later work
         return out
 
     def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int, v: int = 0) -> None:

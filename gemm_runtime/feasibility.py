@@ -5,9 +5,8 @@ hit (exact, lower-bound reuse, imported or tuned) and every imported record ask 
 
 from __future__ import annotations
 
-import math
-
 from codegen.spec import KernelSpec
+from gemm_runtime import whole_weight
 from gemm_runtime.context import MAX_GRID_Y, ProblemKey, describe, infeasible_reason
 from gemm_runtime.cost_model import fits_workspace, tiles_of, workspace_bytes
 from gemm_runtime.errors import GemmArgumentError
@@ -38,6 +37,12 @@ def launch_error(
     workspace: a persistent family's grid, and so which tiles split, depends on it."""
     if spec is None:
         return GemmArgumentError("kernel", plan.kernel, "a kernel name from Gemm.kernels")
+    if plan.unpack:
+        # A whole-weight plan: its kernel serves the dense problem on the unpacked buffer.
+        why = whole_weight.unpack_error(key)
+        if why is not None:
+            return GemmArgumentError("kernel.unpack", True, f"False for {describe(key)}: {why}")
+        key = whole_weight.dense_key(key)
     reason = infeasible_reason(spec, key)
     if reason is not None:
         return GemmArgumentError("kernel", plan.kernel, f"a kernel that can serve {describe(key)} ({reason})")

@@ -20,12 +20,13 @@ from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
 from gemm_runtime.dispatcher import Dispatcher
 from gemm_runtime.errors import GemmArgumentError, GraphCaptureError
 from gemm_runtime.experts import PackedExperts
-from gemm_runtime import fast_path, grouped
+from gemm_runtime import fast_path, grouped, whole_weight
 from gemm_runtime.launch import launch, prepare
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel, Registry
 from gemm_runtime.settings import settings, tuning_seq
 from gemm_runtime.tuner import Measurement, Measurer, tune
+from gemm_runtime.unpack import UnpackStep
 from gemm_runtime.packed_weight import PackedWeight
 from gemm_runtime.types import (
     DataType,
@@ -36,6 +37,7 @@ from gemm_runtime.types import (
     QuantDesc,
     Workspace,
     data_type_of,
+    torch_dtype,
 )
 
 
@@ -92,9 +94,8 @@ class Gemm:
             raise GemmArgumentError("programmatic_launch", programmatic_launch, "True or False")
         self.device = _device_of(device)
         torch.cuda.init()
-        self.registry = Registry.load(
-            self.device.index, Path(build_dir) if build_dir else settings().build_dir, allow_emulated
-        )
+        self._build_dir = Path(build_dir) if build_dir else settings().build_dir
+        self.registry = Registry.load(self.device.index, self._build_dir, allow_emulated)
         info = self.registry.device
         if programmatic_launch:
             if info.arch < 90:
@@ -119,6 +120,8 @@ class Gemm:
         # NOTE: captures use one workspace made here, before any capture: nothing may be
         # allocated during one.
         self._workspaces: dict[int, Workspace] = {}  # per stream handle, outside captures
+        self._unpack_steps: dict[tuple, UnpackStep] = {}  # whole-weight plans' (_unpack_step)
+        self._unpack_lock = threading.Lock()
         self._graph_workspace = self._allocate_workspace()
         self._fast = fast_path.FastPlans()  # matmul call signature -> ready launch
 
@@ -230,8 +233,8 @@ class Gemm:
             plan = self.dispatcher.forced(forced, problem.key, sizes)
         else:
             plan = self.dispatcher.plan(operation.dispatch, problem.key, sizes, measure)
-        self._launch(plan, problem, alpha, beta, handle, ws)
-        return problem, plan, ws, handle
+        launched, unpack = self._launch(plan, problem, alpha, beta, handle, ws)
+        return launched, plan, ws, handle, unpack
 
     def matmul(
         self,
@@ -462,10 +465,11 @@ class Gemm:
 
     def _remember(
         self, sig: tuple, version: int, spans: tuple[int, int, int], shape: tuple, problem: Problem,
-        plan: LaunchSpec, ws: Workspace, handle: int,
+        plan: LaunchSpec, ws: Workspace, handle: int, unpack: UnpackStep | None,
     ) -> None:  # fmt: skip
         """Keep the launch of a validated call for replay by later calls of its signature.
-        ``shape``: (rows, K, output shape, output dtype, read_c) of the call."""
+        ``shape``: (rows, K, output shape, output dtype, read_c) of the call; ``problem``
+        what was launched (a whole-weight plan's dense problem, ``unpack`` its first step)."""
         kern = self.dispatcher.kernel(plan.kernel)
         pointers = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
         grid, template, maps = prepare(kern, problem, plan, 1.0, 0.0, *pointers)
@@ -474,7 +478,7 @@ class Gemm:
             fast_path.FastPlan.build(
                 kern.function, grid, kern.spec.threads, kern.spec.smem_bytes, handle, template, spans,
                 version, (ws.barriers, ws.partials) if plan.splits > 1 else (), shape,
-                kern.spec.mainloop.params_offset(kern.spec), maps,
+                kern.spec.mainloop.params_offset(kern.spec), maps, unpack,
             ),
         )
 
@@ -515,12 +519,40 @@ class Gemm:
         with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=self.device)):
             return fn()
 
-    def _launch(self, plan: LaunchSpec, problem: Problem, alpha: float, beta: float, stream: int, ws: Workspace) -> None:
+    def _launch(
+        self, plan: LaunchSpec, problem: Problem, alpha: float, beta: float, stream: int, ws: Workspace
+    ) -> tuple[Problem, UnpackStep | None]:
+        """Queue ``plan`` on ``stream``; returns the problem its kernel ran (for a
+        whole-weight plan the dense one on the buffer) and the plan's unpack step."""
         kern = self.dispatcher.kernel(plan.kernel)
+        buffer = unpack = None
+        if plan.unpack:
+            unpack = self._unpack_step(problem, stream)
+            buffer = unpack(problem.b, problem.v)
+            problem = whole_weight.dense_problem(problem, buffer.data_ptr(), buffer.stride(0))
         if plan.splits > 1:
             launch(kern, problem, plan, alpha, beta, stream, ws.barriers.data_ptr(), ws.partials.data_ptr())
         else:
             launch(kern, problem, plan, alpha, beta, stream)
+        del buffer  # back to torch's caching allocator, for work queued on `stream` after this
+        return problem, unpack
+
+    def _unpack_step(self, problem: Problem, stream: int) -> UnpackStep:
+        """The prepared unpack of ``problem``'s packed weight on ``stream`` (kept per weight
+        geometry and stream: the tuner's timed launches and the slow path then cost what a
+        replay does)."""
+        key = problem.key
+        geometry = (key.a_type, key.b_type, key.n, key.k, problem.ldb, problem.ldv, problem.groups,
+                    problem.group_shift, stream)  # fmt: skip
+        with self._unpack_lock:
+            step = self._unpack_steps.get(geometry)
+            if step is None:
+                if len(self._unpack_steps) >= 256:
+                    self._unpack_steps.clear()
+                step = self._unpack_steps[geometry] = UnpackStep(
+                    self.device, torch_dtype(key.a_type), key.b_type.bits, 2 * problem.ldb, problem.ldv, key.n,
+                    key.k, problem.groups, problem.group_shift, stream, cache_dir=self._build_dir / ".cache")  # fmt: skip
+            return step
 
     def _allocate_workspace(self) -> Workspace:
         """A zeroed workspace that belongs to no CUDA-graph memory pool.

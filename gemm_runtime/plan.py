@@ -1,5 +1,7 @@
 """What dispatch decides for one problem: which kernel, how many K splits, which
-CTA rasterization. The dispatch cache stores these; the tuner measures them."""
+CTA rasterization, and for a quantized weight whether it is first unpacked whole into a
+dense buffer (a whole-weight plan, gemm_runtime/whole_weight.py). The dispatch cache
+stores these; the tuner measures them."""
 
 from __future__ import annotations
 
@@ -21,9 +23,15 @@ class LaunchSpec:
     kernel: str  # the kernel's stable name (KernelSpec.name)
     splits: int = 1  # split-K: K cut into this many slices, summed in order by the last
     swizzle: int = 0  # CTAs rasterized in groups of 2**swizzle along N
+    # A quantized weight unpacked into a dense buffer first, then ``kernel`` (a dense
+    # kernel) on it: the whole-weight plans of prefill (gemm_runtime/whole_weight.py).
+    unpack: bool = False
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "splits": self.splits, "swizzle": self.swizzle}
+        out = {"kernel": self.kernel, "splits": self.splits, "swizzle": self.swizzle}
+        if self.unpack:  # absent otherwise: the files of earlier versions read the same
+            out["unpack"] = True
+        return out
 
     def validate(self) -> None:
         """ValueError when a field is out of its range (types are the caller's: from_json)."""
@@ -39,11 +47,14 @@ class LaunchSpec:
         """Inverse of to_json: KeyError for a missing field, TypeError for a value of the
         wrong JSON type, ValueError for one out of range (see validate)."""
         kernel, splits, swizzle = data["kernel"], data.get("splits", 1), data.get("swizzle", 0)
+        unpack = data.get("unpack", False)
         if not isinstance(kernel, str):
             raise TypeError(f"kernel must be a string, got {kernel!r}")
         for name, v in (("splits", splits), ("swizzle", swizzle)):
             if not isinstance(v, int) or isinstance(v, bool):
                 raise TypeError(f"{name} must be an integer, got {v!r}")
-        spec = cls(kernel, splits, swizzle)
+        if not isinstance(unpack, bool):
+            raise TypeError(f"unpack must be true or false, got {unpack!r}")
+        spec = cls(kernel, splits, swizzle, unpack)
         spec.validate()
         return spec

@@ -174,6 +174,10 @@ class Settings:
     # GEMM_CHECK_ROUTING=1: grouped GEMMs check their routing's values on the host
     # (gemm_runtime.experts.check_routing), at the price of a synchronization per call.
     check_routing: bool = False
+    # GEMM_UNPACK_MAX_MIB: the largest dense buffer (MiB) a whole-weight plan may unpack a
+    # quantized weight into (gemm_runtime/whole_weight.py); 0: no whole-weight plans.
+    # NOTE: 1 GiB holds llama3-70b's gate_up (57344 x 8192 halves, 896 MiB).
+    unpack_max_mib: int = 1024
 
 
 def _path(var: str, default: Path) -> Path:
@@ -194,6 +198,15 @@ def _jobs(var: str) -> int | None:
     return jobs
 
 
+def _mib(var: str, default: int) -> int:
+    value = os.environ.get(var, "").strip()
+    if not value:
+        return default
+    if not _UINT.fullmatch(value):
+        raise ValueError(f"{var}={value!r}: expected an integer >= 0 (MiB)")
+    return int(value)
+
+
 def _flag(var: str) -> bool:
     value = os.environ.get(var, "").strip()
     if value not in ("", "0", "1"):
@@ -208,6 +221,7 @@ def from_env() -> Settings:
         jobs=_jobs("GEMM_BUILD_JOBS"),
         tune=parse_tune(os.environ.get(TUNE_VAR, "")),
         check_routing=_flag("GEMM_CHECK_ROUTING"),
+        unpack_max_mib=_mib("GEMM_UNPACK_MAX_MIB", 1024),
     )
 
 

@@ -3,16 +3,14 @@ its GPU, by one kernel (templates/include/gemm/unpack.cuh): every weight dequant
 once, with the quantized kernels' own arithmetic, so the values are bit for bit
 ``packed.unpack().dequantize(packed.dtype)``.
 
-What it is for: the whole-weight path of prefill (issue 17), a dense kernel run on
-the unpacked weight where M is large enough that ~2.5 bytes of memory traffic per
-weight cost less than dequantizing it once per CTA row of tiles; and reading a packed
-checkpoint's weights back on the GPU (LoRA merges, checks) without the torch path's
-many passes.
+What it is for: the whole-weight plans of prefill (gemm_runtime/whole_weight.py), a
+dense kernel run on the unpacked weight where M is large enough that ~2.5 bytes of
+memory traffic per weight cost less than dequantizing it once per CTA row of tiles; and
+reading a packed checkpoint's weights back on the GPU (LoRA merges, checks) without
+the torch path's many passes.
 
-NOTE: experimental (eighteenth session): written and compiled on the CPU, its GPU test
-(tests/gpu/test_unpack.py) and timing (bench/experiments/sm80_unpack_then_dense.py) not
-yet run. The kernel is compiled on first use with NVRTC for the weight's device and kept
-in the build directory's compile cache.
+The kernel is compiled on first use with NVRTC for the weight's device and kept in the
+build directory's compile cache.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from gemm_runtime.errors import GemmArgumentError
+from gemm_runtime.errors import CudaError, GemmArgumentError
 from gemm_runtime.packed_weight import PackedWeight
 
 THREADS = 256
@@ -43,8 +41,7 @@ SOURCE = '#include "gemm/unpack.cuh"\n' + "".join(
 )
 # UnpackParams: B, V, D; ldb, ldv, ldd; N, K, groups, group_shift.
 _PARAMS = struct.Struct("<QQQqqqiiii")
-_CHUNK = 4  # kUnpackChunk: k32 blocks a warp converts per trip
-_CTAS_PER_SM = 8  # a grid-stride loop: enough warps in flight to cover DRAM's latency
+_CHUNK = 8  # kUnpackChunk: k32 blocks a warp converts per trip
 
 _loaded: dict[tuple[int, str], object] = {}  # (device index, entry) -> LoadedFunction
 _lock = threading.Lock()
@@ -91,17 +88,71 @@ def unpack_weight(packed: PackedWeight, *, out: torch.Tensor | None = None,
                                 "an even row stride and a 4-byte aligned start")  # fmt: skip
     if n == 0 or k == 0:
         return out
-    device = packed.b.device
-    fn = _function(device, entry, cache_dir)
-    params = _PARAMS.pack(packed.b.data_ptr(), packed.v.data_ptr(), out.data_ptr(), packed.b.stride(0),
-                          packed.v.stride(0), out.stride(0), n, k, packed.groups, packed.group_shift)  # fmt: skip
+    launch_unpack(packed.b.device, packed.dtype, packed.bits, packed.b.data_ptr(), packed.b.stride(0),
+                  packed.v.data_ptr(), packed.v.stride(0), out.data_ptr(), out.stride(0), n, k, packed.groups,
+                  packed.group_shift, torch.cuda.current_stream(packed.b.device).cuda_stream,
+                  cache_dir=cache_dir)  # fmt: skip
+    return out
+
+
+def _grid(fn, device: torch.device, n: int, k: int) -> int:
     blocks_k = -(-k // 32)
     chunks = -(-n // 8) * -(-blocks_k // _CHUNK)  # a warp's share per trip (unpack.cuh)
-    warps_per_cta = THREADS // 32
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    grid = max(1, min(-(-chunks // warps_per_cta), sms * _CTAS_PER_SM))
+    # NOTE: a grid-stride loop over exactly the CTAs the device holds at once: a second,
+    # partial wave would leave most SMs idle at the end.
+    return max(1, min(-(-chunks // (THREADS // 32)), sms * fn.ctas_per_sm))
+
+
+def launch_unpack(device: torch.device, dtype: torch.dtype, bits: int, b: int, ldb: int, v: int, ldv: int, d: int,
+                  ldd: int, n: int, k: int, groups: int, group_shift: int, stream: int, *,
+                  cache_dir: Path | None = None) -> None:  # fmt: skip
+    """Queue the unpack of a packed weight given by its device pointers (checked by the
+    caller) on ``stream``. ``ldb``: bytes between the packed rows of 8 columns; ``ldv``,
+    ``ldd``: elements between rows of the scales and of D (even; a multiple of 8 with a
+    16-byte aligned D takes whole-row stores)."""
+    fn = _function(device, ENTRIES[(dtype, bits)], cache_dir)
+    params = _PARAMS.pack(b, v, d, ldb, ldv, ldd, n, k, groups, group_shift)
     buf = ctypes.create_string_buffer(params, len(params))
     args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
     with torch.cuda.device(device):
-        fn.launch((grid, 1, 1), THREADS, 0, torch.cuda.current_stream(device).cuda_stream, ctypes.addressof(args))
-    return out
+        fn.launch((_grid(fn, device, n, k), 1, 1), THREADS, 0, stream, ctypes.addressof(args))
+
+
+_POINTERS = struct.Struct("<QQQ")  # UnpackParams' B, V, D
+
+
+class UnpackStep:
+    """The unpack of a whole-weight plan (gemm_runtime/whole_weight.py), prepared once for
+    a weight's geometry and a stream: a call allocates the dense buffer, a temporary of
+    the stream (torch's caching allocator gives the same block back to the next call, and
+    inside a CUDA-graph capture takes it from the graph's pool), and queues the unpack of
+    the weight at ``b`` (packed) and ``v`` (scales, zeros) into it. Replays of
+    Gemm.matmul's fast path call it before the dense kernel's launch."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, bits: int, ldb: int, ldv: int, n: int, k: int,
+                 groups: int, group_shift: int, stream: int, *, cache_dir: Path | None = None) -> None:  # fmt: skip
+        fn = _function(device, ENTRIES[(dtype, bits)], cache_dir)
+        self.device, self.dtype, self.stream = device, dtype, stream
+        self.shape = (n, -(-k // 8) * 8)  # rows of 16-byte multiples: whole-row stores, the dense kernels' copies
+        self.grid = _grid(fn, device, n, k)
+        self.params = ctypes.create_string_buffer(_PARAMS.pack(0, 0, 0, ldb, ldv, self.shape[1], n, k, groups,
+                                                                group_shift), _PARAMS.size)  # fmt: skip
+        self.args = (ctypes.c_void_p * 1)(ctypes.addressof(self.params))
+        self.launch, self.function, self.cu_stream = fn.launcher(stream)
+        self.external = torch.cuda.ExternalStream(stream, device=device)
+        self.lock = threading.Lock()
+
+    def __call__(self, b: int, v: int) -> torch.Tensor:
+        if torch.cuda.current_stream(self.device).cuda_stream == self.stream:
+            buffer = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        else:
+            with torch.cuda.stream(self.external):
+                buffer = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        with self.lock:  # the launch copies the parameters
+            _POINTERS.pack_into(self.params, 0, b, v, buffer.data_ptr())
+            (err,) = self.launch(self.function, self.grid, 1, 1, THREADS, 1, 1, 0, self.cu_stream,
+                                 ctypes.addressof(self.args), 0)  # fmt: skip
+        if int(err) != 0:
+            raise CudaError("cuLaunchKernel", err)
+        return buffer

@@ -34,9 +34,12 @@ def _packed(n, k, dtype, bits, group_size, symmetric, seed):
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("group_size, symmetric", [(32, False), (128, False), (128, True), (-1, False)])
 @pytest.mark.parametrize("n, k", [(75, 201), (264, 7392), (4096, 1024)])
-def test_unpacked_weight_is_the_reference_dequantization(dtype, bits, group_size, symmetric, n, k):
+@pytest.mark.parametrize("pitch", ["whole", "pairs"])  # rows at 16-byte multiples (whole-run stores) or not
+def test_unpacked_weight_is_the_reference_dequantization(dtype, bits, group_size, symmetric, n, k, pitch):
     qw, packed = _packed(n, k, dtype, bits, group_size, symmetric, seed=n * 7 + k + bits)
-    out = torch.full((n, -(-k // 8) * 8), float("nan"), dtype=dtype, device="cuda")[:, :k]
+    ld = -(-k // 8) * 8 if pitch == "whole" else k + k % 2 + 2
+    assert (ld % 8 == 0) == (pitch == "whole")
+    out = torch.full((n, ld), float("nan"), dtype=dtype, device="cuda")[:, :k]
     unpack_weight(packed, out=out)
     ref = qw.dequantize(dtype)
     assert not torch.isnan(out).any()
