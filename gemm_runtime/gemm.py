@@ -27,6 +27,7 @@ from gemm_runtime.registry import Kernel, Registry
 from gemm_runtime.settings import settings, tuning_seq
 from gemm_runtime.tuner import Measurement, Measurer, tune
 from gemm_runtime.unpack import UnpackStep
+from gemm_runtime.unpack import preload as preload_unpack
 from gemm_runtime.packed_weight import PackedWeight
 from gemm_runtime.types import (
     DataType,
@@ -122,6 +123,9 @@ class Gemm:
         self._workspaces: dict[int, Workspace] = {}  # per stream handle, outside captures
         self._unpack_steps: dict[tuple, UnpackStep] = {}  # whole-weight plans' (_unpack_step)
         self._unpack_lock = threading.Lock()
+        # NOTE: now rather than at a first whole-weight plan, which may come inside a
+        # CUDA-graph capture (loading a module there is not a captured operation).
+        preload_unpack(self.device, self._build_dir / ".cache")
         self._graph_workspace = self._allocate_workspace()
         self._fast = fast_path.FastPlans()  # matmul call signature -> ready launch
 

@@ -16,6 +16,7 @@ build directory's compile cache.
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 from pathlib import Path
@@ -58,11 +59,22 @@ def _function(device: torch.device, entry: str, cache_dir: Path | None):
         if key not in _loaded:
             major, minor = torch.cuda.get_device_capability(device)
             cache = cache_dir if cache_dir is not None else settings().build_dir / ".cache"
-            result = compile_cubin(SOURCE, name="gemm_unpack", arch=10 * major + minor, include_dirs=[INCLUDE_DIR],
-                                   cache_dir=cache)  # fmt: skip
+            compile_one = functools.partial(compile_cubin, SOURCE, name="gemm_unpack", arch=10 * major + minor,
+                                            include_dirs=[INCLUDE_DIR])  # fmt: skip
+            try:
+                result = compile_one(cache_dir=cache)
+            except OSError:  # a build directory this process may not write: compile, keep nothing
+                result = compile_one(cache_dir=None)
             with torch.cuda.device(device):
                 _loaded[key] = LoadedFunction(result.cubin, entry, 0, THREADS)
         return _loaded[key]
+
+
+def preload(device: torch.device, cache_dir: Path | None = None) -> None:
+    """Load the unpack kernels on ``device`` now (Gemm does when it is made), so that a
+    first whole-weight plan inside a CUDA-graph capture compiles and loads no module."""
+    for entry in ENTRIES.values():
+        _function(device, entry, cache_dir)
 
 
 def unpack_weight(packed: PackedWeight, *, out: torch.Tensor | None = None,

@@ -164,3 +164,24 @@ def test_replays_of_a_whole_weight_plan_take_the_fast_path(gemm):
         assert rel_err(out, x.float() @ qw.dequantize().float().t()) < 1e-2
         fresh = gemm.matmul(x, p, kernel=plan)  # matmul allocates the output
         assert rel_err(fresh, x.float() @ qw.dequantize().float().t()) < 1e-2
+
+
+def test_a_first_whole_weight_call_inside_a_cuda_graph_capture(gemm):
+    """No warm-up: the unpack kernels were loaded when the Gemm was made, and the plan's
+    step and buffer are made inside the capture (the buffer from the graph's pool)."""
+    from gemm_runtime import unpack
+
+    assert all((gemm.device.index, entry) in unpack._loaded for entry in unpack.ENTRIES.values())
+    n, k, m = 904, 1664, 520  # a geometry no other test uses
+    qw = _weight(n, k, torch.float16, 8, 32, seed=51)
+    packed = pack_for_gemm(qw)
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    plan = _best_whole_weight_plan(gemm, a, packed, _poisoned(m, n, torch.float16))
+    out = _poisoned(m, n, torch.float16)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        gemm.matmul(a, packed, out=out, kernel=plan)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, a.float() @ qw.dequantize().float().t()) < 1e-2
