@@ -34,3 +34,14 @@ def test_refuses_what_is_not_a_packed_weight_on_a_gpu():
     packed = pack_for_gemm(quantize(torch.randn(16, 64, dtype=torch.float16), bits=4, group_size=32))
     with pytest.raises(GemmArgumentError, match="^packed: got on cpu.*CUDA"):
         unpack_weight(packed)
+
+
+def test_the_launch_sizes_agree_with_the_kernel():
+    """unpack.py sizes the grid by the warps' share per trip: the header's constants."""
+    import re
+
+    from gemm_runtime import unpack
+
+    text = (INCLUDE_DIR / "gemm" / "unpack.cuh").read_text()
+    assert int(re.search(r"kUnpackChunk = (\d+);", text)[1]) == unpack._CHUNK
+    assert int(re.search(r"kUnpackWarps = (\d+);", text)[1]) == unpack.THREADS // 32
