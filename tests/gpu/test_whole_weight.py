@@ -134,7 +134,7 @@ def test_a_whole_weight_plan_on_a_side_stream_and_in_a_cuda_graph(gemm):
     assert rel_err(captured, a.float() @ qw.dequantize().float().t()) < 1e-2
 
 
-def test_the_tuner_measures_whole_weight_candidates(gemm):
+def test_tuning_with_whole_weight_candidates_in_the_ranking(gemm):
     n, k, m = 2048, 2048, 1024
     qw = _weight(n, k, torch.float16, 4, 128, seed=31)
     packed = pack_for_gemm(qw)
