@@ -110,6 +110,9 @@ class FastPlan(NamedTuple):
         c_ptr = c.data_ptr() if self.read_c else 0
         buffer = None
         if self.unpack is not None:
+            d = out.data_ptr()
+            if d < b_ptr + self.b_bytes and b_ptr < d + self.d_bytes:  # run() sees only the buffer
+                raise GemmArgumentError("D", "memory overlapping A or B", "an output that does not alias its inputs")
             buffer = self.unpack(b_ptr, v_ptr)  # queued on the plan's stream, before the kernel
             b_ptr, v_ptr = buffer.data_ptr(), 0
         self.run(a.data_ptr(), b_ptr, c_ptr, out.data_ptr(), alpha, beta if self.read_c else 0.0,

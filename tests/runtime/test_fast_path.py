@@ -22,7 +22,7 @@ from codegen.params import PARAM_NAMES, PARAM_OFFSETS, PARAM_STRUCT  # noqa: E40
 from codegen.vocabulary import BOrder, DataType, MmaAtom  # noqa: E402
 from gemm_runtime import launch  # noqa: E402
 from gemm_runtime.context import Problem, make_key  # noqa: E402
-from gemm_runtime.errors import CudaError  # noqa: E402
+from gemm_runtime.errors import CudaError, GemmArgumentError  # noqa: E402
 from gemm_runtime.fast_path import FastPlan  # noqa: E402
 from gemm_runtime.plan import LaunchSpec  # noqa: E402
 from gemm_runtime.registry import Kernel  # noqa: E402
@@ -169,3 +169,45 @@ def test_a_d_without_a_tensor_map_keeps_zeros_where_its_descriptor_would_be(monk
         plan.run(A0, B0, C0, d, 1.0, 1.0, 0)
         assert fn.blocks[-1][256:384] == bytes(128) and _struct(fn.blocks[-1], OFFSET)["D"] == d
     assert [c["address"] for c in drv.calls] == [A0, B0]  # A and B once (a fresh plan), D never
+
+
+PACKED_BYTES = 1000 * 504 // 2  # a 4-bit 504 x 1000 weight
+
+
+class FakeUnpack:
+    """An unpack.UnpackStep that records its calls and hands out a buffer (on the CPU)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+        # NOTE: at least the packed weight's span (PACKED_BYTES), as a real buffer (N x K
+        # values) is: run() checks the buffer against D over that span.
+        self.buffer = torch.empty(PACKED_BYTES // 2, dtype=torch.float16)
+
+    def __call__(self, b: int, v: int) -> torch.Tensor:
+        self.calls.append((b, v))
+        return self.buffer
+
+
+def test_a_whole_weight_replay_unpacks_first_and_the_kernel_reads_the_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, _ = _plan(monkeypatch, spec_for())
+    unpack = FakeUnpack()
+    a = torch.empty(1000, 1000, dtype=torch.float16)
+    out = torch.empty(1000, 504, dtype=torch.float16)
+    # The spans of these host tensors (they may sit next to each other) and of a packed weight.
+    plan = plan._replace(unpack=unpack, a_bytes=a.numel() * 2, d_bytes=out.numel() * 2, b_bytes=PACKED_BYTES)
+    packed, scales = B0 + 0x400, B0 + (SPAN << 2)
+    plan.replay(a, packed, scales, out, torch.empty_like(out), None, 1.0, 0.0)  # the plan reads C
+    assert unpack.calls == [(packed, scales)]
+    fields = _struct(fn.blocks[-1], 0)
+    assert (fields["B"], fields["V"], fields["D"]) == (unpack.buffer.data_ptr(), 0, out.data_ptr())
+
+
+def test_a_whole_weight_replay_still_refuses_an_output_over_the_packed_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, _ = _plan(monkeypatch, spec_for())
+    unpack = FakeUnpack()
+    a = torch.empty(1000, 1000, dtype=torch.float16)
+    out = torch.empty(1000, 504, dtype=torch.float16)
+    plan = plan._replace(unpack=unpack, a_bytes=a.numel() * 2, d_bytes=out.numel() * 2, b_bytes=PACKED_BYTES)
+    with pytest.raises(GemmArgumentError, match="^D: got memory overlapping"):
+        plan.replay(a, out.data_ptr() + 64, 0, out, torch.empty_like(out), None, 1.0, 0.0)
+    assert unpack.calls == [] and fn.blocks == []
