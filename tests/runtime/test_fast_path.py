@@ -188,13 +188,19 @@ class FakeUnpack:
         return self.buffer
 
 
-def test_a_whole_weight_replay_unpacks_first_and_the_kernel_reads_the_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+def _whole_weight_plan(monkeypatch):
+    """(plan with a FakeUnpack step, its FakeFunction, the step, A, D) on host tensors."""
     plan, fn, _ = _plan(monkeypatch, spec_for())
     unpack = FakeUnpack()
     a = torch.empty(1000, 1000, dtype=torch.float16)
     out = torch.empty(1000, 504, dtype=torch.float16)
     # The spans of these host tensors (they may sit next to each other) and of a packed weight.
     plan = plan._replace(unpack=unpack, a_bytes=a.numel() * 2, d_bytes=out.numel() * 2, b_bytes=PACKED_BYTES)
+    return plan, fn, unpack, a, out
+
+
+def test_a_whole_weight_replay_unpacks_first_and_the_kernel_reads_the_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan, fn, unpack, a, out = _whole_weight_plan(monkeypatch)
     packed, scales = B0 + 0x400, B0 + (SPAN << 2)
     plan.replay(a, packed, scales, out, torch.empty_like(out), None, 1.0, 0.0)  # the plan reads C
     assert unpack.calls == [(packed, scales)]
@@ -203,11 +209,7 @@ def test_a_whole_weight_replay_unpacks_first_and_the_kernel_reads_the_buffer(mon
 
 
 def test_a_whole_weight_replay_still_refuses_an_output_over_the_packed_weight(monkeypatch: pytest.MonkeyPatch) -> None:
-    plan, fn, _ = _plan(monkeypatch, spec_for())
-    unpack = FakeUnpack()
-    a = torch.empty(1000, 1000, dtype=torch.float16)
-    out = torch.empty(1000, 504, dtype=torch.float16)
-    plan = plan._replace(unpack=unpack, a_bytes=a.numel() * 2, d_bytes=out.numel() * 2, b_bytes=PACKED_BYTES)
+    plan, fn, unpack, a, out = _whole_weight_plan(monkeypatch)
     with pytest.raises(GemmArgumentError, match="^D: got memory overlapping"):
         plan.replay(a, out.data_ptr() + 64, 0, out, torch.empty_like(out), None, 1.0, 0.0)
     assert unpack.calls == [] and fn.blocks == []
