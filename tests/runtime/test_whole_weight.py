@@ -153,3 +153,17 @@ def test_launch_spec_json_of_the_unpack_field():
     assert LaunchSpec.from_json({"kernel": "k"}).unpack is False
     with pytest.raises(TypeError, match="unpack must be true or false, got 1"):
         LaunchSpec.from_json({"kernel": "k", "unpack": 1})
+
+
+def test_the_buffer_limit_from_the_environment(monkeypatch):
+    from gemm_runtime import settings as settings_mod
+
+    monkeypatch.delenv("GEMM_UNPACK_MAX_MIB", raising=False)
+    assert settings_mod.from_env().unpack_max_mib == 1024
+    for text, mib in (("0", 0), (" 2048 ", 2048)):
+        monkeypatch.setenv("GEMM_UNPACK_MAX_MIB", text)
+        assert settings_mod.from_env().unpack_max_mib == mib
+    for bad in ("-1", "1.5", "lots"):
+        monkeypatch.setenv("GEMM_UNPACK_MAX_MIB", bad)
+        with pytest.raises(ValueError, match=f"GEMM_UNPACK_MAX_MIB={bad!r}: expected an integer >= 0"):
+            settings_mod.from_env()
