@@ -44,6 +44,14 @@ SOURCE = '#include "gemm/unpack.cuh"\n' + "".join(
 _PARAMS = struct.Struct("<QQQqqqiiii")
 _CHUNK = 8  # kUnpackChunk: k32 blocks a warp converts per trip
 
+
+
+def row_pitch(k: int) -> int:
+    """Elements between the rows of a buffer the unpack makes: K rounded up to 8, so that
+    rows are 16-byte multiples (its whole-row stores, the dense kernels' widest copies)."""
+    return -(-k // 8) * 8
+
+
 _loaded: dict[tuple[int, str], object] = {}  # (device index, entry) -> LoadedFunction
 _lock = threading.Lock()
 
@@ -91,8 +99,7 @@ def unpack_weight(packed: PackedWeight, *, out: torch.Tensor | None = None,
         raise GemmArgumentError("packed", f"{packed.dtype}, {packed.bits}-bit", "fp16 or bf16 scales, 4 or 8 bits")
     n, k = packed.n, packed.k
     if out is None:
-        # Rows padded to 8 elements: 16-byte aligned, as the dense kernels' B wants.
-        out = torch.empty(n, -(-k // 8) * 8, dtype=packed.dtype, device=packed.b.device)[:, :k]
+        out = torch.empty(n, row_pitch(k), dtype=packed.dtype, device=packed.b.device)[:, :k]
     elif (out.shape != (n, k) or out.dtype != packed.dtype or out.device != packed.b.device or out.stride(1) != 1
           or out.stride(0) % 2 or out.data_ptr() % 4):  # fmt: skip
         raise GemmArgumentError("out", f"{tuple(out.shape)} {out.dtype} on {out.device}, strides {out.stride()}",
@@ -146,7 +153,7 @@ class UnpackStep:
                  groups: int, group_shift: int, stream: int, *, cache_dir: Path | None = None) -> None:  # fmt: skip
         fn = _function(device, ENTRIES[(dtype, bits)], cache_dir)
         self.device, self.dtype, self.stream = device, dtype, stream
-        self.shape = (n, -(-k // 8) * 8)  # rows of 16-byte multiples: whole-row stores, the dense kernels' copies
+        self.shape = (n, row_pitch(k))
         self.grid = _grid(fn, device, n, k)
         self.params = ctypes.create_string_buffer(_PARAMS.pack(0, 0, 0, ldb, ldv, self.shape[1], n, k, groups,
                                                                 group_shift), _PARAMS.size)  # fmt: skip

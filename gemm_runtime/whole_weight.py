@@ -24,6 +24,7 @@ from __future__ import annotations
 from gemm_runtime.context import Problem, ProblemKey
 from gemm_runtime.cost_model import DeviceModel
 from gemm_runtime.settings import settings
+from gemm_runtime.unpack import row_pitch
 
 MIN_M = 512
 KERNELS = 4
@@ -33,14 +34,8 @@ _BANDWIDTH_SHARE = 0.85
 _LAUNCH_SECONDS = 3e-6
 
 
-def buffer_ld(k: int) -> int:
-    """Elements between the buffer's rows: K rounded up to 8 (16-byte rows, as the dense
-    kernels' widest copies and the unpack's whole-row stores want)."""
-    return -(-k // 8) * 8
-
-
 def buffer_bytes(key: ProblemKey) -> int:
-    return key.n * buffer_ld(key.k) * (key.a_type.bits // 8)
+    return key.n * row_pitch(key.k) * (key.a_type.bits // 8)
 
 
 def unpack_error(key: ProblemKey) -> str | None:
@@ -51,7 +46,7 @@ def unpack_error(key: ProblemKey) -> str | None:
         return f"a grouped problem ({key.experts} experts) unpacks no whole weight"
     limit = settings().unpack_max_mib << 20
     if buffer_bytes(key) > limit:
-        return (f"its buffer of {key.n} x {buffer_ld(key.k)} {key.a_type.value} ({buffer_bytes(key) >> 20} MiB) "
+        return (f"its buffer of {key.n} x {row_pitch(key.k)} {key.a_type.value} ({buffer_bytes(key) >> 20} MiB) "
                 f"exceeds GEMM_UNPACK_MAX_MIB ({settings().unpack_max_mib} MiB)")  # fmt: skip
     return None
 

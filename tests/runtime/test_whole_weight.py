@@ -21,6 +21,7 @@ from gemm_runtime.feasibility import launch_error
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.settings import override
 from gemm_runtime.types import DispatchPolicy
+from gemm_runtime.unpack import row_pitch
 from tests.runtime.test_cost_model import H200, _kernels
 
 WORKSPACE = (1 << 20, 32 << 20)
@@ -46,7 +47,7 @@ def test_the_dense_key_and_the_buffer():
     dense = whole_weight.dense_key(key)
     assert (dense.b_type, dense.quant) == (DataType.F16, "none")
     assert dense._replace(b_type=key.b_type, quant=key.quant) == key  # nothing else changes
-    assert whole_weight.buffer_ld(201) == 208 and whole_weight.buffer_ld(208) == 208
+    assert row_pitch(201) == 208 and row_pitch(208) == 208
     assert whole_weight.buffer_bytes(key) == 75 * 208 * 2
 
 
