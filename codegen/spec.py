@@ -120,6 +120,11 @@ class KernelSpec:
         return self.mainloop.staged_b(self)
 
     @property
+    def decode_ring(self) -> bool:
+        """Quantized decode tile whose packed weights ride the cp.async ring."""
+        return self.mainloop.decode_ring(self)
+
+    @property
     def min_ctas_per_sm(self) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return self.mainloop.min_ctas_per_sm(self)

@@ -93,6 +93,11 @@ class MainloopFamily:
         warps read as they would a dense B (GemmConfig::kStagedB)."""
         return False
 
+    def decode_ring(self, spec: KernelSpec) -> bool:
+        """A quantized decode tile (one m16 tile per warp) whose packed weights ride the
+        cp.async ring, many K tiles deep (GemmConfig::kDecodeRing)."""
+        return False
+
     def min_ctas_per_sm(self, spec: KernelSpec) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return 1

@@ -74,7 +74,62 @@ class Sm80Family(MainloopFamily):
         return self.tile_efficiency(spec) * (0.7 if spec.stages < 3 else 1.0)
 
 
-class Sm80StagedFamily(Sm80Family):
+class _Sm80PackedRingFamily(Sm80Family):
+    """What the SM80 mainloop's variants with the packed weights in the cp.async ring
+    (not loaded straight into registers) share: quantized kernels only, not grouped yet,
+    and no register cap (the ring, not warps, keeps the weights in flight)."""
+
+    def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
+        if not spec.quantized:
+            return "b_type", spec.b_type.value, f"u4 or u8 (the {self.value} family is for packed weights)"
+        return None
+
+    def grouped_error(self, spec: KernelSpec) -> str | None:
+        return f"false (the {self.value} family has no grouped kernels yet)"
+
+    def direct_b(self, spec: KernelSpec) -> bool:
+        return False
+
+    def min_ctas_per_sm(self, spec: KernelSpec) -> int:
+        return 1
+
+
+class Sm80RingFamily(_Sm80PackedRingFamily):
+    """The SM80 mainloop for quantized decode (one m16 tile per warp, deferred scaling)
+    with the packed weights riding the cp.async ring (GemmConfig::kDecodeRing) instead
+    of the sm80 family's direct loads into registers, so that a deep ring keeps S - 1 K
+    tiles of weights in flight per CTA where a direct-B warp keeps one (weight_stream.cuh).
+    Measured on the H200 (bench/experiments/decode_ring.py, twentieth session) against
+    the default set's tuned plans on the llama3 layers at M = 1 and 16: 1.09-1.81x their
+    time, so the weights in flight were not what the small layers lacked; the narrow
+    direct-B tiles (16 columns, all of K per CTA) were (codegen/configs/sm80_quant.yaml)."""
+
+    value = "sm80_ring"
+    summary = "multi-stage cp.async pipeline, quantized decode tiles with the weights in the ring"
+    # NOTE: measured slower than the default decode tiles, so no default kernels;
+    # bench/experiments/decode_ring_tiles.yaml lists the tiles timed.
+    experimental = True
+
+    def tile_error(
+        self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int, cluster: int = 1
+    ) -> tuple[str, str] | None:
+        error = super().tile_error(cta, warps, stages, cluster)
+        if error:
+            return error
+        if cta[0] != 16 or warps[0] != 1:
+            return "cta", f"16 rows on one warp along M (the deferred decode form; got {cta[0]} on {warps[0]})"
+        if stages < 3:
+            return "stages", "3 or more (the ring is what keeps weights in flight)"
+        return None
+
+    def decode_ring(self, spec: KernelSpec) -> bool:
+        return True
+
+    def spill_budget(self, spec: KernelSpec, arch: int) -> int:
+        return 0
+
+
+class Sm80StagedFamily(_Sm80PackedRingFamily):
     """The SM80 mainloop with quantized B dequantized once per CTA tile into shared
     memory (GemmConfig::kStagedB, mainloop_sm80.cuh's run_staged): during K tile t every
     warp dequantizes a share of tile t + 1's packed weights into the second of two
@@ -110,22 +165,8 @@ class Sm80StagedFamily(Sm80Family):
                            f"(got {units} over {count} warps)")
         return None
 
-    def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
-        if not spec.quantized:
-            return "b_type", spec.b_type.value, "u4 or u8 (the staged form dequantizes packed weights)"
-        return None
-
-    def grouped_error(self, spec: KernelSpec) -> str | None:
-        return "false (the sm80_staged family has no grouped kernels yet)"
-
-    def direct_b(self, spec: KernelSpec) -> bool:
-        return False
-
     def staged_b(self, spec: KernelSpec) -> bool:
         return True
-
-    def min_ctas_per_sm(self, spec: KernelSpec) -> int:
-        return 1
 
     def smem_bytes(self, spec: KernelSpec) -> int:
         """The ring, and two buffers of the CTA tile's dequantized 16-bit weights."""

@@ -61,7 +61,7 @@ def test_tile_rules(tmp_path: Path, tile: dict, field: str, needle: str) -> None
 
 
 def test_kernel_rules(tmp_path: Path) -> None:
-    cfg.fam_error(tmp_path, family(b_type="f16"), TILE, "b_type", "u4 or u8 (the staged form dequantizes")
+    cfg.fam_error(tmp_path, family(b_type="f16"), TILE, "b_type", "u4 or u8 (the sm80_staged family is for packed weights")
     cfg.fam_error(tmp_path, family(grouped=True), TILE, "grouped", "no grouped kernels yet")
 
 

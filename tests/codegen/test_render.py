@@ -56,23 +56,32 @@ def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
     for k in direct:
         text = render_kernel(k.spec, k.source)
         grouped = "true" if k.spec.grouped else "false"
-        # Direct B, the grouped flag, and B not staged in shared memory.
-        assert re.search(rf", {k.spec.align}, true, {grouped},\s+false>;", text), text
+        # Direct B, the grouped flag, B not staged in shared memory, no decode ring.
+        assert re.search(rf", {k.spec.align}, true, {grouped},\s+false, false>;", text), text
         bounds = f"{k.spec.threads}, {k.spec.min_ctas_per_sm}" if k.spec.min_ctas_per_sm > 1 else f"{k.spec.threads}"
         assert f"__launch_bounds__({bounds}) {k.spec.name}(" in text
     dense = render_kernel(default_set[0].spec, default_set[0].source)
-    assert re.search(rf", {default_set[0].spec.align}, false, false,\s+false>;", dense)
+    assert re.search(rf", {default_set[0].spec.align}, false, false,\s+false, false>;", dense)
     grouped = dataclasses.replace(default_set[0].spec, grouped=True)
-    assert re.search(rf", {grouped.align}, false, true,\s+false>;", render_kernel(grouped, default_set[0].source))
+    assert re.search(rf", {grouped.align}, false, true,\s+false, false>;", render_kernel(grouped, default_set[0].source))
 
 
 def test_rendered_staged_b_kernel() -> None:
-    # The sm80_staged family's flag reaches GemmConfig (its last parameter).
+    # The sm80_staged family's flag reaches GemmConfig (the parameter before the ring's).
     from tests.sm80_staged_kernels import YAML
 
     k = load_configs([YAML])[0]
     assert k.spec.staged_b
-    assert re.search(rf", {k.spec.align}, false, false,\s+true>;", render_kernel(k.spec, k.source))
+    assert re.search(rf", {k.spec.align}, false, false,\s+true, false>;", render_kernel(k.spec, k.source))
+
+
+def test_rendered_decode_ring_kernel() -> None:
+    # The sm80_ring family's kernels: B through the ring (not direct), the ring flag last.
+    kernels = load_configs([REPO_ROOT / "bench/experiments/decode_ring_tiles.yaml"])
+    assert kernels
+    for k in kernels:
+        assert k.spec.decode_ring and not k.spec.direct_b and not k.spec.staged_b
+        assert re.search(rf", {k.spec.align}, false, false,\s+false, true>;", render_kernel(k.spec, k.source))
 
 
 def test_write_generated(tmp_path: Path, default_set: list[LoadedKernel]) -> None:

@@ -13,7 +13,7 @@ import torch
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.types import torch_dtype
-from tests.gpu.util import check_quant_epilogues_and_split_k
+from tests.gpu.util import check_quant_epilogues_and_split_k, experimental_gemm, registered_spec
 from tests.sm80_staged_kernels import build, kernel_names
 
 pytestmark = pytest.mark.gpu
@@ -23,27 +23,13 @@ _TOLERANCE = {torch.float16: (1e-3, 2e-3), torch.bfloat16: (6e-3, 1e-2)}  # as t
 
 @pytest.fixture(scope="module")
 def staged_gemm(tmp_path_factory):
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    major, minor = torch.cuda.get_device_capability()
-    if major < 8:
-        pytest.skip("the sm80_staged family needs sm_80 or later")
-    from gemm_runtime import Gemm
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return Gemm(build_dir=build(tmp_path_factory.mktemp("sm80_staged"), 10 * major + minor))
-
-
-def _kernel(gemm, name):
-    if name not in {k.name for k in gemm.kernels}:
-        pytest.skip(f"{name} does not fit this GPU's shared memory")
-    return gemm.registry.get(name).spec
+    return experimental_gemm(tmp_path_factory, "sm80_staged", build)
 
 
 @pytest.mark.parametrize("group_size", [32, 128, -1])
 @pytest.mark.parametrize("name", kernel_names())
 def test_staged_kernel_matches_dequantized_reference(staged_gemm, name, group_size):
-    spec = _kernel(staged_gemm, name)
+    spec = registered_spec(staged_gemm, name)
     dt, out_dt = torch_dtype(spec.a_type), torch_dtype(spec.d_type)
     rel_tol, max_tol = _TOLERANCE[dt]
     gen = torch.Generator(device="cuda").manual_seed(hash((name, group_size)) % 2**31)
@@ -70,4 +56,4 @@ def test_staged_kernel_matches_dequantized_reference(staged_gemm, name, group_si
 
 @pytest.mark.parametrize("name", kernel_names())
 def test_staged_kernel_epilogues_and_split_k(staged_gemm, name):
-    check_quant_epilogues_and_split_k(staged_gemm, name, rows=_kernel(staged_gemm, name).cta[0] + 19)
+    check_quant_epilogues_and_split_k(staged_gemm, name, rows=registered_spec(staged_gemm, name).cta[0] + 19)

@@ -18,6 +18,31 @@ def shared_gemm(allow_emulated: bool = False):
     return Gemm(allow_emulated=allow_emulated)
 
 
+def experimental_gemm(tmp_path_factory, family: str, build):
+    """A Gemm over an experimental family's kernels (no default ones), built for this GPU
+    by ``build(work_dir, arch)`` into a temporary directory; skips without an sm_80+ GPU."""
+    import pytest
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        pytest.skip(f"the {family} family needs sm_80 or later")
+    from gemm_runtime import Gemm
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return Gemm(build_dir=build(tmp_path_factory.mktemp(family), 10 * major + minor))
+
+
+def registered_spec(gemm, name: str):
+    """The spec of kernel ``name`` of ``gemm``; skips when the GPU did not load it."""
+    import pytest
+
+    if name not in {k.name for k in gemm.kernels}:
+        pytest.skip(f"{name} does not fit this GPU's shared memory")
+    return gemm.registry.get(name).spec
+
+
 def strided(rows: int, cols: int, ld: int, dtype: torch.dtype, *, fill: str = "randn", gen=None) -> torch.Tensor:
     """A (rows, cols) row-major view with leading dimension ``ld`` over a larger buffer.
     Random values (never zeros); padding columns are NaN so a stray read shows up."""

@@ -24,7 +24,7 @@ enum class OrderB { kNK, kKN };
 
 template <class Atom_, class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
           int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_, bool Grouped_ = false,
-          bool StagedB_ = false>
+          bool StagedB_ = false, bool DecodeRing_ = false>
 struct GemmConfig {
   using Atom = Atom_;
   using TA = TA_;
@@ -67,6 +67,11 @@ struct GemmConfig {
   // Quantized B dequantized once per CTA tile into shared memory, into two buffers of
   // 16-bit B fragments after the ring (MainloopSm80::run_staged, codegen: sm80_staged).
   static constexpr bool kStagedB = StagedB_;
+  // A quantized decode tile (one m16 tile per warp, deferred scaling) whose packed
+  // weights ride the ring rather than registers, so a deep ring keeps many K tiles of
+  // weights in flight per SM (codegen: sm80_ring); the SM80 mainloop compiles its loop
+  // once for rows 0-7 and once for 0-15, as it does for direct B.
+  static constexpr bool kDecodeRing = DecodeRing_;
   static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
   static constexpr int kTileBRows = kQuantB ? kCtaN / 8 : (kOrderB == OrderB::kNK ? kCtaN : kCtaK);
   static constexpr int kTileBCols = kQuantB ? kCtaK / 32 * kQuantBlockUnits : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);
@@ -96,6 +101,8 @@ struct GemmConfig {
                 "staged B: quantized B through the ring, no K slices, 3 or more stages");
   static_assert(!kStagedB || (kCtaN / 16 * (kCtaK / 32)) % kWarps == 0,
                 "staged B: the tile's k32 blocks of n8-tile pairs split evenly over the warps");
+  static_assert(!kDecodeRing || (kQuantB && !kDirectB && !kStagedB && kWarpsM == 1 && kCtaM == 16),
+                "decode ring: quantized B through the ring, one m16 tile per warp");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
   static_assert(kCtaM % kWarpsM == 0 && kCtaN % kWarpsN == 0 && kCtaK % kWarpsK == 0,
                 "CTA tile must split evenly over the warps");

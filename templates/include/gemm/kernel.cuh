@@ -95,6 +95,9 @@ __device__ __forceinline__ void gemm_tile(const Params& p, const GroupTile& g, i
            warp_k * Cfg::kWarpTileK);
 
   if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k)) return;
+#if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 6
+  return;  // the experiment without split-K's hand-over nor the epilogue (mainloop_sm80.cuh)
+#endif
   bool handed_over = false;  // a split whose partial sums another CTA adds up
   with_problem<Cfg>(p, g, [&](const Params& q) {
     handed_over = q.splits > 1 && !split_k_reduce<Cfg>(warp, q, tile_id, split, q.M - m0);

@@ -30,7 +30,8 @@
 // Experiment knob, 0 in every build (bench/experiments/sm80_variants.py sets it to time
 // the pipeline with one part left out; the sums are then wrong): 1 the epilogue
 // (gemm/kernel.cuh), 2 the MMAs, 3 the refilling copies, 4 the barrier after each tile,
-// 5 the staged tiles' dequantization inside the K loop (run_staged).
+// 5 the staged tiles' dequantization inside the K loop (run_staged), 6 split-K's hand-over
+// and the epilogue (gemm/kernel.cuh).
 #ifndef GEMM_SM80_STAGED_SPLIT
 // 0: run_staged's loop dequantizes a step's units between its copies and its MMAs;
 // 1: reads their inputs first in the step and converts and stores them after the MMAs;
@@ -413,7 +414,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   __device__ __forceinline__ void run_registers(Warp& warp, u32 smem, int k_tiles, int warp_m0, int warp_n0,
                                                 int warp_k0) const {
     this->begin_groups(warp, warp_m0);
-    if constexpr (Cfg::kQuantB && kDirectB) {
+    if constexpr (Cfg::kQuantB && (kDirectB || Cfg::kDecodeRing)) {
       if constexpr (Warp::kDeferred) {
         // NOTE: the whole loop twice, once for warps without rows 8-15 (M <= 8: half the
         // MMAs), with `upper` a constant in each copy. Tested per step instead (one loop,

@@ -57,10 +57,10 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
                              // for rows 0-7 alone, see mma_transposed)
   bool upper = true;         // whether the warp has rows 8-15 of A (when not, their sums stay 0)
   // Whether rows 8-15's MMAs are skipped when the warp has no such rows: MainloopSm80
-  // (direct B) runs its loop twice, `upper` a constant in each. The register-staged
+  // (direct B, decode ring) runs its loop twice, `upper` a constant in each. The register-staged
   // SM70 mainloop keeps one loop for all rows: with both, NVRTC 13 allocates 151
   // registers (either alone: 96 and 128) and the 8-bit tile spills.
-  static constexpr bool kSkipUpperTokens = Cfg::kDirectB;
+  static constexpr bool kSkipUpperTokens = Cfg::kDirectB || Cfg::kDecodeRing;
 
   __device__ __forceinline__ void clear() {
     Base::clear();
@@ -185,7 +185,7 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   // (rows g: row g's k 0-7, rows g + 8: its k 8-15) and one register of ones as the
   // 8-column one; end_group adds the two halves. The m16n8k16 form needs a four-register
   // constant, which NVRTC rebuilds before every MMA under the register cap. (TI = 1
-  // comes only from direct-B kernels, kSkipUpperTokens: the SM80 mainloop, sm_80 and
+  // comes only from direct-B and decode-ring kernels, kSkipUpperTokens: the SM80 mainloop, sm_80 and
   // later, where m16n8k8 exists for both types.)
 
   template <int TI>

@@ -1,0 +1,108 @@
+"""Experiment: where a small layer's W4A16 decode time goes (issue 17: llama3-8b o at M = 1
+took 12.3 us where torch's int4 kernel took 9.0). Builds the default set's 16-row W4 fp16
+sm80 tiles and the narrow candidates of bench/experiments/decode_narrow_tiles.yaml, each
+with one part of the kernel left out (templates/include/gemm/mainloop_sm80.cuh's
+GEMM_SM80_LEAVE_OUT: the MMAs, the epilogue, split-K's hand-over, the tile-end barrier;
+the sums are then wrong), then per layer at M = 1:
+
+* every base kernel at every split count (short medians), the fastest first;
+* the two fastest plans under every variant, interleaved, beside fp16 cuBLAS, torch's
+  int4 kernel and a one-element kernel (the timing's floor).
+
+L2 emptied by a read before every call, medians, microseconds.
+
+    python -m bench.experiments.decode_variants [--layers 4096x4096 6144x4096 4096x14336]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+import gemm_runtime.build as build_mod
+from bench.decode_chain import GROUP, INT4_INNER_K_TILES
+from bench.experiments.decode_ring import short
+from bench.experiments.sm90_variants import subset_manifest
+from gemm_runtime import Gemm
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.quant import quantize
+from gemm_runtime.timing import interleaved_medians_ms, median_ms
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = {
+    "base": (),
+    "no_mma": ("-DGEMM_SM80_LEAVE_OUT=2",),
+    "no_epilogue": ("-DGEMM_SM80_LEAVE_OUT=1",),
+    "no_handover": ("-DGEMM_SM80_LEAVE_OUT=6",),
+    "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
+}
+
+
+def is_decode_w4(name: str, spec: dict) -> bool:
+    """A 16-row sm80 W4 kernel of fp16 activations, not grouped."""
+    return "_sm80_m16n8k16_af16_bu4_" in name and spec["cta"][0] == 16 and not spec.get("grouped")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", nargs="+", default=["4096x4096", "6144x4096", "4096x14336"], help="N x K")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="decode_variants_"))
+    subprocess.run([sys.executable, "-m", "codegen", "--with-defaults", "--config",
+                    str(ROOT / "bench/experiments/decode_narrow_tiles.yaml"), "--out", str(work / "all")],
+                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
+    subset_manifest(work / "all", work / "gen", is_decode_w4)
+    gemms = {}
+    for variant in args.variants:
+        build_mod.BUILD_OPTIONS = VARIANTS[variant]
+        build_mod.build(work / "gen", work / variant, archs=[90], progress=False)
+        gemms[variant] = Gemm(build_dir=work / variant)
+    base = gemms[args.variants[0]]
+    tiny = torch.zeros(1, device="cuda")
+    for layer in args.layers:
+        n, k = (int(x) for x in layer.split("x"))
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
+        packed = pack_for_gemm(quantize(w, bits=4, group_size=GROUP))
+        q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
+        int4 = torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), INT4_INNER_K_TILES)
+        sz = torch.randn(k // GROUP, n, 2, device="cuda", dtype=torch.bfloat16) * 0.01
+        a = torch.randn(1, k, device="cuda", dtype=torch.float16)
+        a_bf = a.to(torch.bfloat16)
+        out = torch.empty(1, n, device="cuda", dtype=torch.float16)
+        plans = []
+        for kern in base.kernels:
+            for splits in (1, 2, 3, 4, 6, 8):
+                spec = LaunchSpec(kern.name, splits)
+                try:
+                    base.matmul(a, packed, out=out, kernel=spec)
+                except Exception:  # a split count K cannot take
+                    continue
+                plans.append((median_ms(lambda: base.matmul(a, packed, out=out, kernel=spec), reps=15, max_ms=50), spec))
+        plans.sort(key=lambda p: p[0])
+        print(f"\n### {layer} (N x K), M = 1: every base plan, fastest first (us)\n")
+        print(" | ".join(f"{short(s.kernel)} ({s.splits}) {t * 1e3:.1f}" for t, s in plans[:12]))
+        refs = [lambda: tiny.add_(1), lambda: torch.matmul(a, w.t(), out=out),
+                lambda: torch._weight_int4pack_mm(a_bf, int4, GROUP, sz)]  # fmt: skip
+        top = [s for _, s in plans[:2]]
+        fns = list(refs)
+        for spec in top:
+            for gemm in gemms.values():
+                fns.append(lambda gemm=gemm, spec=spec: gemm.matmul(a, packed, out=out, kernel=spec))
+        t = [x * 1e3 for x in interleaved_medians_ms(fns, reps=30)]
+        print(f"\nfloor {t[0]:.1f}, fp16 cuBLAS {t[1]:.1f}, torch int4 {t[2]:.1f}\n")
+        print("| plan | " + " | ".join(gemms) + " |")
+        print("|---|" + "---:|" * len(gemms))
+        for i, spec in enumerate(top):
+            row = t[3 + i * len(gemms): 3 + (i + 1) * len(gemms)]
+            print(f"| {short(spec.kernel)} ({spec.splits}) | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
