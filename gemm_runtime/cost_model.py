@@ -38,6 +38,15 @@ _DEQUANT_WEIGHTS_PER_CLOCK = 30.0
 _DEQUANT_WARPS_SCALE = 9.0
 _DEQUANT_TILE_STEPS = 1.2
 _QUANT_LONE_CTA = 0.85
+# The rate above was fitted to decode warps of two pairs of n8 tiles (32 columns; every
+# quantized sm80 / sm70 tile of the time). A warp of one pair (the narrow decode tiles,
+# 16 columns) pays a k32 step's fixed work, A's fragments and the group test, for half
+# the weights: at up to 8 rows that work is about half a pair's (rate x 0.75), at 9-16
+# (two token tiles: twice the A fragments and row sums) it is most of the step (x 0.5).
+# Fitted to the H200 (bench.experiments.decode_ring --yaml decode_narrow_tiles.yaml,
+# twentieth session): at M = 1 the narrow tiles took 0.75-0.95x the two-pair tiles' time
+# on the small llama3-8b layers and lost on the large ones; at M = 16 they lost on all.
+_ONE_PAIR_RATE = {False: 0.75, True: 0.5}  # by "more than 8 rows"
 
 
 @dataclass(frozen=True)
@@ -239,7 +248,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     efficiency /= _ALIGN_PENALTY[spec.align]
     t_mma = waves * per_sm * 2.0 * cm * cn * per_split * ck / (device.mma_flops_per_sm * efficiency)
     # Every warp along M dequantizes the same weights for its own rows.
-    t_deq = dequant_time(spec, ctas, resident, device, spec.warps[0] * cn * per_split * ck)
+    t_deq = dequant_time(spec, ctas, resident, device, spec.warps[0] * cn * per_split * ck, rows=key.m)
     # Stream-K's waves may be a fraction (MainloopFamily.rounds): its CTAs share the
     # tiles' K tiles evenly, where dequant_time counts whole CTAs per SM.
     t_deq *= waves / math.ceil(waves)
@@ -289,10 +298,13 @@ def latency_time(spec: KernelSpec, first_k_tiles: int, cold_k_tiles: float) -> f
     return max(first_k_tiles, cold_k_tiles) * _DRAM_LATENCY_S / spec.mainloop.stages_in_flight(spec)
 
 
-def dequant_time(spec: KernelSpec, ctas: int, resident: int, device: DeviceModel, weights_per_cta: int) -> float:
+def dequant_time(
+    spec: KernelSpec, ctas: int, resident: int, device: DeviceModel, weights_per_cta: int, *, rows: int = 1
+) -> float:
     """Seconds the busiest SM spends turning quantized weights into MMA operands (0 for
     dense B): it runs ceil(ctas / SMs) CTAs, with the warps of up to ``resident`` of
-    them at a time; ``weights_per_cta`` counts a weight once per warp that dequantizes it."""
+    them at a time; ``weights_per_cta`` counts a weight once per warp that dequantizes it;
+    ``rows``: the problem's M (a one-pair warp's rate depends on it)."""
     if not spec.quantized:
         return 0.0
     per_sm = math.ceil(ctas / device.sms)
@@ -301,6 +313,8 @@ def dequant_time(spec: KernelSpec, ctas: int, resident: int, device: DeviceModel
     rate = device.sm_clock_hz * _DEQUANT_WEIGHTS_PER_CLOCK * (1.0 - math.exp(-warps / _DEQUANT_WARPS_SCALE))
     rate *= steps / (steps + _DEQUANT_TILE_STEPS)
     rate *= spec.mainloop.dequant_rate(spec)
+    if spec.warp_tile[0] == 16 and spec.warp_tile[1] == 16:
+        rate *= _ONE_PAIR_RATE[rows > 8]
     return per_sm * weights_per_cta / rate
 
 

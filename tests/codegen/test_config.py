@@ -407,7 +407,7 @@ def test_default_configs() -> None:
         "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 239
+    assert len(loaded) == 246
     grouped = [k.spec for k in loaded if k.spec.grouped]
     # Grouped kernels (docs/MOE.md): the sm80 and sm90 families, both 16-bit types, stacked
     # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill; quantized
@@ -431,6 +431,9 @@ def test_default_configs() -> None:
         ("f16", "u4"), ("bf16", "u4"), ("f16", "u8"), ("bf16", "u8")}
     assert {s.mainloop.value for s in quantized} == {"sm70", "sm80", "sm90_quant"}
     assert {s.cta[0] for s in quantized} >= {16, 128}
+    # Narrow decode tiles (16 columns, all of K per CTA) for every (activation, weight) pair.
+    assert {(s.a_type.value, s.b_type.value) for s in quantized if s.cta[:2] == (16, 16) and not s.grouped} == {
+        ("f16", "u4"), ("bf16", "u4"), ("f16", "u8"), ("bf16", "u8")}
     # sm90_quant has tiles of three and four consumer warpgroups as well (the 192- and
     # 256-row ones), for both widths.
     wide = {(s.b_type.value, s.cta[:2]) for s in quantized if s.mainloop.value == "sm90_quant" and not s.grouped

@@ -16,7 +16,7 @@ from codegen.families import Mainloop
 from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
 from gemm_runtime.context import infeasible_reason, make_key
 from gemm_runtime.cost_model import (
-    DeviceModel, fits_workspace, latency_time, predict, rank, split_options, workspace_bytes,
+    DeviceModel, dequant_time, fits_workspace, latency_time, predict, rank, split_options, workspace_bytes,
 )
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.feasibility import launch_error
@@ -336,3 +336,29 @@ def test_staged_256x128_leads_the_sm80_class_w4_kernels_and_wgmma_still_wins_on_
     _, best = rank(sm80_class, key, H200, **WORKSPACE)[0]
     assert (specs[best.kernel].mainloop, specs[best.kernel].cta, specs[best.kernel].stages) == \
         (Mainloop.SM80_STAGED, (256, 128, 64), 4), best  # fmt: skip
+
+
+def _w4_ranking(m: int, n: int, k: int) -> list:
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=90)._replace(b_type=DataType.U4,
+                                                                                      quant="u4g128")  # fmt: skip
+    kernels = [kk for kk in _kernels(90) if kk.spec.b_type is DataType.U4 and kk.spec.a_type is DataType.F16
+               and not kk.spec.grouped]  # fmt: skip
+    return [plan for _, plan in rank(kernels, key, H200, **WORKSPACE)]
+
+
+def _narrow(plan) -> bool:
+    return "_16x16x" in plan.kernel
+
+
+def test_narrow_decode_tiles_rank_where_they_measured_faster() -> None:
+    # H200 (twentieth session): at M = 1 the 16-column tiles took 0.75x the two-pair
+    # tiles' time on llama3-8b o (4096 x 4096) and lost on 70b gate_up (57344 x 8192);
+    # a one-pair warp's rate falls further at M > 8, where they lost on the large layers.
+    assert _narrow(_w4_ranking(1, 4096, 4096)[0])
+    assert not _narrow(_w4_ranking(1, 57344, 8192)[0])
+    assert not _narrow(_w4_ranking(16, 57344, 8192)[0])
+    # The same tile is cheaper at one row than at sixteen, by the one-pair term alone.
+    narrow = next(kk for kk in _kernels(90) if kk.spec.cta == (16, 16, 1024) and kk.spec.b_type is DataType.U4
+                  and kk.spec.a_type is DataType.F16)  # fmt: skip
+    one, sixteen = (dequant_time(narrow.spec, 256, 2, H200, 16 * 4096, rows=r) for r in (1, 16))
+    assert sixteen == pytest.approx(one * 0.75 / 0.5)
