@@ -41,12 +41,14 @@ _QUANT_LONE_CTA = 0.85
 # The rate above was fitted to decode warps of two pairs of n8 tiles (32 columns; every
 # quantized sm80 / sm70 tile of the time). A warp of one pair (the narrow decode tiles,
 # 16 columns) pays a k32 step's fixed work, A's fragments and the group test, for half
-# the weights: at up to 8 rows that work is about half a pair's (rate x 0.75), at 9-16
-# (two token tiles: twice the A fragments and row sums) it is most of the step (x 0.5).
-# Fitted to the H200 (bench.experiments.decode_ring --yaml decode_narrow_tiles.yaml,
-# twentieth session): at M = 1 the narrow tiles took 0.75-0.95x the two-pair tiles' time
-# on the small llama3-8b layers and lost on the large ones; at M = 16 they lost on all.
-_ONE_PAIR_RATE = {False: 0.75, True: 0.5}  # by "more than 8 rows"
+# the weights: at up to 8 rows that work is about half a pair's (rate x 0.75); at 9-16
+# (two token tiles, and A's copies, 16 rows per CTA of 16 columns, several times the
+# CTA's weight bytes) the narrow tiles took 1.35-1.73x the two-pair tiles' time (x 0.3).
+# Fitted to the H200 (bench.experiments.decode_ring --yaml decode_narrow_tiles.yaml and
+# bench.dispatch --bits 4 8 --m 1 16, twentieth session): at M = 1 the narrow tiles took
+# 0.75-0.95x the two-pair tiles' time on the small llama3-8b layers and lost on the
+# large ones.
+_ONE_PAIR_RATE = {False: 0.75, True: 0.3}  # by "more than 8 rows"
 
 
 @dataclass(frozen=True)

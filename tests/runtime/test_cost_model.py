@@ -357,8 +357,9 @@ def test_narrow_decode_tiles_rank_where_they_measured_faster() -> None:
     assert _narrow(_w4_ranking(1, 4096, 4096)[0])
     assert not _narrow(_w4_ranking(1, 57344, 8192)[0])
     assert not _narrow(_w4_ranking(16, 57344, 8192)[0])
+    assert not _narrow(_w4_ranking(16, 4096, 4096)[0])  # 1.35x the 16x128 tile's time there
     # The same tile is cheaper at one row than at sixteen, by the one-pair term alone.
     narrow = next(kk for kk in _kernels(90) if kk.spec.cta == (16, 16, 1024) and kk.spec.b_type is DataType.U4
                   and kk.spec.a_type is DataType.F16)  # fmt: skip
     one, sixteen = (dequant_time(narrow.spec, 256, 2, H200, 16 * 4096, rows=r) for r in (1, 16))
-    assert sixteen == pytest.approx(one * 0.75 / 0.5)
+    assert sixteen == pytest.approx(one * 0.75 / 0.3)
