@@ -107,10 +107,12 @@ def unpack_weight(packed: PackedWeight, *, out: torch.Tensor | None = None,
                                 "an even row stride and a 4-byte aligned start")  # fmt: skip
     if n == 0 or k == 0:
         return out
-    launch_unpack(packed.b.device, packed.dtype, packed.bits, packed.b.data_ptr(), packed.b.stride(0),
-                  packed.v.data_ptr(), packed.v.stride(0), out.data_ptr(), out.stride(0), n, k, packed.groups,
-                  packed.group_shift, torch.cuda.current_stream(packed.b.device).cuda_stream,
-                  cache_dir=cache_dir)  # fmt: skip
+    device = packed.b.device
+    with torch.cuda.device(device):
+        step = UnpackStep(device, packed.dtype, packed.bits, packed.b.stride(0), packed.v.stride(0), n, k,
+                          packed.groups, packed.group_shift, torch.cuda.current_stream(device).cuda_stream,
+                          ldd=out.stride(0), cache_dir=cache_dir)  # fmt: skip
+        step.launch(packed.b.data_ptr(), packed.v.data_ptr(), out.data_ptr())
     return out
 
 
@@ -123,44 +125,43 @@ def _grid(fn, device: torch.device, n: int, k: int) -> int:
     return max(1, min(-(-chunks // (THREADS // 32)), sms * fn.ctas_per_sm))
 
 
-def launch_unpack(device: torch.device, dtype: torch.dtype, bits: int, b: int, ldb: int, v: int, ldv: int, d: int,
-                  ldd: int, n: int, k: int, groups: int, group_shift: int, stream: int, *,
-                  cache_dir: Path | None = None) -> None:  # fmt: skip
-    """Queue the unpack of a packed weight given by its device pointers (checked by the
-    caller) on ``stream``. ``ldb``: bytes between the packed rows of 8 columns; ``ldv``,
-    ``ldd``: elements between rows of the scales and of D (even; a multiple of 8 with a
-    16-byte aligned D takes whole-row stores)."""
-    fn = _function(device, ENTRIES[(dtype, bits)], cache_dir)
-    params = _PARAMS.pack(b, v, d, ldb, ldv, ldd, n, k, groups, group_shift)
-    buf = ctypes.create_string_buffer(params, len(params))
-    args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-    with torch.cuda.device(device):
-        fn.launch((_grid(fn, device, n, k), 1, 1), THREADS, 0, stream, ctypes.addressof(args))
-
-
 _POINTERS = struct.Struct("<QQQ")  # UnpackParams' B, V, D
 
 
 class UnpackStep:
-    """The unpack of a whole-weight plan (gemm_runtime/whole_weight.py), prepared once for
-    a weight's geometry and a stream: a call allocates the dense buffer, a temporary of
-    the stream (torch's caching allocator gives the same block back to the next call, and
-    inside a CUDA-graph capture takes it from the graph's pool), and queues the unpack of
-    the weight at ``b`` (packed) and ``v`` (scales, zeros) into it. Replays of
-    Gemm.matmul's fast path call it before the dense kernel's launch."""
+    """The unpack kernel prepared once for a weight's geometry, an output row pitch and a
+    stream. ``launch(b, v, d)`` queues the unpack of the weight at ``b`` (packed) and ``v``
+    (scales, zeros) into ``d`` (unpack_weight's output); a call allocates the dense buffer
+    of a whole-weight plan (gemm_runtime/whole_weight.py) first, a temporary of the stream
+    (torch's caching allocator gives the same block back to the next call, and inside a
+    CUDA-graph capture takes it from the graph's pool), and unpacks into it: replays of
+    Gemm.matmul's fast path call it before the dense kernel's launch. ``ldb``: bytes
+    between the packed rows of 8 columns; ``ldv``, ``ldd``: elements between rows of the
+    scales and of D (even; a multiple of 8 with a 16-byte aligned D takes whole-row
+    stores; default: row_pitch(k), the buffer's)."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, bits: int, ldb: int, ldv: int, n: int, k: int,
-                 groups: int, group_shift: int, stream: int, *, cache_dir: Path | None = None) -> None:  # fmt: skip
+                 groups: int, group_shift: int, stream: int, *, ldd: int | None = None,
+                 cache_dir: Path | None = None) -> None:  # fmt: skip
         fn = _function(device, ENTRIES[(dtype, bits)], cache_dir)
         self.device, self.dtype, self.stream = device, dtype, stream
         self.shape = (n, row_pitch(k))
         self.grid = _grid(fn, device, n, k)
-        self.params = ctypes.create_string_buffer(_PARAMS.pack(0, 0, 0, ldb, ldv, self.shape[1], n, k, groups,
-                                                                group_shift), _PARAMS.size)  # fmt: skip
+        ldd = self.shape[1] if ldd is None else ldd
+        self.params = ctypes.create_string_buffer(_PARAMS.pack(0, 0, 0, ldb, ldv, ldd, n, k, groups, group_shift),
+                                                  _PARAMS.size)  # fmt: skip
         self.args = (ctypes.c_void_p * 1)(ctypes.addressof(self.params))
-        self.launch, self.function, self.cu_stream = fn.launcher(stream)
+        self.function_launch, self.function, self.cu_stream = fn.launcher(stream)
         self.external = torch.cuda.ExternalStream(stream, device=device)
         self.lock = threading.Lock()
+
+    def launch(self, b: int, v: int, d: int) -> None:
+        with self.lock:  # the launch copies the parameters
+            _POINTERS.pack_into(self.params, 0, b, v, d)
+            (err,) = self.function_launch(self.function, self.grid, 1, 1, THREADS, 1, 1, 0, self.cu_stream,
+                                          ctypes.addressof(self.args), 0)  # fmt: skip
+        if int(err) != 0:
+            raise CudaError("cuLaunchKernel", err)
 
     def __call__(self, b: int, v: int) -> torch.Tensor:
         if torch.cuda.current_stream(self.device).cuda_stream == self.stream:
@@ -168,10 +169,5 @@ class UnpackStep:
         else:
             with torch.cuda.stream(self.external):
                 buffer = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        with self.lock:  # the launch copies the parameters
-            _POINTERS.pack_into(self.params, 0, b, v, buffer.data_ptr())
-            (err,) = self.launch(self.function, self.grid, 1, 1, THREADS, 1, 1, 0, self.cu_stream,
-                                 ctypes.addressof(self.args), 0)  # fmt: skip
-        if int(err) != 0:
-            raise CudaError("cuLaunchKernel", err)
+        self.launch(b, v, buffer.data_ptr())
         return buffer
