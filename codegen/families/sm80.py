@@ -141,8 +141,9 @@ class Sm80StagedFamily(_Sm80PackedRingFamily):
 
     value = "sm80_staged"
     summary = "multi-stage cp.async pipeline, quantized B dequantized once per CTA into shared memory"
-    # NOTE: not yet measured on a GPU (docs/NOTES.md, sixteenth session), so no default
-    # kernels; bench/experiments/sm80_staged.yaml lists the tiles to time.
+    # NOTE: measured slower than the sm90_quant kernels on the H200 and than the register-
+    # dequantizing W4 tile on sm_80's three-stage budget (docs/NOTES.md, eighteenth
+    # session), so no default kernels; bench/experiments/sm80_staged.yaml lists the tiles.
     experimental = True
 
     def tile_error(
