@@ -49,6 +49,14 @@ _QUANT_LONE_CTA = 0.85
 # 0.75-0.95x the two-pair tiles' time on the small llama3-8b layers and lost on the
 # large ones.
 _ONE_PAIR_RATE = {False: 0.75, True: 0.3}  # by "more than 8 rows"
+# A lone token tile's rows of A, read by every CTA of the grid through cp.async (the
+# sm80 family; not TMA's boxes): those few lines are hot in L2 and come at about DRAM's
+# rate, on top of the weights. H200, dense fp16 at M = 16 against M = 1, the same plans
+# (docs/NOTES.md, twenty-first session): the narrow 16x16x256 / 16x32x256 / 16x64x256
+# tiles took 2.7-25.7 us longer for 12-126 MB of A reads (4.4-6 TB/s), the sm80
+# 16x64x128 tile 9-26 us for 59-235 MB (6-12 TB/s); the sm90 tiles (TMA) none. The
+# quantized kernels' fit (_ONE_PAIR_RATE) already holds it.
+_HOT_A_RATE = 1.3  # x the DRAM rate
 
 
 @dataclass(frozen=True)
@@ -274,6 +282,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     # family runs some unsplit (sm90's whole rounds).
     first = per_split if split_tiles == tm * tn else k_tiles
     t_mem = max(t_dram, t_sm, latency_time(spec, first, waves * per_split * min(1.0, unique / (ctas * cta_bytes))))
+    t_mem += hot_a_seconds(spec, key, ctas * per_split * ck, device)
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
     # which also ranks the leaner kernel first among memory-bound ties.
     # NOTE: a persistent kernel's CTAs hand their K slices over once per round of the
@@ -283,6 +292,16 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     handover = spec.mainloop.split_seconds(spec, min(cm, key.m))
     fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + handovers * handover
     return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + fixed
+
+
+def hot_a_seconds(spec: KernelSpec, key: ProblemKey, k_read: int, device: DeviceModel) -> float:
+    """Seconds the grid's CTAs spend reading a lone token tile's rows of A (M within one
+    tile: every CTA reads the same rows) through cp.async, beyond the weights' time;
+    ``k_read``: the K elements all CTAs read together (CTAs x K per CTA). Dense kernels
+    only (the quantized ones' fitted dequantization term holds it), none for TMA's A."""
+    if spec.quantized or key.m > spec.cta[0] or spec.mainloop.reads_a_by_tma(spec):
+        return 0.0
+    return key.m * k_read * key.a_type.bits / 8 / (device.dram_bytes_per_s * _HOT_A_RATE)
 
 
 def latency_time(spec: KernelSpec, first_k_tiles: int, cold_k_tiles: float) -> float:

@@ -35,7 +35,13 @@ class Sm80Family(MainloopFamily):
     def max_splits(self, spec: KernelSpec) -> int | None:
         """Grouped kernels split K as the others do (serial split-K through the workspace,
         a slot per tile of the launch's bound on the tile rows): decode's few experts
-        otherwise leave most SMs a single CTA streaming a long K."""
+        otherwise leave most SMs a single CTA streaming a long K.
+        Dense narrow decode tiles (one warp along M, four or more along K: they exist to
+        stream all of K per CTA) take none: on the H200 every llama3 layer's best narrow
+        plan at M = 1 was unsplit, and splits cost them 2.8-19 us, several times the
+        handover the model charges (docs/NOTES.md, twenty-first session)."""
+        if not spec.quantized and spec.warps[0] == 1 and spec.warps[2] >= 4:
+            return 1
         return None
 
     def direct_b(self, spec: KernelSpec) -> bool:

@@ -407,7 +407,7 @@ def test_default_configs() -> None:
         "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 246
+    assert len(loaded) == 250
     grouped = [k.spec for k in loaded if k.spec.grouped]
     # Grouped kernels (docs/MOE.md): the sm80 and sm90 families, both 16-bit types, stacked
     # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill; quantized

@@ -16,7 +16,8 @@ from codegen.families import Mainloop
 from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
 from gemm_runtime.context import infeasible_reason, make_key
 from gemm_runtime.cost_model import (
-    DeviceModel, dequant_time, fits_workspace, latency_time, predict, rank, split_options, workspace_bytes,
+    DeviceModel, dequant_time, fits_workspace, hot_a_seconds, latency_time, predict, rank, split_options,
+    workspace_bytes,
 )
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.feasibility import launch_error
@@ -363,3 +364,27 @@ def test_narrow_decode_tiles_rank_where_they_measured_faster() -> None:
                   and kk.spec.a_type is DataType.F16)  # fmt: skip
     one, sixteen = (dequant_time(narrow.spec, 256, 2, H200, 16 * 4096, rows=r) for r in (1, 16))
     assert sixteen == pytest.approx(one * 0.75 / 0.3)
+
+
+def _dense_f16(m: int, n: int, k: int):
+    return make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=90)
+
+
+def test_dense_narrow_tiles_stream_all_of_k_and_pay_for_a_lone_token_tile() -> None:
+    # H200 (twenty-first session): a narrow dense tile's best plan was unsplit on every
+    # llama3 layer at M = 1, and at M = 16 each of its CTAs reading the same 16 rows of A
+    # by cp.async cost 2.7-25.7 us more; the sm90 tiles' TMA reads of A cost nothing.
+    narrow = next(kk.spec for kk in _kernels(90) if kk.spec.cta == (16, 16, 256) and kk.spec.a_type is DataType.F16
+                  and not kk.spec.quantized)  # fmt: skip
+    wide = next(kk.spec for kk in _kernels(90) if kk.spec.mainloop is Mainloop.SM90 and kk.spec.cta[0] == 64
+                and kk.spec.a_type is DataType.F16 and not kk.spec.grouped)  # fmt: skip
+    o = _dense_f16(1, 4096, 4096)
+    assert split_options(narrow, o, 8, 1 << 20, 32 << 20, resident=4) == [1]
+    error = launch_error(narrow, LaunchSpec(narrow.name, 2), o, None, None)
+    assert error is not None and "kernel.splits: got 2; accepted: 1 (this kernel takes no split-K)" in str(error)
+    assert hot_a_seconds(narrow, _dense_f16(1, 4096, 4096), 256 * 4096, H200) > 0
+    one, sixteen = (hot_a_seconds(narrow, _dense_f16(m, 4096, 4096), 256 * 4096, H200) for m in (1, 16))
+    assert sixteen == pytest.approx(16 * one)
+    assert hot_a_seconds(narrow, _dense_f16(17, 4096, 4096), 256 * 4096, H200) == 0.0  # two token tiles
+    assert hot_a_seconds(wide, _dense_f16(16, 4096, 4096), 64 * 4096, H200) == 0.0  # A by TMA
+    assert predict(narrow, 4, H200, _dense_f16(16, 4096, 4096)) > predict(narrow, 4, H200, o)
