@@ -26,7 +26,12 @@ _LAUNCH_S = 3e-6  # fixed cost of a launch
 _SEARCHED_SWIZZLES = tuple(s for s in SWIZZLES if s <= 3)
 _OVERLAP_LOSS = 0.2
 _SMS_TO_SATURATE = 0.3  # fraction of the SMs whose combined loads saturate DRAM
-_DRAM_LATENCY_S = 2e-6  # a copy's round trip from DRAM under a saturating load
+# A copy's round trip from DRAM under a saturating load. Refitted to the H200 under the
+# read flush (docs/NOTES.md, twenty-first session: 8 600 timed dense fp16 plans of the
+# llama3 layers at M = 1 / 16 / 64 / 128; 2 us, fitted under the written flush, put
+# every unsplit decode plan 6-25% above its time and the default's picks at M = 1 at
+# 1.07x the best timed plan in the mean, 1.02x with 1.6 us and the sm90 hand-over's).
+_DRAM_LATENCY_S = 1.6e-6
 # Quantized B: every weight becomes a 16-bit value in the SM's ALUs before its MMA
 # (dequant.cuh), a cost per weight rather than per FLOP, and the one decode kernels are
 # bound by. Fitted to the H200 decode sweeps (bench.sweep_quant, W4 group 128): w warps

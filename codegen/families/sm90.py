@@ -39,10 +39,10 @@ def a_box_rows(cta_m: int, m: int) -> int:
     return cta_m if m >= cta_m else max(8, -(-m // 8) * 8)
 
 
-# Split-K hand-over of one tile (split_seconds): the semaphore round trip, then the
-# partials of D's rows written by each split and read back by the last, at what one SM
-# moves through L2.
-_HANDOVER_LATENCY_S = 0.5e-6
+# Split-K hand-over of one tile (split_seconds): the semaphore round trip (refitted in
+# the twenty-first session, split_seconds says how), then the partials of D's rows
+# written by each split and read back by the last, at what one SM moves through L2.
+_HANDOVER_LATENCY_S = 2e-6
 _HANDOVER_BYTES_PER_S = 50e9
 
 # The least share of the resident CTAs an evened-out persistent grid keeps (balanced_units):
@@ -259,12 +259,14 @@ class Sm90Family(MainloopFamily):
 
     def split_seconds(self, spec: KernelSpec, rows: int) -> float:
         """A hand-over's round trip plus its partials of ``rows`` rows, out and back in,
-        at an SM's L2 rate: 5.7 us for a whole 128x256 tile (bench.dense, H200: llama3-8b
+        at an SM's L2 rate: 7.2 us for a whole 128x256 tile (bench.dense, H200: llama3-8b
         qkv at M = 1024 ran at 0.50x cuBLAS with 2 splits of 128x256 where a constant
-        1.5 us saw a tie with 128x192 unsplit, which ran at 0.82x), 0.7 us for the 16
-        rows of a 64x128 decode tile (bench/experiments/decode_splits.py: at M = 16,
-        64x128 with 2 splits beat it unsplit on 6 of 8 llama3 layers, where the
-        constant 4 us this replaced kept it unsplit)."""
+        1.5 us saw a tie with 128x192 unsplit, which ran at 0.82x), 2.2 us for the 16
+        rows of a 64x128 decode tile. The round trip, 0.5 us when 64x128 with 2 splits
+        beat it unsplit at M = 16 under the written flush (decode_splits.py), is 2 us
+        under the read flush: refitted with cost_model._DRAM_LATENCY_S to the timed
+        decode plans of the twenty-first session (docs/NOTES.md), where the split
+        plans ran 4-16% above their prediction and the unsplit ones below."""
         return _HANDOVER_LATENCY_S + 2 * rows * spec.cta[1] * 4 / _HANDOVER_BYTES_PER_S
 
     def fixed_seconds(self, spec: KernelSpec) -> float:
