@@ -390,3 +390,20 @@ def test_dense_narrow_tiles_stream_all_of_k_and_pay_for_a_lone_token_tile() -> N
     assert hot_a_seconds(narrow, _dense_f16(17, 4096, 4096), 256 * 4096, H200) == 0.0  # two token tiles
     assert hot_a_seconds(wide, _dense_f16(16, 4096, 4096), 64 * 4096, H200) == 0.0  # A by TMA
     assert predict(narrow, 4, H200, _dense_f16(16, 4096, 4096)) > predict(narrow, 4, H200, o)
+
+
+def _dense_ranking(m: int, n: int, k: int) -> list:
+    key = _dense_f16(m, n, k)
+    kernels = [kk for kk in _kernels(90) if not kk.spec.quantized and not kk.spec.grouped
+               and infeasible_reason(kk.spec, key) is None]  # fmt: skip
+    return [plan for _, plan in rank(kernels, key, H200, **WORKSPACE)]
+
+
+def test_dense_narrow_tiles_rank_where_they_measured_faster() -> None:
+    # H200 (twenty-first session, perf/dispatch_dense_decode.md): at M = 1 the 16x16x256
+    # tile was the oracle's plan on llama3-8b o (13.3 us; sm90 64x64 split 2 16.3), and at
+    # M = 16 a narrow tile lost on 8b qkv and gate_up (sm90 64x64 / 64x256 unsplit best).
+    assert "_16x16x256_" in _dense_ranking(1, 4096, 4096)[0].kernel
+    for n, k in ((6144, 4096), (28672, 4096)):
+        assert "_w1x1x4_" not in _dense_ranking(16, n, k)[0].kernel
+        assert "_w1x2x4_" not in _dense_ranking(16, n, k)[0].kernel
