@@ -324,11 +324,21 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
 // completed and its writes are visible, and every generated kernel calls it before its
 // first global access (the templates in templates/), so nothing is read or written
 // early; for a kernel launched without the attribute it returns at once.
-// grid_dependents_launch lets the next such kernel be scheduled once every CTA of this
-// one has called it (it still waits for this one to complete before its own accesses):
-// its launch and the start of its CTAs overlap this kernel's last wave.
+// grid_dependents_launch, with GEMM_PDL_EARLY_TRIGGER=1, lets the next such kernel be
+// scheduled once every CTA of this one has called it (first thing, in the templates):
+// its CTAs then take SM slots and wait there while this one runs. By default it does
+// nothing, and the next kernel is scheduled as this one's CTAs exit (the implicit
+// trigger), which still overlaps its launch with this one's end.
+// NOTE: the early trigger measured slower (H200, bench.experiments.pdl_trigger, the
+// llama3-8b chain in a CUDA graph, the same plans, interleaved): W4 at M = 1 63.6 us
+// against 57.3 plain and 57.0 with the trigger at exit; fp16 126.1 / 124.5 / 123.1; at M
+// = 16 within 1.3% either way. The narrow decode kernels are one wave of 2-3 CTAs an SM;
+// the next kernel's CTAs, placed early, crowd the SMs that free up first.
+#ifndef GEMM_PDL_EARLY_TRIGGER
+#define GEMM_PDL_EARLY_TRIGGER 0
+#endif
 __device__ __forceinline__ void grid_dependents_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && GEMM_PDL_EARLY_TRIGGER
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
