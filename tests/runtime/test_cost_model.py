@@ -13,14 +13,13 @@ import pytest
 
 from codegen.config import default_config_paths, load_configs
 from codegen.families import Mainloop
+from codegen.families.sm90 import _HANDOVER_LATENCY_S
 from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
 from gemm_runtime.context import infeasible_reason, make_key
 from gemm_runtime.cost_model import (
-    DeviceModel, dequant_time, fits_workspace, hot_a_seconds, latency_time, predict, rank, split_options,
-    workspace_bytes,
+    _DRAM_LATENCY_S, DeviceModel, dequant_time, fits_workspace, hot_a_seconds, latency_time, predict, rank,
+    split_options, workspace_bytes,
 )
-from codegen.families.sm90 import _HANDOVER_LATENCY_S
-from gemm_runtime.cost_model import _DRAM_LATENCY_S
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.feasibility import launch_error
 from gemm_runtime.plan import LaunchSpec
