@@ -106,6 +106,23 @@ def test_imported_record_that_cannot_serve_its_key_is_skipped():
     assert d.select(f16(16)) == LaunchSpec(THIN.name, splits=2, swizzle=1)
 
 
+def test_a_split_of_a_kernel_that_takes_none_is_not_imported_nor_served_from_the_cache():
+    # The narrow dense decode tiles take no split-K (Sm80Family.max_splits): a record that
+    # splits one, imported or cached, gives way to the cost model.
+    narrow = FakeKernel(spec_for(cta=(16, 16, 256), warps=(1, 1, 4), stages=4), ctas_per_sm=3)
+    assert narrow.spec.mainloop.max_splits(narrow.spec) == 1
+    source = DispatchCache(ARCH)
+    source.put(f16(1), LaunchSpec(narrow.name, splits=2))
+    d = dispatcher(F16_NK8, THIN, narrow)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = d.import_cache(io.StringIO(source.to_json_text()))
+    assert report == ImportReport(added=0, skipped_invalid=1)
+    assert "kernel.splits: got 2; accepted: 1 (this kernel takes no split-K)" in str(caught[0].message)
+    d.cache.put(f16(1), LaunchSpec(narrow.name, splits=2))
+    assert d.select(f16(1)) == d.predicted(f16(1)) != LaunchSpec(narrow.name, splits=2)
+
+
 @pytest.mark.parametrize(
     "plan",
     [
