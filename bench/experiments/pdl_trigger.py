@@ -1,7 +1,8 @@
-"""Experiment: where the programmatic dependent launch's trigger goes. Every generated
-kernel calls griddepcontrol.launch_dependents first (gemm/ptx.cuh), so with
-Gemm(programmatic_launch=True) the next kernel's CTAs are scheduled as soon as this one's
-have all started, and wait in their SM slots at griddepcontrol.wait. The twentieth
+"""Experiment: where the programmatic dependent launch's trigger goes. Until the
+twenty-first session every generated kernel called griddepcontrol.launch_dependents first
+(gemm/ptx.cuh), so with Gemm(programmatic_launch=True) the next kernel's CTAs were
+scheduled as soon as this one's had all started, and waited in their SM slots at
+griddepcontrol.wait. The twentieth
 session measured that slower than the plain launch on the llama3-8b W4 chain at M = 1
 (64.0 against 57.4 us) since the narrow decode tiles, whose kernels are one wave of
 CTAs. This builds the default set again with the other trigger (GEMM_PDL_EARLY_TRIGGER:
