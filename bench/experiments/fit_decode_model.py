@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 import codegen.families.sm90 as sm90_family
 import gemm_runtime.cost_model as cost_model
+from bench.dense import _short
 from codegen.config import default_config_paths, load_configs
 from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType
 from gemm_runtime.context import make_key
@@ -72,8 +73,9 @@ def read_plans(path: Path) -> tuple[DataType, list[Timed]]:
 
 
 def tile_of(name: str) -> str:
-    """The tile part of a kernel name, as dense_plans prints it."""
-    return "_".join(p for p in name.split("_") if ("x" in p and p != "exp") or (p[:1] in "sc" and p[1:].isdigit()))
+    """The tile part of a kernel name, as dense_plans prints it (bench.dense._short, less
+    the "exp" an experiment family's name leaves in front)."""
+    return _short(name).removeprefix("exp_")
 
 
 def kernels(dtype: DataType) -> dict[str, SimpleNamespace]:
