@@ -3,11 +3,15 @@ previous commit's headers), every problem timed on both in one process, interlea
 (gemm_runtime.timing.interleaved_medians_ms), the plan forced to the one default
 dispatch picks in the tree's build, L2 flushed, medians, µs:
 
-    python -m bench.experiments.build_ab --base BUILD_DIR [--rounds 2]
+    python -m bench.experiments.build_ab --base BUILD_DIR [--rounds 2] [--bits 4]
 
 Problems: bf16 grouped GEMMs of bench.moe's two configurations at 1024 and 8192 tokens,
 and dense bf16 problems whose last tile row holds 64 rows or fewer (M % 128 in 1..64),
-beside the llama3-8b gate_up shape at M = 4096.
+beside the llama3-8b gate_up shape at M = 4096. With --bits 4 the same grouped problems
+with the experts quantized (4 bits, group 128, as bench.moe's W4A16 columns) and dense
+W4A16 problems whose last token tile is short against 256 (M % 256 in 1..128), beside
+whole ones, each at the plan the tree's default dispatch picks (the dense ones as
+`Gemm.matmul` picks it in each build: the same registry and cost model).
 """
 
 from __future__ import annotations
@@ -20,9 +24,15 @@ import torch
 from bench.dense import _problem_key
 from bench.moe import CONFIGS, _projections, key_of, route
 from gemm_runtime import Gemm
+from gemm_runtime.experts import pack_experts
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
 
 DENSE = [(4096, 28672, 4096), (4160, 28672, 4096), (192, 28672, 4096), (1088, 8192, 8192), (64 + 128 * 7, 14336, 4096)]
+DENSE_W4 = [(4096, 28672, 4096), (4096 + 100, 28672, 4096), (1024 + 60, 8192, 8192), (300, 28672, 4096),
+            (1024, 57344, 8192), (1024 + 120, 57344, 8192)]
+W4_GROUP = 128
 
 
 def main() -> None:
@@ -30,6 +40,7 @@ def main() -> None:
     ap.add_argument("--base", type=Path, required=True, help="the other build directory")
     ap.add_argument("--tokens", nargs="+", type=int, default=[1024, 8192])
     ap.add_argument("--rounds", type=int, default=2, help="interleaved measurements per problem (each gives a pair)")
+    ap.add_argument("--bits", type=int, choices=[16, 4], default=16, help="16: bf16 problems; 4: W4A16 ones")
     args = ap.parse_args()
     tree, base = Gemm(), Gemm(build_dir=args.base)
     rows = ["| problem | plan | tree µs | base µs | base / tree |", "|---|---|---:|---:|---:|"]
@@ -49,12 +60,27 @@ def main() -> None:
             for proj, (n, k) in _projections(cfg).items():
                 x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
                 w = torch.randn(cfg.experts, n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+                if args.bits == 4:
+                    w = pack_experts([quantize(we, bits=4, group_size=W4_GROUP) for we in w])
                 a = x[routing.index.long()].contiguous()
                 d = torch.empty(a.shape[0], n, device="cuda", dtype=torch.bfloat16)
                 plan = tree.select(key_of(tree, a, w, routing))
                 compare(f"{cfg_name} {tokens} {proj}", plan,
                         lambda: tree.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan),
                         lambda: base.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan))  # fmt: skip
+    if args.bits == 4:
+        for m, n, k in DENSE_W4:
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            packed = pack_for_gemm(quantize(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02, bits=4,
+                                            group_size=W4_GROUP))  # fmt: skip
+            d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            pairs = [interleaved_medians_ms([lambda: tree.matmul(a, packed, out=d), lambda: base.matmul(a, packed, out=d)])
+                     for _ in range(args.rounds)]  # fmt: skip
+            t, b = min(p[0] for p in pairs), min(p[1] for p in pairs)
+            rows.append(f"| W4 {m}x{n}x{k} | default | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
+            print(rows[-1], flush=True)
+        print("\n".join(rows))
+        return
     for m, n, k in DENSE:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02).t()

@@ -88,7 +88,8 @@ def _wgmma_quant_kernels():
 def test_wgmma_kernels_with_act_order_prefill_and_k7392(gemm, name):
     """Each sm90_quant kernel (D^T = W . X^T on wgmma) beyond the shapes above: an
     act-order GPTQ weight (groups shuffled over K; reordered, the activations permuted the
-    same way) at M = 4099 (a prefill with a residue against every token tile) and M = 1,
+    same way) at M = 4099 (a prefill with a residue against every token tile), 356 (100
+    rows in the last 256-token tile: its wgmma run 128 tokens wide) and 1,
     and K = 7392 in groups of 32 (qwen2-72b down at 4-way tensor parallelism: not a
     multiple of the 64-wide K tile, two groups per K tile) at M = 300."""
     if name == "none on this GPU":
@@ -101,7 +102,7 @@ def test_wgmma_kernels_with_act_order_prefill_and_k7392(gemm, name):
     g_idx = (torch.arange(640, device="cuda") // 128)[torch.randperm(640, device="cuda", generator=gen)].int()
     act_order = QuantizedWeight(base.q, base.scales, base.zeros, base.bits, 128, base.symmetric, g_idx)
     reordered, perm = act_order.reordered()
-    cases = [(act_order, pack_for_gemm(reordered), perm, m) for m in (4099, 1)]
+    cases = [(act_order, pack_for_gemm(reordered), perm, m) for m in (4099, 356, 1)]
     k7392 = _weight(392, 7392, dt, spec.b_type.bits, 32, gen)
     cases.append((k7392, pack_for_gemm(k7392), None, 300))
     failures = []

@@ -268,6 +268,12 @@ __device__ __forceinline__ void store_plain_rows(const StagedTransposedTile<Cfg>
   }
 }
 
+// The token columns a register-A K loop multiplies (run_register_a).
+template <int W>
+struct TokenWidth {
+  static constexpr int value = W;
+};
+
 template <class Cfg>
 struct Sm90QuantStage {
   u32 base;
@@ -581,22 +587,40 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       }
     }
   };
-  auto step = [&](int it, int j, int n, ARegs& use, ARegs& fill) {
+  // K tile j's wgmma on `width` tokens (a TokenWidth), its group committed.
+  auto issue = [&](auto width, int j, const u64 x_desc, ARegs& use) {
+    constexpr int kWidth = decltype(width)::value;
+#pragma unroll
+    for (int b = 0; b < Cfg::kBlocks; ++b)
+#pragma unroll
+      for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float(&d)[Cfg::kBlockAcc] = *reinterpret_cast<float(*)[Cfg::kBlockAcc]>(acc + b * Cfg::kBlockAcc);
+          const u64 desc = smem_desc_advance(x_desc, (2 * kb + h) * 32);
+          if constexpr (kWidth == Cfg::kTokens) {
+            wgmma_rs<kWidth, Mma>(d, use[b][kb][h], desc, j > 0 || kb > 0 || h > 0);
+          } else {
+            wgmma_rs_prefix<kWidth, Mma>(d, use[b][kb][h], desc, j > 0 || kb > 0 || h > 0);
+          }
+        }
+    wgmma_commit();
+  };
+  auto step = [&](int narrow, int it, int j, int n, ARegs& use, ARegs& fill) {
     const u64 x_desc = smem_desc_advance(x_desc0, static_cast<u32>(stage_of(it) * Cfg::kStageBytes));
     // NOTE: orders the A registers' ordinary writes before the wgmma reads them.
     wgmma_fence();
     if constexpr (!Cfg::kSharedB) {
-#pragma unroll
-      for (int b = 0; b < Cfg::kBlocks; ++b)
-#pragma unroll
-        for (int kb = 0; kb < 2 && GEMM_SM90Q_LEAVE_OUT != 2; ++kb)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            wgmma_rs<Cfg::kTokens, Mma>(*reinterpret_cast<float(*)[Cfg::kBlockAcc]>(acc + b * Cfg::kBlockAcc),
-                                        use[b][kb][h], smem_desc_advance(x_desc, (2 * kb + h) * 32),
-                                        j > 0 || kb > 0 || h > 0);
+      if (Cfg::kTokens >= 256 && narrow == 2) {
+        issue(TokenWidth<Cfg::kTokens >= 256 ? Cfg::kTokens / 4 : Cfg::kTokens>{}, j, x_desc, use);
+      } else if (Cfg::kTokens >= 256 && narrow == 1) {
+        issue(TokenWidth<Cfg::kTokens >= 256 ? Cfg::kTokens / 2 : Cfg::kTokens>{}, j, x_desc, use);
+      } else {
+        issue(TokenWidth<Cfg::kTokens>{}, j, x_desc, use);
+      }
+    } else {
+      wgmma_commit();
     }
-    wgmma_commit();
     if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
       fence_a(fill);
@@ -610,12 +634,27 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       release(it);
     }
   };
-  auto run_register_a = [&](int it, int n) {
+  // A 256-token tile with at most 128 (64) rows (an expert's last token tile, M's residue)
+  // multiplies 128 (64) token columns: the accumulator prefix d[0, W / 2) of an m64nWk16
+  // fragment holds tokens 0 .. W - 1 in the layout the full width gives them, and X's
+  // first W rows are the tile's first W (the descriptor is the same). The accumulators
+  // past the width keep stale sums of tokens no store reads. H200 (bench.experiments.
+  // build_ab --bits 4, docs/NOTES.md twenty-second session): Mixtral-like W4 experts at
+  // 1024 tokens 4-9% faster, at 8192 2%, Qwen-like gate_up at 8192 3%; a short tile's
+  // dequantization, which does not shrink with the tokens, then dominates its time.
+  // NOTE: the width is chosen per K tile around its wgmma, each branch committing its
+  // own group. Chosen once around the K loop (a loop per width), ptxas serialized every
+  // wgmma of the kernel (C7515); with one commit after the join it closed each K tile's
+  // group with an extra empty wgmma, so the wait for the previous group waited for this
+  // one too (the eleventh session's version, measured slower). 128-token tiles keep one
+  // width.
+  auto run_register_a = [&](int it, int n, int rows) {
+    const int narrow = rows <= Cfg::kTokens / 4 ? 2 : rows <= Cfg::kTokens / 2 ? 1 : 0;
     ARegs a0, a1;
     dequantize(it, a0);
     for (int j = 0; j < n; j += 2) {
-      step(it + j, j, n, a0, a1);
-      if (j + 1 < n) step(it + j + 1, j + 1, n, a1, a0);
+      step(narrow, it + j, j, n, a0, a1);
+      if (j + 1 < n) step(narrow, it + j + 1, j + 1, n, a1, a0);
     }
     wgmma_wait<0>();
     wgmma_fence_operand(acc);
@@ -702,7 +741,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
     } else {
-      run_register_a(it, n);
+      run_register_a(it, n, rows_left);
     }
     it += n;
 

@@ -501,6 +501,37 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u
   }
 }
 
+// wgmma_rs on a prefix of an accumulator set of 256 tokens: m64nNk16 into d[0, N / 2),
+// which holds the set's first N tokens (the fragment layout above does not depend on N),
+// for a tile with fewer rows. Every register of the set is an operand, read and written,
+// though the instruction names only the prefix, so that the compiler sees each wgmma of a
+// K loop that issues this on some tiles and the full width on others define the whole set.
+template <int N, class Kind>
+__device__ __forceinline__ void wgmma_rs_prefix(float (&d)[128], const u32 (&a)[4], u64 desc_b, bool scale_d) {
+  static_assert(N == 64 || N == 128, "wgmma_rs_prefix: 64 or 128 of 256 tokens");
+  if constexpr (N == 64) {
+    if constexpr (kWgmmaBF16<Kind>) {
+      GEMM_WGMMA_RS("m64n64k16", ".bf16.bf16", GEMM_WGMMA_D0_31, "%128, %129, %130, %131", 132, 133,
+                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
+                    GEMM_WGMMA_ACC32(d, 96));
+    } else {
+      GEMM_WGMMA_RS("m64n64k16", ".f16.f16", GEMM_WGMMA_D0_31, "%128, %129, %130, %131", 132, 133,
+                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
+                    GEMM_WGMMA_ACC32(d, 96));
+    }
+  } else {
+    if constexpr (kWgmmaBF16<Kind>) {
+      GEMM_WGMMA_RS("m64n128k16", ".bf16.bf16", GEMM_WGMMA_D64, "%128, %129, %130, %131", 132, 133,
+                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
+                    GEMM_WGMMA_ACC32(d, 96));
+    } else {
+      GEMM_WGMMA_RS("m64n128k16", ".f16.f16", GEMM_WGMMA_D64, "%128, %129, %130, %131", 132, 133,
+                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
+                    GEMM_WGMMA_ACC32(d, 96));
+    }
+  }
+}
+
 #undef GEMM_WGMMA_SS
 #undef GEMM_WGMMA_SS_ALL
 #undef GEMM_WGMMA_SS_N
