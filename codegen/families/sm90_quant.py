@@ -65,6 +65,7 @@ def max_tokens(consumers: int, blocks: int = 1) -> int:
     return max(t for t in TOKENS if t // 2 <= room)
 V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
 STAGED_PAD = 4  # floats beyond the weight rows per staged row of D (kStagedPitch)
+HANDOFF_PAD = 8  # 16-bit elements beyond the weight rows per row of the hand-off staging (kHandoffPitch)
 SMEM_LIMIT = 227 * 1024  # Sm90QuantConfig::kSmemLimit: both forms' ring, staging and buffers
 
 
@@ -191,9 +192,21 @@ class Sm90QuantFamily(MainloopFamily):
             return 0
         return min(spec.stages * stage, room // stage * stage)
 
+    def handoff_bytes(self, spec: KernelSpec) -> int:
+        """Sm90QuantConfig::kHandoffBytes: the hand-off epilogue's 16-bit staging of the D
+        tile (rows of weight rows + HANDOFF_PAD), 0 where the kernel has none (kHandoff:
+        register A, two or more consumer warpgroups, a 16-bit D, room after the stages)."""
+        tokens, rows, _ = spec.cta
+        size = tokens * (rows + HANDOFF_PAD) * 2
+        fits = spec.stages * self.stage_bytes(spec) + size + 1024 <= SMEM_LIMIT
+        if self.shared_b or spec.warps[1] // 4 < 2 or spec.d_type.bits != 16 or not fits:
+            return 0
+        return size
+
     def ring_bytes(self, spec: KernelSpec) -> int:
-        """The ring with the staging (Sm90QuantConfig::kRingAligned), rounded up to 1024."""
-        end = max(spec.stages * self.stage_bytes(spec), self.staged_offset(spec) + self.staged_bytes(spec))
+        """The ring with the stagings (Sm90QuantConfig::kRingAligned), rounded up to 1024."""
+        ring = spec.stages * self.stage_bytes(spec)
+        end = max(ring, self.staged_offset(spec) + self.staged_bytes(spec), ring + self.handoff_bytes(spec))
         return -(-end // 1024) * 1024
 
     def smem_bytes(self, spec: KernelSpec) -> int:

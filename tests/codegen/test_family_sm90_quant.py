@@ -116,7 +116,16 @@ def test_what_a_kernel_implies() -> None:
             assert offset == s.stages * stage  # no stage waits for the epilogue
         if (tokens, rows) == (256, 128):
             assert offset == 2 * stage  # two of the four stages take the next tile's copies
-        assert s.smem_bytes == -(-max(s.stages * stage, offset + staged) // 1024) * 1024 + 1024 <= 227 * 1024
+        # The hand-off epilogue's 16-bit D tile (rows of weight rows + 8) right after the
+        # stages, where it fits, for two or more consumer warpgroups and a 16-bit D.
+        handoff = tokens * (rows + 8) * 2
+        if rows == 64 or s.d_type.bits != 16 or s.stages * stage + handoff + 1024 > 227 * 1024:
+            handoff = 0
+        assert SM90Q.handoff_bytes(s) == handoff
+        if (tokens, rows, s.b_type.bits, s.d_type.bits) in ((256, 128, 4, 16), (128, 128, 8, 16), (64, 256, 4, 16)):
+            assert handoff > 0
+        end = max(s.stages * stage, offset + staged, s.stages * stage + handoff)
+        assert s.smem_bytes == -(-end // 1024) * 1024 + 1024 <= 227 * 1024
         # Unsplit: persistent over the resident CTAs (fewer where the tiles are fewer).
         # Split: stream-K on the resident CTAs, or on tiles x splits where fewer; a flag
         # and a partial tile per CTA.

@@ -121,8 +121,20 @@ struct Sm90QuantConfig {
   static constexpr int kStagedOffset = kSharedB || kConsumers == 1 || kStagedRoom < 0 ? 0
                                        : kStagesBytes <= kStagedRoom ? kStagesBytes
                                                                      : kStagedRoom / kStageBytes * kStageBytes;
-  static constexpr int kRingBytes =
+  // The hand-off epilogue (plain 16-bit D: alpha, bias, row scales; no splits; see
+  // HandoffTile): the consumers write their tile, converted, as rows of D into a 16-bit
+  // staging right after the stages and go on with the next tile, while three warps of the
+  // producer warpgroup store it. Where that staging fits: two or more consumer warpgroups
+  // (one CTA an SM). It may overlap the fp32 staging: a launch uses one of the two.
+  static constexpr int kHandoffPitch = kRows + 8;  // 16-bit elements a row: 8 tokens' rows on 32 banks
+  static constexpr int kHandoffBytes = kTokens * kHandoffPitch * 2;
+  static constexpr int kHandoffOffset = kStagesBytes;
+  static constexpr bool kHandoff = !kSharedB && kConsumers >= 2 && sizeof(typename TD::Storage) == 2 &&
+                                   kHandoffOffset + kHandoffBytes + 1024 <= kSmemLimit;
+  static constexpr int kRingMax =
       kStagesBytes > kStagedOffset + kStagedBytes ? kStagesBytes : kStagedOffset + kStagedBytes;
+  static constexpr int kRingBytes =
+      kHandoff && kHandoffOffset + kHandoffBytes > kRingMax ? kHandoffOffset + kHandoffBytes : kRingMax;
   // Shared B: buffers per consumer warpgroup of one K tile of its dequantized weights
   // (K-major, 128-byte rows, swizzled as TMA would), after the ring: three where they
   // fit (one warpgroup barrier per K tile), else two (two barriers).
@@ -267,6 +279,114 @@ __device__ __forceinline__ void store_plain_rows(const StagedTransposedTile<Cfg>
     }
   }
 }
+
+// The hand-off epilogue (Cfg::kHandoff; plain_rows launches without splits): the D tile as
+// 16-bit rows in shared memory (kHandoffPitch elements a row, after the stages), written
+// by the consumers with alpha, the bias and the row scales applied in fp32 and rounded
+// once (as store_plain_rows), and stored by three warps of the producer warpgroup while
+// the consumers run the next tile's K loop. Two mbarriers pass it: `full` once every
+// consumer thread wrote (kConsumerThreads arrivals), `empty` once the storers read it
+// (kHandoffStorers arrivals).
+// NOTE: why: with the common epilogue the tensor cores idle while the consumers store,
+// 13% of a 256x128 tile's time on the Qwen-MoE-like gate_up at 8192 tokens (K = 2048;
+// sm90_quant_variants, no_epilogue), more at K = 1408. H200, against that epilogue
+// (bench.experiments.build_ab --bits 4, one call): Qwen-MoE-like W4 experts at 8192 tokens
+// down 546 -> 492 us, gate_up 923 -> 865; Mixtral-like 8192 gate_up 5 948 -> 5 649; dense
+// llama3-8b gate_up W4 at M = 4096 1 365 -> 1 295. Written with per-element 16-bit stores
+// (no stmatrix) it gained half of that and lost 7% on the Qwen-like down.
+constexpr int kHandoffStorers = 96;
+
+template <class Cfg>
+struct HandoffTile {
+  using Storage = typename Cfg::TD::Storage;
+  Storage* rows;  // Cfg::kTokens rows of kHandoffPitch elements
+
+  // The consumer thread's accumulators (warpgroup wg) as rows of D: `q` the tile's problem
+  // (grouped: its expert's), m0 / n0 its first row and column there, `tokens` its rows.
+  // A warp's wgmma fragment of 8 tokens x 16 weight rows is two 8 x 8 matrices whose rows
+  // are weight rows; stmatrix_x4_trans stores two such pairs, a token's 8 weight rows
+  // (16 bytes of a row of D) at each address. With kHandoffPitch = kRows + 8 the 8 tokens
+  // of a matrix land on 8 x 4 different banks.
+  template <class Params>
+  __device__ __forceinline__ void write(const float (&acc)[Cfg::kAcc], int wg, const Params& q, int m0, int n0,
+                                        int tokens) const {
+    using TD = typename Cfg::TD;
+    using PairT = Pair<TD>;
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const bool add_bias = (q.epilogue & kEpilogueBias) != 0;
+    const bool scaled = Cfg::kGrouped && q.U != nullptr;
+    const bool plain = !add_bias && !scaled && q.alpha == 1.f;
+    const Storage* bias = static_cast<const Storage*>(q.bias);
+    // This lane's address among the four matrices of a store: matrix lane / 8 (token group
+    // j + (lane / 16), weight rows + 8 (lane / 8 % 2)), its row (a token) lane % 8.
+    const u32 base = smem_addr(rows);
+#pragma unroll
+    for (int b = 0; b < Cfg::kBlocks; ++b) {
+      const int row0 = 64 * (wg * Cfg::kBlocks + b) + 16 * warp;  // the warp's first weight row
+      const int mine = row0 + lane / 4;                           // the lane's rows: mine, mine + 8
+      float add[2] = {0.f, 0.f};
+      if (add_bias) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) add[h] = n0 + mine + 8 * h < q.N ? TD::to_f32(bias[n0 + mine + 8 * h]) : 0.f;
+      }
+      const u32 lane_addr =
+          base + static_cast<u32>(((8 * (lane / 16) + lane % 8) * Cfg::kHandoffPitch + row0 + 8 * (lane / 8 % 2)) * 2);
+#pragma unroll
+      for (int j = 0; j < Cfg::kBlockAcc / 4; j += 2) {
+        u32 r[4];  // matrices (j, rows + 0), (j, rows + 8), (j + 1, rows + 0), (j + 1, rows + 8)
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int jj = j + m / 2, h = m % 2;
+          const float* a = acc + b * Cfg::kBlockAcc + 4 * jj + 2 * h;  // tokens 8 jj + 2 (lane % 4), + 1
+          if (plain) {
+            r[m] = PairT::pack(a[0], a[1]);
+          } else {
+            const int token = 8 * jj + 2 * (lane % 4);
+            // Row scales past the tile's rows are not read (the next expert's, or past U).
+            const float s0 = token < tokens ? row_scale<Cfg>(q, m0 + token) : 0.f;
+            const float s1 = token + 1 < tokens ? row_scale<Cfg>(q, m0 + token + 1) : 0.f;
+            r[m] = PairT::pack((q.alpha * a[0] + add[h]) * s0, (q.alpha * a[1] + add[h]) * s1);
+          }
+        }
+        stmatrix_x4_trans(lane_addr + static_cast<u32>(8 * j * Cfg::kHandoffPitch * 2), r[0], r[1], r[2], r[3]);
+      }
+    }
+  }
+
+  // A storer thread's share (`id` of kHandoffStorers) of the tile's `tokens` rows, Width
+  // elements a store.
+  template <int Width, class Params>
+  __device__ __forceinline__ void store_rows(const Params& q, int m0, int n0, int tokens, int id) const {
+    constexpr int kVecs = Cfg::kRows / Width;  // per row of the tile
+    Storage* D = static_cast<Storage*>(q.D);
+    for (int idx = id; idx < tokens * kVecs; idx += kHandoffStorers) {
+      const int token = idx / kVecs, c = Width * (idx % kVecs), col = n0 + c;
+      if (col >= q.N) continue;
+      const Storage* src = rows + token * Cfg::kHandoffPitch + c;
+      Storage* d = D + static_cast<i64>(m0 + token) * q.ldd + col;
+      if (col + Width <= q.N) {
+        if constexpr (Width == 8) {
+          *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          *reinterpret_cast<uint2*>(d) = *reinterpret_cast<const uint2*>(src);
+        }
+      } else {
+        for (int e = 0; e < q.N - col; ++e) d[e] = src[e];
+      }
+    }
+  }
+
+  // 16 bytes a store where D's rows allow it, else 8 (plain_rows: ldd a multiple of 4, D
+  // 8-byte aligned).
+  template <class Params>
+  __device__ __forceinline__ void store(const Params& q, int m0, int n0, int tokens, int id) const {
+    if (q.ldd % 8 == 0 && reinterpret_cast<u64>(q.D) % 16 == 0) {
+      store_rows<8>(q, m0, n0, tokens, id);
+    } else {
+      store_rows<4>(q, m0, n0, tokens, id);
+    }
+  }
+};
 
 // The token columns a register-A K loop multiplies (run_register_a).
 template <int W>
@@ -415,6 +535,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   __shared__ u64 full_bar[kStages];
   __shared__ u64 empty_bar[kStages];
   __shared__ u64 ring_free_bar;  // the consumers are done with a tile's end (ring_free)
+  __shared__ u64 handoff_full_bar, handoff_empty_bar;  // the hand-off staging (HandoffTile)
   if (dynamic_smem_size() < static_cast<u32>(Cfg::kSmemBytes)) __trap();
 
   const Sm90QuantStage<Cfg> st{(smem_addr(smem_raw) + 1023u) & ~1023u};
@@ -467,8 +588,16 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
   const u32 ring_free = smem_addr(&ring_free_bar);
 
+  // Whether this launch's tiles leave through the hand-off (uniform: from the parameters).
+  const bool handoff = Cfg::kHandoff && !stream_k && plain_rows<Cfg>(p) && GEMM_SM90Q_LEAVE_OUT != 1;
+  const u32 handoff_full = smem_addr(&handoff_full_bar), handoff_empty = smem_addr(&handoff_empty_bar);
+  const HandoffTile<Cfg> handoff_tile{reinterpret_cast<typename Cfg::TD::Storage*>(
+      smem_raw + (st.base - smem_addr(smem_raw)) + Cfg::kHandoffOffset)};
+
   if (threadIdx.x == 0) {
     mbar_init(ring_free, Cfg::kConsumers * 4);
+    mbar_init(handoff_full, Cfg::kConsumerThreads);
+    mbar_init(handoff_empty, kHandoffStorers);
     init_ring(full_bar, empty_bar, Cfg::kConsumers * 4);
   }
   __syncthreads();
@@ -517,7 +646,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
         for (int j = 0; j < n; ++j) {
           const int i = it + j, kt = kt_begin + j;
           const int s = i % kStages;
-          if (pending && (Cfg::staged_stage(s) || kt == k_tiles - 1 || i == count - 1)) {
+          if (pending && ((!handoff && Cfg::staged_stage(s)) || kt == k_tiles - 1 || i == count - 1)) {
             mbar_wait(ring_free, static_cast<u32>(runs_freed++) & 1u);
             pending = false;
           }
@@ -536,6 +665,24 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
           __syncwarp();
         }
         it += n;
+      }
+    } else if (Cfg::kHandoff && handoff) {
+      // The other three warps store the tiles the consumers hand off, in the consumers'
+      // order (the persistent walk: no splits here).
+      const int id = threadIdx.x - Cfg::kConsumerThreads - 32;
+      const int my_tiles = k_tiles > 0 && blockIdx.x < tiles ? static_cast<int>((tiles - 1 - blockIdx.x) / gridDim.x + 1) : 0;
+      for (int t = 0, tile = static_cast<int>(blockIdx.x); t < my_tiles; ++t, tile += static_cast<int>(gridDim.x)) {
+        const Located at = locate(tile);
+        if (at.past) break;
+        const int m0 = at.token_tile * Cfg::kTokens;
+        mbar_wait(handoff_full, static_cast<u32>(t) & 1u);
+        if constexpr (Cfg::kHandoff && Cfg::kGrouped) {
+          const auto q = expert_problem<Cfg>(p, at.g);
+          handoff_tile.store(q, m0, at.n0, min(Cfg::kTokens, q.M - m0), id);
+        } else if constexpr (Cfg::kHandoff) {
+          handoff_tile.store(p, m0, at.n0, min(Cfg::kTokens, p.M - m0), id);
+        }
+        mbar_arrive(handoff_empty);
       }
     }
     return;
@@ -745,7 +892,18 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     }
     it += n;
 
-    if (kt_begin > 0) {
+    if (handoff) {
+      if constexpr (Cfg::kHandoff) {
+        // The storers read the previous tile's rows before these overwrite them.
+        mbar_wait(handoff_empty, (static_cast<u32>(t) & 1u) ^ 1u);
+        if constexpr (Cfg::kGrouped) {
+          handoff_tile.write(acc, wg, expert_problem<Cfg>(p, at.g), m0, n0, rows_left);
+        } else {
+          handoff_tile.write(acc, wg, p, m0, n0, rows_left);
+        }
+        mbar_arrive(handoff_full);
+      }
+    } else if (kt_begin > 0) {
       // The tile's head is another rank's: hand the sums over.
       stream_k_give<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, rank, rows_left, threadIdx.x);
     } else {

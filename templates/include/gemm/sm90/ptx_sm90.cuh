@@ -222,6 +222,15 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u3
                : "memory");
 }
 
+// stmatrix_x4 transposed: the same fragments (lane t's register i: elements 2 * (t % 4), +1
+// of row t / 4 of matrix i), but each of the 8 addresses of a matrix receives one of its
+// columns (8 elements of 16 bits, one from each row).
+__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // ---------------------------------------------------------------------------
 // Warp-level helpers.
 // ---------------------------------------------------------------------------
