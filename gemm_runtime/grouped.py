@@ -13,7 +13,10 @@ gather the rows first (``sorted_rows``). The routing's values are a contract
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -26,8 +29,8 @@ from gemm_runtime.cost_model import tiles_of
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.experts import PackedExperts, Routing, check_routing
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
-from gemm_runtime.types import Epilogue
 from gemm_runtime.tensor_map import TENSOR_MAP_BYTES, Encoder, TensorMap2D
+from gemm_runtime.types import Epilogue
 
 _INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
 _EPILOGUE_BIAS, _EPILOGUE_GATED = 1, 2  # gemm/epilogue.cuh
@@ -202,6 +205,32 @@ def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:
         return ops.a.index_select(0, index)
 
 
+# Encoders by geometry (a TensorMap2D without its address) and by Encoder class, shared by
+# every grouped launch of the process: an Encoder converts the driver's arguments once
+# and remembers the descriptors of the last few addresses, so a layer's launches, whose
+# weights stay put and whose activations come back to the same few addresses, mostly skip
+# cuTensorMapEncodeTiled. Made afresh for every map of every launch (until the twenty-
+# second session), each map cost the conversion of its arguments and a driver call, three
+# or four a launch of the sm90 families (not yet timed on a GPU host; docs/NOTES.md).
+_ENCODER_GEOMETRIES = 64
+_encoders: OrderedDict[tuple, Encoder] = OrderedDict()
+_encoders_lock = threading.Lock()  # an Encoder is not thread-safe
+
+
+def _descriptor(tmap: TensorMap2D) -> bytes:
+    """The 128 descriptor bytes of ``tmap`` through the shared Encoder of its geometry."""
+    geometry = (Encoder, *(getattr(tmap, f.name) for f in dataclasses.fields(tmap) if f.name != "address"))
+    with _encoders_lock:
+        encoder = _encoders.get(geometry)
+        if encoder is None:
+            encoder = _encoders[geometry] = Encoder(tmap)
+            if len(_encoders) > _ENCODER_GEOMETRIES:
+                _encoders.popitem(last=False)
+        else:
+            _encoders.move_to_end(geometry)
+        return encoder(tmap.address)
+
+
 def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor, key: ProblemKey) -> tuple[bytes, bool]:
     """The TMA families' descriptors, in the order the family lists their boxes, and
     whether D has one: A over the grouped rows; B over the stacked weights as one matrix
@@ -234,10 +263,10 @@ def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor, key: P
                 except GemmArgumentError:
                     d_map = None
             stores_d = d_map is not None
-            maps += bytes(TENSOR_MAP_BYTES) if d_map is None else Encoder(d_map)(d_map.address)
+            maps += bytes(TENSOR_MAP_BYTES) if d_map is None else _descriptor(d_map)
             continue
         tmap = TensorMap2D(*matrix, box.box_rows, box.box_cols, box.swizzle)
-        maps += Encoder(tmap)(tmap.address)
+        maps += _descriptor(tmap)
     return maps, stores_d
 
 

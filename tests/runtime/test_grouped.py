@@ -4,6 +4,7 @@ problem, the choice among grouped kernels and the packed parameter block."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -324,14 +325,16 @@ def test_a_split_launch_covers_the_bound_in_z_with_the_workspace() -> None:
 @pytest.fixture
 def encoded(monkeypatch) -> list:
     """The tensor maps grouped launches encode, in order (the encoder replaced by one
-    that records them and writes each address 16 times)."""
+    that records them and writes each address 16 times; grouped launches keep one per
+    geometry, so it records each call at its address)."""
     maps = []
 
     class FakeEncoder:
         def __init__(self, tmap):
-            maps.append(tmap)
+            self.tmap = tmap
 
         def __call__(self, address):
+            maps.append(dataclasses.replace(self.tmap, address=address))
             return address.to_bytes(8, "little") * 16
 
     monkeypatch.setattr(grouped, "Encoder", FakeEncoder)
@@ -373,6 +376,25 @@ def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(encoded
     # A grid of few tiles holds no idle CTAs.
     small = SimpleNamespace(spec=spec, resident=2)
     assert launch_block(small, ops, sorted_a)[0] == (2, 1, 1)
+
+
+def test_grouped_launches_share_an_encoder_per_geometry(monkeypatch) -> None:
+    """A second launch of the same operands asks the driver for no descriptor; one whose
+    output moved asks for that one only; each block carries its own addresses."""
+    fake = pytest.importorskip("tests.runtime.fake_tensor_map")
+    drv = fake.fake_driver(monkeypatch)
+    monkeypatch.setattr(grouped, "_encoders", type(grouped._encoders)())
+    args = _args()
+    ops = grouped_operands(args["x"], args["w"], args["offsets"])
+    kernel = SimpleNamespace(spec=_sm90_spec(), resident=132)
+    _, first = launch_block(kernel, ops, args["x"])
+    assert [c["address"] for c in drv.calls] == [args["x"].data_ptr(), args["w"].data_ptr(), ops.out.data_ptr()]
+    _, again = launch_block(kernel, ops, args["x"])
+    assert len(drv.calls) == 3 and again == first
+    moved = dataclasses.replace(ops, out=torch.empty_like(ops.out))
+    _, block = launch_block(kernel, moved, args["x"])
+    assert [c["address"] for c in drv.calls[3:]] == [moved.out.data_ptr()]
+    assert fake.decode(block[256:384])["address"] == moved.out.data_ptr() and block[:256] == first[:256]
 
 
 def test_the_sm90_form_refuses_what_tma_cannot_describe() -> None:
@@ -440,8 +462,6 @@ def test_the_quantized_parameter_block_points_at_the_stacked_blocks_and_scales()
 
 
 def test_bad_quantized_experts_are_named() -> None:
-    import dataclasses
-
     w = _packed()
     for bad, argument, needle in (
         (w, "w.dtype", "x's dtype"),  # fp16 scales under bf16 activations
