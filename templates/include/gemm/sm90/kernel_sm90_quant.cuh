@@ -670,7 +670,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       // The other three warps store the tiles the consumers hand off, in the consumers'
       // order (the persistent walk: no splits here).
       const int id = threadIdx.x - Cfg::kConsumerThreads - 32;
-      const int my_tiles = k_tiles > 0 && blockIdx.x < tiles ? static_cast<int>((tiles - 1 - blockIdx.x) / gridDim.x + 1) : 0;
+      const int my_tiles =
+          k_tiles > 0 && blockIdx.x < tiles ? static_cast<int>((tiles - 1 - blockIdx.x) / gridDim.x + 1) : 0;
       for (int t = 0, tile = static_cast<int>(blockIdx.x); t < my_tiles; ++t, tile += static_cast<int>(gridDim.x)) {
         const Located at = locate(tile);
         if (at.past) break;
