@@ -205,10 +205,10 @@ def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:
         return ops.a.index_select(0, index)
 
 
-# Encoders by geometry (a TensorMap2D without its address) and by Encoder class, shared by
-# every grouped launch of the process: an Encoder converts the driver's arguments once
-# and remembers the descriptors of the last few addresses, so a layer's launches, whose
-# weights stay put and whose activations come back to the same few addresses, mostly skip
+# Encoders by geometry (a TensorMap2D without its address), shared by every grouped launch
+# of the process: an Encoder converts the driver's arguments once and remembers the
+# descriptors of the last few addresses, so a layer's launches, whose weights stay put and
+# whose activations come back to the same few addresses, mostly skip
 # cuTensorMapEncodeTiled. Made afresh for every map of every launch (until the twenty-
 # second session), each map cost the conversion of its arguments and a driver call, three
 # or four a launch of the sm90 families (not yet timed on a GPU host; docs/NOTES.md).
@@ -219,7 +219,7 @@ _encoders_lock = threading.Lock()  # an Encoder is not thread-safe
 
 def _descriptor(tmap: TensorMap2D) -> bytes:
     """The 128 descriptor bytes of ``tmap`` through the shared Encoder of its geometry."""
-    geometry = (Encoder, *(getattr(tmap, f.name) for f in dataclasses.fields(tmap) if f.name != "address"))
+    geometry = tuple(getattr(tmap, f.name) for f in dataclasses.fields(tmap) if f.name != "address")
     with _encoders_lock:
         encoder = _encoders.get(geometry)
         if encoder is None:

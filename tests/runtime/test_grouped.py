@@ -338,6 +338,7 @@ def encoded(monkeypatch) -> list:
             return address.to_bytes(8, "little") * 16
 
     monkeypatch.setattr(grouped, "Encoder", FakeEncoder)
+    monkeypatch.setattr(grouped, "_encoders", type(grouped._encoders)())  # none of the real ones
     return maps
 
 
