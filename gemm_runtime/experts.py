@@ -18,6 +18,7 @@ offsets do not decrease, ``offsets[E] <= rows``, and every index is a row of A.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -184,6 +185,16 @@ class PackedExperts:
     @property
     def dtype(self) -> torch.dtype:
         return self.v.dtype
+
+    @functools.cached_property
+    def signature(self) -> tuple:
+        """What a grouped call's validation reads of these weights beyond their pointers'
+        values (gemm_runtime.grouped_fast_path; computed once: the tensors are fixed)."""
+        from gemm_runtime.fast_path import tensor_part
+
+        w = self.layout
+        return (tensor_part(self.b), tensor_part(self.v), w.bits, w.group_size, w.n, w.k, w.symmetric, w.groups,
+                w.group_shift, tuple(w.b.shape), tuple(w.v.shape))  # fmt: skip
 
     def expert(self, e: int) -> PackedWeight:
         """Expert e's weight (views of the stacked tensors)."""

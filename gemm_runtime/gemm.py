@@ -26,6 +26,7 @@ from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.registry import Kernel, Registry
 from gemm_runtime.settings import settings, tuning_seq
 from gemm_runtime.tuner import Measurement, Measurer, tune
+from gemm_runtime.grouped_fast_path import GroupedFastPlan, grouped_signature
 from gemm_runtime.unpack import UnpackStep
 from gemm_runtime.unpack import preload as preload_unpack
 from gemm_runtime.packed_weight import PackedWeight
@@ -308,7 +309,18 @@ class Gemm:
         GEMM_CHECK_ROUTING=1), which synchronizes. The kernel comes from the dispatch
         cache, the cost model or a measurement as ``dispatch`` says, keyed by E, N, K,
         the epilogue and the grouped rows (grouped.grouped_key); ``kernel`` forces one."""
-        alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
+        if type(alpha) is not float or not -_FLOAT32_MAX <= alpha <= _FLOAT32_MAX:
+            alpha = _scalar("alpha", alpha)
+        if type(beta) is not float or not -_FLOAT32_MAX <= beta <= _FLOAT32_MAX:
+            beta = _scalar("beta", beta)
+        packed = type(w) is PackedExperts
+        sig = self._grouped_signature(x, w, offsets, index, row_scale, bias, c, out, gated, dispatch, kernel, stream,
+                                      check_values)  # fmt: skip
+        if sig is not None:
+            replay = self._fast.get(sig, self._cache.version)
+            if replay is not None:
+                b, v = (w.b.data_ptr(), w.v.data_ptr()) if packed else (w.data_ptr(), 0)
+                return replay.replay(x, b, v, offsets, index, row_scale, bias, c, out, alpha, beta)
         if not isinstance(dispatch, DispatchPolicy):
             raise GemmArgumentError("dispatch", dispatch, ", ".join(f"DispatchPolicy.{p.name}" for p in DispatchPolicy))
         # NOTE: the operands are checked against x's device; x's against the Gemm's here
@@ -320,6 +332,7 @@ class Gemm:
         if ops.rows == 0 or ops.n == 0:
             return ops.out
         key = grouped.grouped_key(ops, self.registry.device.arch)
+        version = self._cache.version
         handle = self._stream_handle(stream)
         ensure_context(self.device.index)
         capturing = is_capturing(handle)
@@ -340,20 +353,46 @@ class Gemm:
             plan = self.dispatcher.forced(forced, key, sizes)
         else:
             plan = self.dispatcher.plan(dispatch, key, sizes, measure)
-        self._launch_grouped(plan, ops, handle, ws, key)
+        kern, grid, block, maps, gathered = self._launch_grouped(plan, ops, handle, ws, key)
+        if sig is not None:
+            self._fast.put(sig, GroupedFastPlan.build(
+                kern.function, grid, kern.spec.threads, kern.spec.smem_bytes, handle, block,
+                kern.spec.mainloop.params_offset(kern.spec) if maps is not None else 0, maps, gathered,
+                tuple(ops.out.shape), version, (ws.barriers, ws.partials) if plan.splits > 1 else (),
+            ))  # fmt: skip
         return ops.out
+
+    def _grouped_signature(self, x, w, offsets, index, row_scale, bias, c, out, gated, dispatch, kernel, stream,
+                           check_values) -> tuple | None:  # fmt: skip
+        """The replay signature of a grouped call (grouped_fast_path.grouped_signature),
+        or None where the call cannot be replayed (a measuring policy, routing values to
+        check) or its arguments are not even of the right kinds."""
+        if type(dispatch) is not DispatchPolicy or dispatch not in _REPLAYABLE:
+            return None
+        if check_values or (check_values is None and settings().check_routing):
+            return None
+        handle, capturing = self._replay_stream(stream)
+        try:
+            w_part = w.signature if type(w) is PackedExperts else fast_path.tensor_part(w)
+            return grouped_signature(x, w_part, offsets, index, row_scale, bias, c, out,
+                                     (bool(gated), dispatch, kernel, handle, capturing))  # fmt: skip
+        except (AttributeError, TypeError):
+            return None
 
     def _launch_grouped(
         self, plan: LaunchSpec, ops: grouped.GroupedOperands, stream: int, ws: Workspace, key: ProblemKey
-    ) -> None:
+    ) -> tuple:
+        """Launch ``plan`` on ``ops``; returns (the kernel, grid, parameter block, tensor
+        maps or None, whether A's rows were gathered) for the fast path."""
         kern = self.dispatcher.kernel(plan.kernel)
         gathered = kern.spec.mainloop.reads_a_by_tma(kern.spec) and ops.routing.index is not None
-        a = grouped.sorted_rows(ops, stream) if gathered else None
+        a = grouped.sorted_rows(ops.a, ops.routing.index, stream) if gathered else None
         workspace = (ws.barriers.data_ptr(), ws.partials.data_ptr()) if plan.splits > 1 else (0, 0)
-        grid, block = grouped.launch_block(kern, ops, a, plan.swizzle, plan.splits, *workspace, key=key)
+        grid, block, maps = grouped.prepare(kern, ops, a, plan.swizzle, plan.splits, *workspace, key=key)
         buf = ctypes.create_string_buffer(block, len(block))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
         kern.function.launch(grid, kern.spec.threads, kern.spec.smem_bytes, stream, ctypes.addressof(args))
+        return kern, grid, block, maps, gathered
 
     def _measure_grouped(
         self, key: ProblemKey, ops: grouped.GroupedOperands, stream: int, ws: Workspace, sizes: tuple[int, int]
@@ -399,17 +438,21 @@ class Gemm:
         w = packed_weight(qweight, scales_zeros, *meta)
         return self._matmul(x, w, None, 1.0, 0.0, None, None, bias, operation, None, None, None, sig)
 
+    def _replay_stream(self, stream: object) -> tuple[int, bool]:
+        """The raw handle of a call's stream and whether it is capturing, as a replay
+        signature holds them (cheaply for the current stream)."""
+        if stream is None:
+            return _current_stream(self._index), _current_stream_capturing()
+        handle = self._stream_handle(stream)
+        return handle, is_capturing(handle)
+
     def _signature(self, a, b, out, c, bias, beta, operation, out_dtype, stream, workspace, kernel) -> tuple | None:
         """The replay signature of a matmul call (fast_path.signature), or None where the
         call cannot be replayed (a measuring policy) or its arguments are not even of
         the right kinds (the validating path then says what is wrong with them)."""
         if operation is not None and (type(operation) is not Operation or operation.dispatch not in _REPLAYABLE):
             return None
-        if stream is None:
-            handle, capturing = _current_stream(self._index), _current_stream_capturing()
-        else:
-            handle = self._stream_handle(stream)
-            capturing = is_capturing(handle)
+        handle, capturing = self._replay_stream(stream)
         # NOTE: capturing is part of it: a launch planned inside a capture may use the
         # graph's own workspace (_workspace), which calls outside it must not replay.
         extra = (operation, out_dtype, handle, capturing, None if workspace is None else _workspace_signature(workspace),

@@ -35,6 +35,11 @@ from gemm_runtime.types import Epilogue
 _INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
 _EPILOGUE_BIAS, _EPILOGUE_GATED = 1, 2  # gemm/epilogue.cuh
 _TYPES = {torch.float16: DataType.F16, torch.bfloat16: DataType.BF16}
+# NOTE: the raw handle of torch's current stream without building a torch.cuda.Stream
+# (gemm_runtime.gemm does the same); CPU builds of torch lack it.
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)
 
 
 @dataclass(frozen=True)
@@ -193,16 +198,14 @@ def grouped_key(ops: GroupedOperands, arch: int) -> ProblemKey:
     return ProblemKey(arch, t, b_type, BOrder.NK, t, 8, quant, epilogue.value, ops.n, ops.k, ops.rows, ops.experts)
 
 
-def sorted_rows(ops: GroupedOperands, stream: int) -> torch.Tensor:
+def sorted_rows(x: torch.Tensor, index: torch.Tensor, stream: int) -> torch.Tensor:
     """A's rows in grouped order (``x[index]``), for kernels that read A by TMA boxes,
     made on the launch's stream: the caching allocator then reuses the buffer only after
     the launch has read it."""
-    index = ops.routing.index
-    current = torch.cuda.current_stream(ops.a.device)
-    if current.cuda_stream == stream:
-        return ops.a.index_select(0, index)
-    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=ops.a.device)):
-        return ops.a.index_select(0, index)
+    if _current_stream(x.device.index) == stream:
+        return x.index_select(0, index)
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=x.device)):
+        return x.index_select(0, index)
 
 
 # Encoders by geometry (a TensorMap2D without its address), shared by every grouped launch
@@ -217,8 +220,8 @@ _encoders: OrderedDict[tuple, Encoder] = OrderedDict()
 _encoders_lock = threading.Lock()  # an Encoder is not thread-safe
 
 
-def _descriptor(tmap: TensorMap2D) -> bytes:
-    """The 128 descriptor bytes of ``tmap`` through the shared Encoder of its geometry."""
+def _encoder(tmap: TensorMap2D) -> Encoder:
+    """The shared Encoder of ``tmap``'s geometry; call it under ``_encoders_lock``."""
     geometry = tuple(getattr(tmap, f.name) for f in dataclasses.fields(tmap) if f.name != "address")
     with _encoders_lock:
         encoder = _encoders.get(geometry)
@@ -228,55 +231,71 @@ def _descriptor(tmap: TensorMap2D) -> bytes:
                 _encoders.popitem(last=False)
         else:
             _encoders.move_to_end(geometry)
-        return encoder(tmap.address)
+        return encoder
 
 
-def _tensor_maps(spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor, key: ProblemKey) -> tuple[bytes, bool]:
-    """The TMA families' descriptors, in the order the family lists their boxes, and
-    whether D has one: A over the grouped rows; B over the stacked weights as one matrix
-    of E times an expert's rows (expert e's tiles start at e times them): [E * N, K], or
-    packed (32-bit words: TMA moves them as bytes) [E * ceil(N / 8), padded K words]; V
-    (quantized) the same over the experts' scales and zeros [E * 2 * groups, N]; D over
-    all rows (the kernel stores through it only the boxes whose rows belong to one
-    expert). D has none where its rows are not whole 16-byte chunks (gemm_runtime.
-    launch.TensorMaps: a TMA store writes a row's last chunk whole)."""
-    dtype, e = ops.dtype, ops.experts
-    maps, stores_d = b"", False
-    for box in spec.mainloop.tensor_maps(spec, key):
-        if box.operand == "a":
-            matrix = (a.data_ptr(), ops.rows, ops.k, a.stride(0), dtype)
-        elif box.operand == "b" and ops.packed is not None:
-            b = ops.packed.b
-            matrix = (b.data_ptr(), e * b.shape[1], b.shape[2] // 4, b.stride(1) // 4, DataType.F32)
-        elif box.operand == "b":
-            matrix = (ops.w.data_ptr(), e * ops.n, ops.k, ops.w.stride(1), dtype)
-        elif box.operand == "v":
-            v = ops.packed.v
-            matrix = (v.data_ptr(), e * v.shape[1], ops.n, v.stride(1), dtype)
-        else:  # "d"
-            out = ops.out
-            d_map = None
-            if out.shape[1] * out.element_size() % 16 == 0:
+class GroupedMaps:
+    """The TMA families' descriptors of one grouped launch geometry, in the order the
+    family lists its boxes: ``maps(a, b, v, d)`` encodes them for operands at those
+    addresses (a replay of the same geometry calls it again only when one moved). A over
+    the grouped rows; B over the stacked weights as one matrix of E times an expert's
+    rows (expert e's tiles start at e times them): [E * N, K], or packed (32-bit words:
+    TMA moves them as bytes) [E * ceil(N / 8), padded K words]; V (quantized) the same
+    over the experts' scales and zeros [E * 2 * groups, N]; D over all rows (the kernel
+    stores through it only the boxes whose rows belong to one expert). D has none where
+    its rows are not whole 16-byte chunks (gemm_runtime.launch.TensorMaps: a TMA store
+    writes a row's last chunk whole): ``stores_d`` says whether it has one."""
+
+    def __init__(self, spec: KernelSpec, ops: GroupedOperands, a: torch.Tensor, key: ProblemKey) -> None:
+        dtype, e = ops.dtype, ops.experts
+        self.stores_d = False
+        self._encoders: list[tuple[str, Encoder | None]] = []
+        for box in spec.mainloop.tensor_maps(spec, key):
+            if box.operand == "a":
+                matrix = (a.data_ptr(), ops.rows, ops.k, a.stride(0), dtype)
+            elif box.operand == "b" and ops.packed is not None:
+                b = ops.packed.b
+                matrix = (b.data_ptr(), e * b.shape[1], b.shape[2] // 4, b.stride(1) // 4, DataType.F32)
+            elif box.operand == "b":
+                matrix = (ops.w.data_ptr(), e * ops.n, ops.k, ops.w.stride(1), dtype)
+            elif box.operand == "v":
+                v = ops.packed.v
+                matrix = (v.data_ptr(), e * v.shape[1], ops.n, v.stride(1), dtype)
+            else:  # "d"
+                out = ops.out
+                matrix = (out.data_ptr(), ops.rows, out.shape[1], out.stride(0), dtype)
+            encoder = None
+            if box.operand != "d" or ops.out.shape[1] * ops.out.element_size() % 16 == 0:
                 try:
-                    d_map = TensorMap2D(out.data_ptr(), ops.rows, out.shape[1], out.stride(0), dtype, box.box_rows,
-                                        box.box_cols, box.swizzle)  # fmt: skip
+                    encoder = _encoder(TensorMap2D(*matrix, box.box_rows, box.box_cols, box.swizzle))
                 except GemmArgumentError:
-                    d_map = None
-            stores_d = d_map is not None
-            maps += bytes(TENSOR_MAP_BYTES) if d_map is None else _descriptor(d_map)
-            continue
-        tmap = TensorMap2D(*matrix, box.box_rows, box.box_cols, box.swizzle)
-        maps += _descriptor(tmap)
-    return maps, stores_d
+                    if box.operand != "d":
+                        raise
+            self.stores_d |= box.operand == "d" and encoder is not None
+            self._encoders.append((box.operand, encoder))
+
+    def __call__(self, a: int, b: int, v: int, d: int) -> bytes:
+        address = {"a": a, "b": b, "v": v, "d": d}
+        with _encoders_lock:  # an Encoder is not thread-safe
+            return b"".join(bytes(TENSOR_MAP_BYTES) if enc is None else enc(address[op]) for op, enc in self._encoders)
 
 
 def launch_block(
     kernel, ops: GroupedOperands, a: torch.Tensor | None = None, swizzle: int | None = None, splits: int = 1,
     semaphores: int = 0, partials: int = 0, key: ProblemKey | None = None,
 ) -> tuple[tuple[int, int, int], bytes]:  # fmt: skip
-    """The grid and the parameter block of one grouped launch of ``kernel`` (a
-    registry.Kernel); ``a``: the sorted rows (``sorted_rows``) where the kernel reads A by
-    TMA and the launch is gathered; ``swizzle``: the plan's (None: the family's preferred);
+    """The grid and the parameter block of one grouped launch of ``kernel`` (``prepare``)."""
+    grid, block, _ = prepare(kernel, ops, a, swizzle, splits, semaphores, partials, key)
+    return grid, block
+
+
+def prepare(
+    kernel, ops: GroupedOperands, a: torch.Tensor | None = None, swizzle: int | None = None, splits: int = 1,
+    semaphores: int = 0, partials: int = 0, key: ProblemKey | None = None,
+) -> tuple[tuple[int, int, int], bytes, GroupedMaps | None]:  # fmt: skip
+    """The grid, the parameter block and the tensor maps (None for the families without)
+    of one grouped launch of ``kernel`` (a registry.Kernel); ``a``: the sorted rows
+    (``sorted_rows``) where the kernel reads A by TMA and the launch is gathered; ``swizzle``: the plan's (None: the family's preferred);
     ``splits``: K slices (the families whose max_splits allows), with the workspace's
     ``semaphores`` and ``partials``; ``key``: the launch's grouped_key where the caller
     has it (else made here).
@@ -330,9 +349,10 @@ def launch_block(
         values[_INDEX[name]] = value
     grid = spec.mainloop.grid(spec, (tiles_m, tiles_n), splits, swizzle, kernel.resident)
     if not tma:
-        return grid, PARAM_STRUCT.pack(*values)
-    maps, stores_d = _tensor_maps(spec, ops, a, key)
-    values[_INDEX["epilogue"]] |= EPILOGUE_TMA_STORE if stores_d else 0
-    block = maps + PARAM_STRUCT.pack(*values)
+        return grid, PARAM_STRUCT.pack(*values), None
+    maps = GroupedMaps(spec, ops, a, key)
+    values[_INDEX["epilogue"]] |= EPILOGUE_TMA_STORE if maps.stores_d else 0
+    b, v = (ops.w.data_ptr(), ops.packed.v.data_ptr()) if ops.packed is not None else (ops.w.data_ptr(), 0)
+    block = maps(a.data_ptr(), b, v, ops.out.data_ptr()) + PARAM_STRUCT.pack(*values)
     block += bytes(block_bytes(spec.mainloop.params_offset(spec)) - len(block))
-    return grid, block
+    return grid, block, maps

@@ -10,7 +10,8 @@ and dense bf16 problems whose last tile row holds 64 rows or fewer (M % 128 in 1
 beside the llama3-8b gate_up shape at M = 4096. With --bits 4 the same grouped problems
 with the experts quantized (4 bits, group 128, as bench.moe's W4A16 columns) and dense
 W4A16 problems whose last token tile is short against 256 (M % 256 in 1..128), beside
-whole ones, each at the plan the tree's default dispatch picks (the dense ones as
+whole ones (or the dense problems given by --dense-w4, e.g. ones that dispatch takes to
+stream-K), each at the plan the tree's default dispatch picks (the dense ones as
 `Gemm.matmul` picks it in each build: the same registry and cost model).
 """
 
@@ -38,9 +39,11 @@ W4_GROUP = 128
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", type=Path, required=True, help="the other build directory")
-    ap.add_argument("--tokens", nargs="+", type=int, default=[1024, 8192])
+    ap.add_argument("--tokens", nargs="*", type=int, default=[1024, 8192],
+                    help="the grouped problems' tokens; none: no grouped rows")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved measurements per problem (each gives a pair)")
     ap.add_argument("--bits", type=int, choices=[16, 4], default=16, help="16: bf16 problems; 4: W4A16 ones")
+    ap.add_argument("--dense-w4", nargs="+", metavar="MxNxK", help="with --bits 4: these dense problems instead")
     args = ap.parse_args()
     tree, base = Gemm(), Gemm(build_dir=args.base)
     rows = ["| problem | plan | tree µs | base µs | base / tree |", "|---|---|---:|---:|---:|"]
@@ -69,7 +72,8 @@ def main() -> None:
                         lambda: tree.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan),
                         lambda: base.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan))  # fmt: skip
     if args.bits == 4:
-        for m, n, k in DENSE_W4:
+        dense_w4 = [tuple(int(v) for v in p.split("x")) for p in args.dense_w4] if args.dense_w4 else DENSE_W4
+        for m, n, k in dense_w4:
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             packed = pack_for_gemm(quantize(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02, bits=4,
                                             group_size=W4_GROUP))  # fmt: skip

@@ -80,6 +80,63 @@ def test_grouped_matmul_matches_the_reference(gemm, dtype, bits, tokens) -> None
             gemm.grouped_matmul(x, w_ref.to(dtype), offsets, index=index, kernel=names[0])
 
 
+@pytest.mark.parametrize("bits", [0, 4, 8], ids=["dense", "w4", "w8"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_a_replayed_call_computes_its_own_operands(gemm, dtype, bits, monkeypatch) -> None:
+    """The fast path (gemm_runtime.grouped_fast_path): a second call of the same
+    signature, with every tensor new (other weights, routing, bias, C, row scales as
+    int64 / bf16 for the runtime to convert), launches without validating again and
+    matches the reference of its own operands, for the default choice and every grouped
+    kernel of the type forced; with an output given and one allocated."""
+    names = [n for n in _grouped(gemm, bits) if gemm.registry.get(n).spec.a_type.value == {torch.float16: "f16",
+                                                                                            torch.bfloat16: "bf16"}[dtype]]
+    experts, top_k, n, k, tokens = 8, 2, 272, 200, 45
+    rows = tokens * top_k
+
+    def operands(seed: int) -> dict:
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        w = torch.randn(experts, n, k, device="cuda", dtype=dtype, generator=gen) / k**0.5
+        w_ref = w
+        if bits:
+            w = pack_experts([quantize(we, bits=bits, group_size=32) for we in w])
+            w_ref = w.dequantize(torch.float32)
+        offsets, index, scale = _routing(tokens, experts, top_k, gen)
+        return dict(x=torch.randn(tokens, k, device="cuda", dtype=dtype, generator=gen), w=w, w_ref=w_ref,
+                    offsets=offsets.long(), index=index.long(), scale=scale.to(dtype),
+                    bias=torch.randn(experts, n, device="cuda", dtype=dtype, generator=gen),
+                    c=torch.randn(rows, n // 2, device="cuda", dtype=dtype, generator=gen))  # fmt: skip
+
+    def call(o: dict, name, out):
+        return gemm.grouped_matmul(o["x"], o["w"], o["offsets"], index=o["index"], row_scale=o["scale"],
+                                   bias=o["bias"], gated=True, alpha=0.5, beta=0.25, c=o["c"], out=out, kernel=name)  # fmt: skip
+
+    first, second = operands(1), operands(2)
+    routing = check_routing(second["offsets"], experts=experts, rows=rows, device=second["x"].device, tokens=tokens,
+                            index=second["index"], row_scale=second["scale"].float(), check_values=True)  # fmt: skip
+    ref = grouped_reference(second["x"], second["w_ref"], routing, bias=second["bias"], alpha=0.5, beta=0.25,
+                            c=second["c"], gated=True)  # fmt: skip
+    from gemm_runtime import grouped
+
+    validate = grouped.grouped_operands
+    failures = []
+    for name in [None, *names]:
+        for given in (True, False):
+            monkeypatch.setattr(grouped, "grouped_operands", validate)
+            call(first, name, torch.empty(rows, n // 2, device="cuda", dtype=dtype) if given else None)
+
+            def validated_again(*args, **kwargs):
+                raise AssertionError("the replay validated the call again")
+
+            monkeypatch.setattr(grouped, "grouped_operands", validated_again)
+            out = torch.full((rows, n // 2), float("nan"), device="cuda", dtype=dtype) if given else None
+            out = call(second, name, out)
+            torch.cuda.synchronize()
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            if not err < TOL:
+                failures.append(f"{name or 'default'} out given={given}: rel err {err}")
+    assert not failures, "; ".join(failures)
+
+
 def test_a_forced_kernel_must_serve_the_launch(gemm) -> None:
     x = torch.randn(4, 64, device="cuda", dtype=torch.float16)
     w = torch.randn(2, 64, 64, device="cuda", dtype=torch.float16)

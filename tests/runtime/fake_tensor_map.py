@@ -1,9 +1,11 @@
 """A stand-in for cuTensorMapEncodeTiled on CPU: the descriptor it returns holds what it
 was given (address, sizes, strides, box, element type) in its first bytes, so a test
-can read back which operand, at which address, a parameter block's descriptor is for."""
+can read back which operand, at which address, a parameter block's descriptor is for.
+And a stand-in for a loaded kernel whose launches record the parameter block."""
 
 from __future__ import annotations
 
+import ctypes
 import struct
 
 import pytest
@@ -60,3 +62,22 @@ def decode(raw: bytes) -> dict:
 
     name = driver.CUtensorMapDataType(dtype).name.removeprefix("CU_TENSOR_MAP_DATA_TYPE_")
     return dict(address=address, dims=[dim0, dim1], strides=[stride], box=[box0, box1], dtype=name)
+
+
+class FakeFunction:
+    """A LoadedFunction whose launcher's cuLaunchKernel records the parameter block the
+    kernel would get (the driver copies it at the call)."""
+
+    def __init__(self, size: int, err: int = 0) -> None:
+        self.size, self.err = size, err
+        self.blocks: list[bytes] = []
+        self.launches: list[tuple] = []
+
+    def launcher(self, stream: int):
+        return self._launch, "handle", ("stream", stream)
+
+    def _launch(self, function, gx, gy, gz, tx, ty, tz, smem, stream, args, extra):
+        block = ctypes.c_void_p.from_address(args).value
+        self.blocks.append(ctypes.string_at(block, self.size))
+        self.launches.append((function, (gx, gy, gz), (tx, ty, tz), smem, stream, extra))
+        return (self.err,)

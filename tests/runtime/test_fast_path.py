@@ -7,7 +7,6 @@ that copies the block as cuLaunchKernel would."""
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import struct
 from types import SimpleNamespace
@@ -27,30 +26,11 @@ from gemm_runtime.fast_path import FastPlan  # noqa: E402
 from gemm_runtime.plan import LaunchSpec  # noqa: E402
 from gemm_runtime.registry import Kernel  # noqa: E402
 from tests.helpers import spec_for  # noqa: E402
-from tests.runtime.fake_tensor_map import A0, B0, C0, D0, decode, fake_driver  # noqa: E402
+from tests.runtime.fake_tensor_map import A0, B0, C0, D0, FakeFunction, decode, fake_driver  # noqa: E402
 
 SPAN = 1 << 24  # bytes of A, B and D for the aliasing check; the addresses are far apart
 SM90_SPEC = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 128, 64), warps=(8, 1, 1), stages=6,
                      arch_min=90, arch_max=90)  # fmt: skip
-
-
-class FakeFunction:
-    """A LoadedFunction whose launcher's cuLaunchKernel records the parameter block the
-    kernel would get (the driver copies it at the call)."""
-
-    def __init__(self, size: int, err: int = 0) -> None:
-        self.size, self.err = size, err
-        self.blocks: list[bytes] = []
-        self.launches: list[tuple] = []
-
-    def launcher(self, stream: int):
-        return self._launch, "handle", ("stream", stream)
-
-    def _launch(self, function, gx, gy, gz, tx, ty, tz, smem, stream, args, extra):
-        block = ctypes.c_void_p.from_address(args).value
-        self.blocks.append(ctypes.string_at(block, self.size))
-        self.launches.append((function, (gx, gy, gz), (tx, ty, tz), smem, stream, extra))
-        return (self.err,)
 
 
 def _plan(monkeypatch, spec, b_order=BOrder.NK):
