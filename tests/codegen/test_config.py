@@ -407,12 +407,12 @@ def test_default_configs() -> None:
         "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 250
+    assert len(loaded) == 252
     grouped = [k.spec for k in loaded if k.spec.grouped]
     # Grouped kernels (docs/MOE.md): the sm80 and sm90 families, both 16-bit types, stacked
     # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill; quantized
     # experts (4- and 8-bit, both activation types) on the sm80 and sm90_quant families.
-    assert len(grouped) == 48 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {
+    assert len(grouped) == 50 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {
         ("sm80", "nk"), ("sm90", "nk"), ("sm90_quant", "nk")}
     assert {(s.a_type.value, s.b_type.value) for s in grouped if s.quantized} == {
         (a, b) for a in ("f16", "bf16") for b in ("u4", "u8")}
