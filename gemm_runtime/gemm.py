@@ -327,13 +327,14 @@ class Gemm:
         # (a CPU tensor's pointers would reach the kernel).
         if isinstance(x, torch.Tensor) and x.device != self.device:
             raise GemmArgumentError("x.device", x.device, f"{self.device} (the Gemm's device)")
+        handle = self._stream_handle(stream)
         ops = grouped.grouped_operands(x, w, offsets, index=index, row_scale=row_scale, bias=bias, c=c, out=out,
-                                       gated=gated, alpha=alpha, beta=beta, check_values=check_values)  # fmt: skip
+                                       gated=gated, alpha=alpha, beta=beta, check_values=check_values,
+                                       stream=handle)  # fmt: skip
         if ops.rows == 0 or ops.n == 0:
             return ops.out
         key = grouped.grouped_key(ops, self.registry.device.arch)
         version = self._cache.version
-        handle = self._stream_handle(stream)
         ensure_context(self.device.index)
         capturing = is_capturing(handle)
         ws = self._workspace(handle, capturing)  # split-K's (the sm80 grouped kernels split)

@@ -13,6 +13,7 @@ gather the rows first (``sorted_rows``). The routing's values are a contract
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
@@ -111,9 +112,11 @@ def grouped_operands(
     alpha: float = 1.0,
     beta: float = 0.0,
     check_values: bool | None = None,
+    stream: int | None = None,
 ) -> GroupedOperands:
     """Check a grouped launch's arguments, each error naming its argument; allocate D
-    where not given. ``w``: the stacked weights [E, N, K] or PackedExperts."""
+    where not given. ``w``: the stacked weights [E, N, K] or PackedExperts; ``stream``:
+    the launch's (kernel_routing; None: the current one)."""
     if not isinstance(x, torch.Tensor) or x.dtype not in _TYPES:
         raise GemmArgumentError("x", getattr(x, "dtype", type(x).__name__), "a torch.float16 or torch.bfloat16 tensor")
     device = x.device
@@ -135,14 +138,7 @@ def grouped_operands(
     rows = index.shape[0] if isinstance(index, torch.Tensor) and index.dim() == 1 else x.shape[0]
     routing = check_routing(offsets, experts=experts, rows=rows, device=device, tokens=x.shape[0] if index is not None
                             else None, index=index, row_scale=row_scale, check_values=check_values)  # fmt: skip
-    # The kernels read 32-bit offsets and row indices.
-    offsets = routing.offsets if routing.offsets.dtype == torch.int32 else routing.offsets.int()
-    index = routing.index
-    if index is not None and index.dtype != torch.int32:
-        index = index.int()
-    scale = routing.row_scale
-    if scale is not None and scale.dtype != torch.float32:
-        scale = scale.float()  # the kernels read fp32 scales
+    offsets, index, scale = kernel_routing(routing.offsets, routing.index, routing.row_scale, stream)
     cols = n // 2 if gated else n
     if bias is not None:
         bias = _matrix("bias", bias, x.dtype, device, 2)
@@ -198,13 +194,31 @@ def grouped_key(ops: GroupedOperands, arch: int) -> ProblemKey:
     return ProblemKey(arch, t, b_type, BOrder.NK, t, 8, quant, epilogue.value, ops.n, ops.k, ops.rows, ops.experts)
 
 
+def _on_stream(device: torch.device, stream: int | None):
+    """Where a launch's temporaries are made: on its stream (the caller's inputs are
+    ready there by contract, and the caching allocator reuses their memory only after
+    the launch has read them); None, or the current stream: as it is."""
+    if stream is None or device.type != "cuda" or _current_stream(device.index) == stream:
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device))
+
+
+def kernel_routing(offsets: torch.Tensor, index: torch.Tensor | None, row_scale: torch.Tensor | None,
+                   stream: int | None) -> tuple:  # fmt: skip
+    """The routing as the kernels read it: int32 offsets and row indices, fp32 row scales
+    (converted copies where the caller's differ, made on the launch's ``stream``)."""
+    if (offsets.dtype == torch.int32 and (index is None or index.dtype == torch.int32)
+            and (row_scale is None or row_scale.dtype == torch.float32)):  # fmt: skip
+        return offsets, index, row_scale
+    with _on_stream(offsets.device, stream):
+        return (offsets.int(), None if index is None else index.int(),
+                None if row_scale is None else row_scale.float())  # fmt: skip
+
+
 def sorted_rows(x: torch.Tensor, index: torch.Tensor, stream: int) -> torch.Tensor:
     """A's rows in grouped order (``x[index]``), for kernels that read A by TMA boxes,
-    made on the launch's stream: the caching allocator then reuses the buffer only after
-    the launch has read it."""
-    if _current_stream(x.device.index) == stream:
-        return x.index_select(0, index)
-    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=x.device)):
+    made on the launch's stream (``_on_stream``)."""
+    with _on_stream(x.device, stream):
         return x.index_select(0, index)
 
 

@@ -27,7 +27,7 @@ import torch
 from codegen.params import PARAM_OFFSETS
 from gemm_runtime.errors import CudaError
 from gemm_runtime.fast_path import tensor_part
-from gemm_runtime.grouped import sorted_rows
+from gemm_runtime.grouped import kernel_routing, sorted_rows
 
 # The block's fields a replay writes, in this order.
 _FIELDS = ("A", "B", "C", "D", "U", "V", "bias", "offsets", "gather")
@@ -84,13 +84,7 @@ class GroupedFastPlan(NamedTuple):
                beta: float) -> torch.Tensor:  # fmt: skip
         """``Gemm.grouped_matmul`` for arguments of this plan's signature (the weights by
         their blocks' and scales' pointers)."""
-        # The kernels read 32-bit offsets and indices and fp32 row scales (grouped_operands).
-        if offsets.dtype != torch.int32:
-            offsets = offsets.int()
-        if index is not None and index.dtype != torch.int32:
-            index = index.int()
-        if row_scale is not None and row_scale.dtype != torch.float32:
-            row_scale = row_scale.float()
+        offsets, index, row_scale = kernel_routing(offsets, index, row_scale, self.stream_handle)
         if out is None:
             out = x.new_empty(self.out_shape)
         a, gather = x, index

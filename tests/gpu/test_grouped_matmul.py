@@ -137,6 +137,35 @@ def test_a_replayed_call_computes_its_own_operands(gemm, dtype, bits, monkeypatc
     assert not failures, "; ".join(failures)
 
 
+def test_a_call_on_another_stream_converts_its_routing_there(gemm) -> None:
+    """stream= a side stream, int64 routing and bf16 row scales: the converted copies
+    (and a TMA kernel's sorted rows) are made on the launch's stream, where the caller
+    made the inputs ready, for the validating call and its replay alike."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    experts, top_k, n, k, tokens = 8, 2, 272, 200, 45
+    rows = tokens * top_k
+    side = torch.cuda.Stream()
+    names = [None, *[nm for nm in _grouped(gemm) if gemm.registry.get(nm).spec.a_type.value == "bf16"]]
+    failures = []
+    for name in names:
+        for _ in range(2):  # validated, then replayed
+            x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+            w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16, generator=gen) / k**0.5
+            offsets, index, scale = _routing(tokens, experts, top_k, gen)
+            routing = check_routing(offsets, experts=experts, rows=rows, device=x.device, tokens=tokens, index=index,
+                                    row_scale=scale, check_values=True)  # fmt: skip
+            ref = grouped_reference(x, w, routing)
+            out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            side.wait_stream(torch.cuda.current_stream())
+            gemm.grouped_matmul(x, w, offsets.long(), index=index.long(), row_scale=scale.to(torch.bfloat16),
+                                out=out, kernel=name, stream=side)  # fmt: skip
+            torch.cuda.current_stream().wait_stream(side)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            if not err < TOL:
+                failures.append(f"{name or 'default'}: rel err {err}")
+    assert not failures, "; ".join(failures)
+
+
 def test_a_forced_kernel_must_serve_the_launch(gemm) -> None:
     x = torch.randn(4, 64, device="cuda", dtype=torch.float16)
     w = torch.randn(2, 64, 64, device="cuda", dtype=torch.float16)
