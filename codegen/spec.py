@@ -129,6 +129,11 @@ class KernelSpec:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return self.mainloop.min_ctas_per_sm(self)
 
+    @property
+    def min_ctas_per_sm_hopper(self) -> int:
+        """The same where the kernel is compiled for sm_90 or later."""
+        return self.mainloop.min_ctas_per_sm_hopper(self)
+
     def spill_budget(self, arch: int) -> int:
         """Bytes of register spill (stores, and as many loads) accepted on ``arch``."""
         return self.mainloop.spill_budget(self, arch)

@@ -102,6 +102,11 @@ class MainloopFamily:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return 1
 
+    def min_ctas_per_sm_hopper(self, spec: KernelSpec) -> int:
+        """min_ctas_per_sm where the kernel is compiled for sm_90 or later (the kernel's
+        launch bounds then depend on __CUDA_ARCH__); by default the same."""
+        return self.min_ctas_per_sm(spec)
+
     def spill_budget(self, spec: KernelSpec, arch: int) -> int:
         """Bytes of register spill accepted on ``arch``."""
         return 0

@@ -67,12 +67,30 @@ class Sm80Family(MainloopFamily):
             return 4
         return 1
 
+    def min_ctas_per_sm_hopper(self, spec: KernelSpec) -> int:
+        """On sm_90 the 4-bit 16-row direct-B tiles take min_ctas_per_sm's cap whatever
+        their activations, grouped or not: there the bf16 and grouped decode loops fit
+        128 registers with 40-116 bytes of spill (none for the grouped f16 ones), and a
+        second CTA of 8 warps per SM (fourth of 4) hides more of the weights' latency than
+        the spills cost wherever the grid holds more than a wave. Measured on the H200
+        (twenty-third session, same call, the tree's plan forced in both builds): grouped
+        bf16 W4 Mixtral-like one token gate_up 54.3 -> 47.0 us, down 35.7 -> 28.7, 16 tokens
+        down 106.1 -> 84.5; dense bf16 W4 8b gate_up M = 1 32.1 -> 27.2, M = 16 53.1 -> 39.9.
+        Slower where one wave holds the grid: Qwen-MoE-like one token gate_up 14.4 -> 17.5,
+        dense 8b down M = 16 27.9 -> 31.6 (docs/NOTES.md). On sm_80 the same cap spills
+        hundreds of bytes (NVRTC 13), so there only min_ctas_per_sm's tiles take it."""
+        if self.direct_b(spec) and spec.b_type.bits == 4 and spec.cta[0] == 16:
+            return {256: 2, 128: 4}.get(spec.threads, 1)
+        return self.min_ctas_per_sm(spec)
+
     def spill_budget(self, spec: KernelSpec, arch: int) -> int:
         """The register-capped 4-bit direct-B tiles (min_ctas_per_sm) spill 16 bytes on
         sm_80 (NVRTC 13): the row-sum MMA's constant operand, in the loop for 9-16 rows
         only; the loop for at most 8 rows, which decode runs, spills nothing. Uncapped,
         sm_80 would run 3 (4-warp) or 1 (8-warp) CTAs per SM instead of 4 or 2."""
         capped_w4 = spec.min_ctas_per_sm > 1 and spec.b_type.bits == 4
+        if arch >= 90 and spec.min_ctas_per_sm_hopper > spec.min_ctas_per_sm:
+            return 128  # min_ctas_per_sm_hopper: up to 92 / 116 bytes (bf16 16x32x512, NVRTC 13.5)
         return 16 if capped_w4 and arch < 90 else 0
 
     def mma_efficiency(self, spec: KernelSpec) -> float:

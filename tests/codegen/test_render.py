@@ -58,8 +58,16 @@ def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
         grouped = "true" if k.spec.grouped else "false"
         # Direct B, the grouped flag, B not staged in shared memory, no decode ring.
         assert re.search(rf", {k.spec.align}, true, {grouped},\s+false, false>;", text), text
-        bounds = f"{k.spec.threads}, {k.spec.min_ctas_per_sm}" if k.spec.min_ctas_per_sm > 1 else f"{k.spec.threads}"
-        assert f"__launch_bounds__({bounds}) {k.spec.name}(" in text
+        low, hopper = k.spec.min_ctas_per_sm, k.spec.min_ctas_per_sm_hopper
+        if low == hopper:
+            bounds = f"{k.spec.threads}, {low}" if low > 1 else f"{k.spec.threads}"
+            assert f"__launch_bounds__({bounds}) {k.spec.name}(" in text
+        else:
+            # The cap by architecture: sm_90 and later take min_ctas_per_sm_hopper.
+            assert re.search(rf"#if __CUDA_ARCH__ >= 900\n#define GEMM_MIN_CTAS_PER_SM {hopper}\n#else\n"
+                             rf"#define GEMM_MIN_CTAS_PER_SM {low}\n#endif\n", text), text
+            assert f"__launch_bounds__({k.spec.threads}, GEMM_MIN_CTAS_PER_SM) {k.spec.name}(" in text
+    assert any(k.spec.min_ctas_per_sm_hopper != k.spec.min_ctas_per_sm for k in direct)
     dense = render_kernel(default_set[0].spec, default_set[0].source)
     assert re.search(rf", {default_set[0].spec.align}, false, false,\s+false, false>;", dense)
     grouped = dataclasses.replace(default_set[0].spec, grouped=True)

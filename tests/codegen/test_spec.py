@@ -130,6 +130,23 @@ def test_min_ctas_per_sm_caps_registers_of_f16_direct_b_tiles_at_128() -> None:
     assert SPEC.min_ctas_per_sm == 1
 
 
+def test_on_sm90_every_4_bit_16_row_direct_b_tile_is_capped() -> None:
+    """bf16 activations and grouped kernels too (they fit 128 registers there with a few
+    spills); 8-bit, 32-row and non-direct-B tiles keep min_ctas_per_sm."""
+    decode = spec_for(b_type=DataType.U4, cta=(16, 128, 256), warps=(1, 4, 2), stages=3)
+    four_warps = dataclasses.replace(decode, cta=(16, 128, 128), warps=(1, 4, 1))
+    for spec, ctas in ((decode, 2), (four_warps, 4)):
+        for variant in (spec, dataclasses.replace(spec, a_type=DataType.BF16, d_type=DataType.BF16),
+                        dataclasses.replace(spec, grouped=True)):  # fmt: skip
+            assert variant.min_ctas_per_sm_hopper == ctas, variant.name
+    bf16 = dataclasses.replace(decode, a_type=DataType.BF16, d_type=DataType.BF16)
+    assert bf16.min_ctas_per_sm == 1 and bf16.spill_budget(80) == 0 and bf16.spill_budget(90) == 128
+    assert decode.spill_budget(90) == 0  # capped on both: as before
+    assert dataclasses.replace(four_warps, b_type=DataType.U8).min_ctas_per_sm_hopper == 1
+    assert dataclasses.replace(four_warps, cta=(32, 128, 64)).min_ctas_per_sm_hopper == 1
+    assert SPEC.min_ctas_per_sm_hopper == 1
+
+
 def test_spill_budget_only_for_capped_4_bit_tiles_below_sm90() -> None:
     decode = spec_for(b_type=DataType.U4, cta=(16, 128, 128), warps=(1, 4, 1), stages=4)
     assert decode.spill_budget(80) == 16
