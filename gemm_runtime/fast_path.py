@@ -34,6 +34,12 @@ _ALPHA = PARAM_OFFSETS["alpha"]
 _POINTER = struct.Struct("=Q")
 _BIAS = PARAM_OFFSETS["bias"]
 _MAX_PLANS = 4096
+# NOTE: the raw handle of torch's current stream without building a torch.cuda.Stream
+# (a third of a replay's host time otherwise); what torch.cuda.current_stream wraps.
+# CPU builds of torch lack it (and run no GEMM).
+current_stream_handle = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)
 
 
 def tensor_part(t: torch.Tensor) -> tuple:

@@ -733,12 +733,7 @@ def _workspace_signature(ws: object) -> object:
 # Policies whose decision for a signature cannot change until the dispatch cache does.
 _REPLAYABLE = (DispatchPolicy.DEFAULT, DispatchPolicy.REUSE)
 _DEFAULT_OPERATION = Operation()
-# NOTE: the raw handle of torch's current stream without building a torch.cuda.Stream
-# (a third of a replay's host time otherwise); what torch.cuda.current_stream wraps.
-# CPU builds of torch lack it (and run no GEMM).
-_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream
-)
+_current_stream = fast_path.current_stream_handle
 _current_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
 
 

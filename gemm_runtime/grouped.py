@@ -29,6 +29,7 @@ from gemm_runtime.context import ProblemKey, quant_name
 from gemm_runtime.cost_model import tiles_of
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.experts import PackedExperts, Routing, check_routing
+from gemm_runtime.fast_path import current_stream_handle
 from gemm_runtime.launch import EPILOGUE_TMA_STORE
 from gemm_runtime.tensor_map import TENSOR_MAP_BYTES, Encoder, TensorMap2D
 from gemm_runtime.types import Epilogue
@@ -36,11 +37,6 @@ from gemm_runtime.types import Epilogue
 _INDEX = {name: i for i, name in enumerate(PARAM_NAMES)}
 _EPILOGUE_BIAS, _EPILOGUE_GATED = 1, 2  # gemm/epilogue.cuh
 _TYPES = {torch.float16: DataType.F16, torch.bfloat16: DataType.BF16}
-# NOTE: the raw handle of torch's current stream without building a torch.cuda.Stream
-# (gemm_runtime.gemm does the same); CPU builds of torch lack it.
-_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream
-)
 
 
 @dataclass(frozen=True)
@@ -198,7 +194,7 @@ def _on_stream(device: torch.device, stream: int | None):
     """Where a launch's temporaries are made: on its stream (the caller's inputs are
     ready there by contract, and the caching allocator reuses their memory only after
     the launch has read them); None, or the current stream: as it is."""
-    if stream is None or device.type != "cuda" or _current_stream(device.index) == stream:
+    if stream is None or device.type != "cuda" or current_stream_handle(device.index) == stream:
         return contextlib.nullcontext()
     return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device))
 
