@@ -95,6 +95,24 @@ def _projections(cfg: MoeConfig) -> dict[str, tuple[int, int]]:
     return {"gate_up": (2 * cfg.intermediate, cfg.hidden), "down": (cfg.hidden, cfg.intermediate)}
 
 
+def sorted_problems(tokens_list: list[int], gen: torch.Generator, *, w4_group: int | None = None):
+    """Each configuration's two projections at each of ``tokens_list``, on the GPU, bf16:
+    (config name, tokens, projection, routing, a, w, d), with ``a`` the routed rows sorted
+    by expert (x gathered through the routing's index), ``w`` the stacked experts (packed
+    at 4 bits in groups of ``w4_group`` where given) and ``d`` an output for the rows."""
+    for cfg_name, cfg in CONFIGS.items():
+        for tokens in tokens_list:
+            routing = route(tokens, cfg, gen, "cuda")
+            for proj, (n, k) in _projections(cfg).items():
+                x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
+                w = torch.randn(cfg.experts, n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+                if w4_group is not None:
+                    w = pack_experts([quantize(we, bits=4, group_size=w4_group) for we in w])
+                a = x[routing.index.long()].contiguous()
+                d = torch.empty(a.shape[0], n, device="cuda", dtype=torch.bfloat16)
+                yield cfg_name, tokens, proj, routing, a, w, d
+
+
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
 

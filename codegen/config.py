@@ -96,8 +96,11 @@ _TILE_ACCEPTS: dict[str, str] = {
     "warps": "a list of 3 integers > 0 [m, n, k]",
     "stages": f"an integer from {_MIN_STAGES} to {_MAX_STAGES}",
     "cluster": "optional: CTAs of a thread-block cluster sharing B tiles (families that support it)",
+    "ctas_per_sm": "optional: CTAs per SM the compiler leaves registers for, in place of the family's choice "
+                   "(1: no register cap)",
 }
-_TILE_OPTIONAL = {"cluster": 1}
+_TILE_OPTIONAL = {"cluster": 1, "ctas_per_sm": 0}
+_MAX_THREADS_PER_SM = 2048
 
 
 class ConfigError(ValueError):
@@ -402,7 +405,7 @@ def _parse_family(where: _Where, data: Any) -> _Family:
 
 def _parse_tile(
     where: _Where, fam: _Family, data: Any
-) -> tuple[tuple[int, int, int], tuple[int, int, int], int, int]:
+) -> tuple[tuple[int, int, int], tuple[int, int, int], int, int, int]:
     _check_keys(where, data, _TILE_ACCEPTS, "a tile", _TILE_OPTIONAL)
     cta = _ints(where, "cta", data["cta"], 3, _TILE_ACCEPTS["cta"], lo=1)
     warps = _ints(where, "warps", data["warps"], 3, _TILE_ACCEPTS["warps"], lo=1)
@@ -439,7 +442,13 @@ def _parse_tile(
             where.reject_text("cta", f"{_show(list(cta))} with warps {_show(list(warps))}",
                               f"a warp tile (cta / warps) whose {dim} is a multiple of {why}",
                               f" (warp tile {_show(warp_tile)}, {dim} = {size})")
-    return cta, warps, stages, cluster  # type: ignore[return-value]
+    ctas_per_sm = data.get("ctas_per_sm", _TILE_OPTIONAL["ctas_per_sm"])
+    if "ctas_per_sm" in data:
+        most = max(1, _MAX_THREADS_PER_SM // threads)
+        _int(where, "ctas_per_sm", ctas_per_sm,
+             f"an integer from 1 to {most} ({_MAX_THREADS_PER_SM} threads per SM over {threads} a CTA)",
+             lo=1, hi=most)  # fmt: skip
+    return cta, warps, stages, cluster, ctas_per_sm  # type: ignore[return-value]
 
 
 def _check_kernel(where: _Where, spec: KernelSpec) -> None:
@@ -452,6 +461,10 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
         why_not = spec.mainloop.grouped_error(spec)
         if why_not is not None:
             where.reject("grouped", True, why_not)
+    if spec.ctas_per_sm:
+        why_not = spec.mainloop.ctas_per_sm_error(spec)
+        if why_not is not None:
+            where.reject("ctas_per_sm", spec.ctas_per_sm, why_not)
     _, n, k = spec.cta
     if spec.quantized:
         if spec.b_order is not BOrder.NK:
@@ -540,7 +553,7 @@ def load_configs(paths: Sequence[str | Path]) -> list[LoadedKernel]:
 
             for j, tile_data in enumerate(fam.tiles):
                 tile_where = where.at(f".tiles[{j}]")
-                cta, warps, stages, cluster = _parse_tile(tile_where, fam, tile_data)
+                cta, warps, stages, cluster, ctas_per_sm = _parse_tile(tile_where, fam, tile_data)
                 source = f"{shown}:{tile_where.entry}"
                 for d_type in fam.d_types:
                     for b_order in fam.b_orders:
@@ -549,7 +562,7 @@ def load_configs(paths: Sequence[str | Path]) -> list[LoadedKernel]:
                                 family=fam.name, mainloop=fam.mainloop, mma=fam.mma, a_type=fam.a_type,
                                 b_type=fam.b_type, acc_type=fam.acc_type, d_type=d_type, cta=cta, warps=warps,
                                 stages=stages, b_order=b_order, align=align, cluster=cluster, grouped=fam.grouped,
-                                arch_min=fam.arch[0], arch_max=fam.arch[1],
+                                arch_min=fam.arch[0], arch_max=fam.arch[1], ctas_per_sm=ctas_per_sm,
                             )  # fmt: skip
                             _check_kernel(tile_where, spec)
                             _check_name_length(where, spec)

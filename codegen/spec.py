@@ -45,6 +45,11 @@ class KernelSpec:
     # groups and stacked weights. Named only when set. NOTE: last, so that the specs built
     # positionally (arch_min, arch_max after align and cluster) keep their meaning.
     grouped: bool = field(default=False, metadata={"token": lambda v: "grouped" if v else ""})
+    # CTAs per SM the compiler must leave registers for, where a tile asks for it
+    # (``ctas_per_sm`` in the YAML); 0: the family's choice (min_ctas_per_sm and
+    # min_ctas_per_sm_hopper). Named only when set, e.g. a tile's uncapped twin beside
+    # the family's capped form.
+    ctas_per_sm: int = field(default=0, metadata={"token": lambda v: f"ctas{v}" if v else ""})
 
     # ---- identity -------------------------------------------------------------------
     @property
@@ -127,12 +132,12 @@ class KernelSpec:
     @property
     def min_ctas_per_sm(self) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
-        return self.mainloop.min_ctas_per_sm(self)
+        return self.ctas_per_sm or self.mainloop.min_ctas_per_sm(self)
 
     @property
     def min_ctas_per_sm_hopper(self) -> int:
         """The same where the kernel is compiled for sm_90 or later."""
-        return self.mainloop.min_ctas_per_sm_hopper(self)
+        return self.ctas_per_sm or self.mainloop.min_ctas_per_sm_hopper(self)
 
     def spill_budget(self, arch: int) -> int:
         """Bytes of register spill (stores, and as many loads) accepted on ``arch``."""

@@ -54,6 +54,21 @@ _QUANT_LONE_CTA = 0.85
 # 0.75-0.95x the two-pair tiles' time on the small llama3-8b layers and lost on the
 # large ones.
 _ONE_PAIR_RATE = {False: 0.75, True: 0.3}  # by "more than 8 rows"
+# A decode loop whose registers were capped below its need reloads spilled words every
+# iteration and keeps fewer weight loads in flight. Where the grid has at most a CTA per
+# SM the cap's second CTA brings nothing and only that remains: on the H200 (NVRTC 13.0,
+# docs/NOTES.md, twenty-fourth session; bench.experiments.register_cap) the bf16
+# 16x128x256 W4 tile capped at 128 registers (116-152 bytes of spill stores and loads)
+# took 1.15-1.55x its uncapped twin's time on grids of 32-154 CTAs (Qwen-MoE-like one
+# token gate_up 17.6 against 14.5 us, llama3-8b down at M = 16 split 4 31.0 / 23.2) and
+# 0.70-0.96x on grids of 224-2688 (Mixtral-like rows, llama3-8b gate_up), the second CTA's
+# warps, which _DEQUANT_WARPS_SCALE prices. The 16x32x512 tile's heavier spill (204
+# bytes) cost on every grid: 1.08-1.53x at M = 16 on 128-896 CTAs, 1.00-1.09x at M = 1.
+# Smaller spills (16 bytes stored and 16 loaded, the f16 tiles' 9-16-row loop on sm_80)
+# measured nothing.
+_SPILLED_RATE = 0.85
+_SPILL_BYTES_PRICED = 64  # spill stores and loads together (build_manifest's spills)
+_SPILL_BYTES_ALWAYS_PRICED = 192  # beyond this, priced whatever the grid
 # A lone token tile's rows of A, read by every CTA of the grid through cp.async (the
 # sm80 family; not TMA's boxes): those few lines are hot in L2 and come at about DRAM's
 # rate, on top of the weights. H200, dense fp16 at M = 16 against M = 1, the same plans
@@ -223,8 +238,11 @@ def grouped_scan_seconds(spec: KernelSpec, key: ProblemKey, splits: int, slots: 
     return added * math.ceil(key.experts / 32) * _GROUPED_SCAN_ROUND_S
 
 
-def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: ProblemKey, splits: int = 1) -> float:
-    """Predicted seconds for one launch."""
+def predict(
+    spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: ProblemKey, splits: int = 1, *, spills: int = 0
+) -> float:
+    """Predicted seconds for one launch; ``spills``: the cubin's bytes of register spill
+    (registry.Kernel.spills)."""
     if key.experts:
         priced = grouped_pricing_key(key)
         # Partial last tiles: where the experts' rows straddle tile boundaries, the
@@ -237,7 +255,7 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
                                        spec.cta[0])  # fmt: skip
         if tile_rows > whole:
             priced = priced._replace(n=round(priced.n * tile_rows / whole))
-        t = predict(spec, ctas_per_sm, device, priced, splits)
+        t = predict(spec, ctas_per_sm, device, priced, splits, spills=spills)
         if spec.mainloop.reads_a_by_tma(spec) and not spec.quantized and priced.m < _GROUPED_TMA_FEW_ROWS:
             t *= _GROUPED_TMA_FEW_ROWS_FACTOR
         return t + grouped_scan_seconds(spec, key, splits, resident_ctas(device, ctas_per_sm))
@@ -263,7 +281,8 @@ def predict(spec: KernelSpec, ctas_per_sm: int, device: DeviceModel, key: Proble
     efficiency /= _ALIGN_PENALTY[spec.align]
     t_mma = waves * per_sm * 2.0 * cm * cn * per_split * ck / (device.mma_flops_per_sm * efficiency)
     # Every warp along M dequantizes the same weights for its own rows.
-    t_deq = dequant_time(spec, ctas, resident, device, spec.warps[0] * cn * per_split * ck, rows=key.m)
+    t_deq = dequant_time(spec, ctas, resident, device, spec.warps[0] * cn * per_split * ck, rows=key.m,
+                         spills=spills)  # fmt: skip
     # Stream-K's waves may be a fraction (MainloopFamily.rounds): its CTAs share the
     # tiles' K tiles evenly, where dequant_time counts whole CTAs per SM.
     t_deq *= waves / math.ceil(waves)
@@ -325,12 +344,20 @@ def latency_time(spec: KernelSpec, first_k_tiles: int, cold_k_tiles: float) -> f
 
 
 def dequant_time(
-    spec: KernelSpec, ctas: int, resident: int, device: DeviceModel, weights_per_cta: int, *, rows: int = 1
+    spec: KernelSpec,
+    ctas: int,
+    resident: int,
+    device: DeviceModel,
+    weights_per_cta: int,
+    *,
+    rows: int = 1,
+    spills: int = 0,
 ) -> float:
     """Seconds the busiest SM spends turning quantized weights into MMA operands (0 for
     dense B): it runs ceil(ctas / SMs) CTAs, with the warps of up to ``resident`` of
     them at a time; ``weights_per_cta`` counts a weight once per warp that dequantizes it;
-    ``rows``: the problem's M (a one-pair warp's rate depends on it)."""
+    ``rows``: the problem's M (a one-pair warp's rate depends on it); ``spills``: the
+    cubin's bytes of register spill."""
     if not spec.quantized:
         return 0.0
     per_sm = math.ceil(ctas / device.sms)
@@ -341,6 +368,8 @@ def dequant_time(
     rate *= spec.mainloop.dequant_rate(spec)
     if spec.warp_tile[0] == 16 and spec.warp_tile[1] == 16:
         rate *= _ONE_PAIR_RATE[rows > 8]
+    if spills >= _SPILL_BYTES_ALWAYS_PRICED or (spills >= _SPILL_BYTES_PRICED and per_sm <= 1):
+        rate *= _SPILLED_RATE
     return per_sm * weights_per_cta / rate
 
 
@@ -363,7 +392,7 @@ def rank(
         preferred = spec.mainloop.preferred_swizzle
         resident = resident_ctas(device, kern.ctas_per_sm)
         for splits in split_options(spec, key, max_splits, barriers_bytes, partials_bytes, resident=resident):
-            cost = predict(spec, kern.ctas_per_sm, device, key, splits)
+            cost = predict(spec, kern.ctas_per_sm, device, key, splits, spills=getattr(kern, "spills", 0))
             for swizzle in swizzle_options(spec, key):
                 order = (cost, splits, abs(swizzle - preferred), swizzle, spec.name)
                 keyed.append((order, LaunchSpec(spec.name, splits, swizzle)))

@@ -23,9 +23,8 @@ from pathlib import Path
 import torch
 
 from bench.dense import _problem_key
-from bench.moe import CONFIGS, _projections, key_of, route
+from bench.moe import key_of, sorted_problems
 from gemm_runtime import Gemm
-from gemm_runtime.experts import pack_experts
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
@@ -57,20 +56,12 @@ def main() -> None:
         print(rows[-1], flush=True)
 
     gen = torch.Generator().manual_seed(0)
-    for cfg_name, cfg in CONFIGS.items():
-        for tokens in args.tokens:
-            routing = route(tokens, cfg, gen, "cuda")
-            for proj, (n, k) in _projections(cfg).items():
-                x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
-                w = torch.randn(cfg.experts, n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-                if args.bits == 4:
-                    w = pack_experts([quantize(we, bits=4, group_size=W4_GROUP) for we in w])
-                a = x[routing.index.long()].contiguous()
-                d = torch.empty(a.shape[0], n, device="cuda", dtype=torch.bfloat16)
-                plan = tree.select(key_of(tree, a, w, routing))
-                compare(f"{cfg_name} {tokens} {proj}", plan,
-                        lambda: tree.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan),
-                        lambda: base.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan))  # fmt: skip
+    w4_group = W4_GROUP if args.bits == 4 else None
+    for cfg_name, tokens, proj, routing, a, w, d in sorted_problems(args.tokens, gen, w4_group=w4_group):
+        plan = tree.select(key_of(tree, a, w, routing))
+        compare(f"{cfg_name} {tokens} {proj}", plan,
+                lambda: tree.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan),
+                lambda: base.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan))  # fmt: skip
     if args.bits == 4:
         dense_w4 = [tuple(int(v) for v in p.split("x")) for p in args.dense_w4] if args.dense_w4 else DENSE_W4
         for m, n, k in dense_w4:

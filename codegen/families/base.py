@@ -78,6 +78,14 @@ class MainloopFamily:
         """Why the family has no grouped form of ``spec`` (docs/MOE.md), else None."""
         return f"false (the {self.value} family has no grouped kernels)"
 
+    def ctas_per_sm_error(self, spec: KernelSpec) -> str | None:
+        """Why a tile of this family may not set its own register cap (a tile's
+        ``ctas_per_sm``), else None. The families rendered by kernel.cu.j2 take it as
+        __launch_bounds__' second argument."""
+        if self.template != "kernel.cu.j2":
+            return f"no ctas_per_sm (the {self.value} family sets its kernels' registers itself)"
+        return None
+
     # ---- what a kernel of the family implies (codegen.spec) ---------------------------
     def threads(self, spec: KernelSpec) -> int:
         """Threads per CTA: one warp per entry of ``warps``."""

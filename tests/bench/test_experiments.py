@@ -42,3 +42,22 @@ def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
         Probe(64, True, 8, 1, op="iadd")
     with pytest.raises(ValueError, match="blocks: got 3"):
         Probe(64, True, 8, 1, blocks=3)
+
+
+def test_register_cap_pairs_every_default_twin_with_its_capped_tile():
+    """bench/experiments/register_cap.py times each uncapped twin beside the capped tile of
+    the family it shadows; a renamed family or token would leave it timing nothing."""
+    from types import SimpleNamespace
+
+    from bench.experiments.register_cap import twins
+    from codegen.config import default_config_paths, load_configs
+
+    specs = [k.spec for k in load_configs(default_config_paths())]
+    gemm = SimpleNamespace(kernels=[SimpleNamespace(name=s.name, spec=s) for s in specs])
+    pairs = twins(gemm)
+    assert len(pairs) == sum(1 for s in specs if s.ctas_per_sm) == 3
+    by_name = {s.name: s for s in specs}
+    for capped, twin in pairs:
+        a, b = by_name[capped], by_name[twin]
+        assert (a.cta, a.warps, a.stages, a.grouped) == (b.cta, b.warps, b.stages, b.grouped)
+        assert a.min_ctas_per_sm_hopper > 1 and b.min_ctas_per_sm_hopper == 1

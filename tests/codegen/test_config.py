@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -407,12 +408,20 @@ def test_default_configs() -> None:
         "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    assert len(loaded) == 252
+    assert len(loaded) == 255
+    # Register-cap twins (a tile's ctas_per_sm): sm_90 only, the bf16 4-bit decode tiles
+    # that spill under the family's cap, each beside its capped form.
+    twins = [k.spec for k in loaded if k.spec.ctas_per_sm]
+    assert len(twins) == 3 and all(s.ctas_per_sm == 1 and (s.arch_min, s.arch_max) == (90, 90) for s in twins)
+    specs = {k.spec for k in loaded}
+    for s in twins:
+        capped = dataclasses.replace(s, ctas_per_sm=0, family=s.family.removesuffix("_uncapped"), arch_min=80)
+        assert capped in specs and capped.min_ctas_per_sm_hopper > 1 and s.min_ctas_per_sm_hopper == 1
     grouped = [k.spec for k in loaded if k.spec.grouped]
     # Grouped kernels (docs/MOE.md): the sm80 and sm90 families, both 16-bit types, stacked
     # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill; quantized
     # experts (4- and 8-bit, both activation types) on the sm80 and sm90_quant families.
-    assert len(grouped) == 50 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {
+    assert len(grouped) == 51 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {
         ("sm80", "nk"), ("sm90", "nk"), ("sm90_quant", "nk")}
     assert {(s.a_type.value, s.b_type.value) for s in grouped if s.quantized} == {
         (a, b) for a in ("f16", "bf16") for b in ("u4", "u8")}
@@ -562,3 +571,30 @@ def test_quantized_grouped_sm80_kernels_take_the_weights_directly_without_a_regi
 
 def test_grouped_must_be_a_boolean(tmp_path: Path) -> None:
     error(tmp_path, {"families": [family(grouped=1)]}, FAM, "grouped", "got 1", "true or false")
+
+
+# ---- a tile's own register cap ----------------------------------------------------------
+
+
+def test_a_tile_may_set_its_register_cap(tmp_path: Path) -> None:
+    data = {"families": [family(tiles=[tile(), tile(ctas_per_sm=2)])]}
+    family_choice, own = (k.spec for k in load_configs([write(tmp_path, data)]))
+    assert family_choice.ctas_per_sm == 0 and own.ctas_per_sm == 2
+    assert own.name == family_choice.name + "_ctas2" and own.min_ctas_per_sm == own.min_ctas_per_sm_hopper == 2
+
+
+@pytest.mark.parametrize(
+    "value, needles",
+    [(0, ("got 0", "an integer from 1 to 16")), (17, ("got 17", "an integer from 1 to 16")),
+     (True, ("got true", "(a boolean)")), ("2", ("got '2'",))],
+    ids=["zero", "beyond-threads", "boolean", "string"],
+)
+def test_a_tile_register_cap_is_an_integer_the_sm_holds(tmp_path: Path, value, needles) -> None:
+    # 128 threads a CTA: at most 2048 / 128 = 16 CTAs per SM.
+    fam_error(tmp_path, family(tiles=[tile(ctas_per_sm=value)]), TILE, "ctas_per_sm", *needles)
+
+
+def test_the_sm90_families_set_their_own_registers(tmp_path: Path) -> None:
+    fam = family(mainloop="sm90", mma="m64nNk16", arch=[90, 90],
+                 tiles=[{"cta": [128, 128, 64], "warps": [8, 1, 1], "stages": 4, "ctas_per_sm": 1}])  # fmt: skip
+    fam_error(tmp_path, fam, TILE, "ctas_per_sm", "got 1", "the sm90 family sets its kernels' registers itself")

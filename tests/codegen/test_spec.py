@@ -30,6 +30,7 @@ OTHER: dict[str, Any] = {
     "align": 4,
     "cluster": 2,
     "grouped": True,
+    "ctas_per_sm": 1,
     "arch_min": 86,
     "arch_max": 89,
 }
@@ -61,6 +62,19 @@ def test_a_cluster_of_one_is_not_named() -> None:
     cluster of two ends the name."""
     assert SPEC.cluster == 1 and "_c1" not in SPEC.name
     assert dataclasses.replace(SPEC, cluster=2).name == SPEC.name + "_c2"
+
+
+def test_a_tile_register_cap_is_named_and_overrides_the_family() -> None:
+    """A tile's own ctas_per_sm ends the name (the family's choice, 0, is not named) and
+    replaces the family's cap on every arch."""
+    capped = spec_for(cta=(16, 128, 256), warps=(1, 4, 2), stages=3, a_type=DataType.BF16, b_type=DataType.U4,
+                      d_type=DataType.BF16)  # fmt: skip
+    assert (capped.min_ctas_per_sm, capped.min_ctas_per_sm_hopper) == (1, 2)
+    twin = dataclasses.replace(capped, ctas_per_sm=1)
+    assert twin.name == capped.name + "_ctas1"
+    assert (twin.min_ctas_per_sm, twin.min_ctas_per_sm_hopper) == (1, 1)
+    assert twin.spill_budget(90) == 0 and capped.spill_budget(90) == 128
+    assert dataclasses.replace(capped, ctas_per_sm=3).min_ctas_per_sm == 3
 
 
 def test_records_written_before_the_cluster_field_read_back() -> None:

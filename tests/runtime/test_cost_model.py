@@ -15,7 +15,7 @@ from codegen.config import default_config_paths, load_configs
 from codegen.families import Mainloop
 from codegen.families.sm90 import _HANDOVER_LATENCY_S
 from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
-from gemm_runtime.context import infeasible_reason, make_key
+from gemm_runtime.context import ProblemKey, infeasible_reason, make_key
 from gemm_runtime.cost_model import (
     _DRAM_LATENCY_S, DeviceModel, dequant_time, fits_workspace, hot_a_seconds, latency_time, predict, rank,
     split_options, workspace_bytes,
@@ -406,3 +406,39 @@ def test_dense_narrow_tiles_rank_where_they_measured_faster() -> None:
     for n, k in ((6144, 4096), (28672, 4096)):
         assert "_w1x1x4_" not in _dense_ranking(16, n, k)[0].kernel
         assert "_w1x2x4_" not in _dense_ranking(16, n, k)[0].kernel
+
+
+def test_a_spilled_register_cap_ranks_below_its_uncapped_twin_only_where_one_wave_holds_the_grid() -> None:
+    """The bf16 16x128x256 W4 tile, capped at 128 registers on sm_90 (two CTAs of 8 warps
+    an SM, spilled) beside its uncapped twin (one CTA an SM, no spills): H200, twenty-third
+    session, Qwen-MoE-like one token gate_up (132 CTAs) 17.5 us capped against 14.4, and
+    Mixtral-like one token down (256 CTAs) 28.7 against 35.7."""
+    bf16 = dict(a_type=DataType.BF16, b_type=DataType.U4, d_type=DataType.BF16, arch_min=90, arch_max=90)
+    capped = spec_for(cta=(16, 128, 256), warps=(1, 4, 2), stages=3, grouped=True, **bf16)
+    twin = spec_for(cta=(16, 128, 256), warps=(1, 4, 2), stages=3, grouped=True, ctas_per_sm=1, **bf16)
+    assert capped.min_ctas_per_sm_hopper == 2 and twin.min_ctas_per_sm_hopper == 1
+    kernels = [SimpleNamespace(spec=capped, name=capped.name, ctas_per_sm=2, spills=152),
+               SimpleNamespace(spec=twin, name=twin.name, ctas_per_sm=1, spills=0)]  # fmt: skip
+
+    def first(n: int, k: int, rows: int, experts: int, splits: int) -> str:
+        key = _grouped_w4_key(n, k, rows, experts)
+        ranked = [(cost, plan) for cost, plan in rank(kernels, key, H200, **WORKSPACE) if plan.splits == splits]
+        return ranked[0][1].kernel
+
+    assert first(2816, 2048, 6, 64, 1) == twin.name  # 22 x 6 tiles: a wave at one CTA an SM
+    assert first(4096, 14336, 2, 8, 4) == capped.name  # 32 x 2 tiles x 4 splits
+    # Without the spills priced the two tie at one wave (the capped kernel's second CTA
+    # has nothing to run).
+    one_wave = [predict(k.spec, k.ctas_per_sm, H200, _grouped_w4_key(2816, 2048, 6, 64), 1) for k in kernels]
+    assert one_wave[0] == pytest.approx(one_wave[1], rel=1e-9)
+    assert predict(capped, 2, H200, _grouped_w4_key(2816, 2048, 6, 64), 1, spills=152) > one_wave[1]
+    # Beyond a wave only a heavy spill is priced (the 16x32x512 tile's 204 bytes lost on
+    # every grid; docs/NOTES.md, twenty-fourth session).
+    many = _grouped_w4_key(4096, 14336, 2, 8)
+    assert predict(capped, 2, H200, many, 4, spills=152) == pytest.approx(predict(capped, 2, H200, many, 4))
+    assert predict(capped, 2, H200, many, 4, spills=204) > predict(capped, 2, H200, many, 4)
+
+
+def _grouped_w4_key(n: int, k: int, rows: int, experts: int) -> ProblemKey:
+    return ProblemKey(90, DataType.BF16, DataType.U4, BOrder.NK, DataType.BF16, 8, "u4g128", "none", n, k, rows,
+                      experts=experts)  # fmt: skip
