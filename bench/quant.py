@@ -1,10 +1,11 @@
 """W4A16 and W8A16 (group 128, tuned dispatch) against fp16 torch.matmul on the unquantized
 weight, on the llama3-8b and llama3-70b linear layers: every problem, the medians over the
 layers per M, the effective weight bandwidth against the GPU's measured copy bandwidth,
-and the error statistics of the quantized kernels.
+and the error statistics of the quantized kernels. ``--dtype bf16``: bf16 activations,
+weights and peer instead.
 
     python -m bench.quant [--models llama3-8b llama3-70b] [--m 1 16 32 64 128 256 1024 4096]
-                          [--bits 4 8] [--out docs/perf/quant.md]
+                          [--bits 4 8] [--dtype fp16] [--out docs/perf/quant.md]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms, median_ms
 
 ROOT = Path(__file__).resolve().parent.parent
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def copy_bandwidth() -> float:
@@ -74,8 +76,10 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 32, 64, 128, 256, 1024, 4096])
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16", help="activations, weight and peer")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "quant.md")
     args = ap.parse_args()
+    label, dtype = args.dtype, DTYPES[args.dtype]
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     shapes = {f"{model} {layer}": nk for model in args.models for layer, nk in models[model].items()}
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references
@@ -83,25 +87,25 @@ def main() -> None:
     bw = copy_bandwidth()
     print(f"copy bandwidth: {bw / 1e12:.2f} TB/s")
     lines = [
-        "# Weight-only quantized GEMM against fp16",
+        f"# Weight-only quantized GEMM against {label}",
         "",
         f"Measured {datetime.date.today().isoformat()} on {torch.cuda.get_device_name()} by `python -m bench.quant`: "
-        f"{', '.join(args.models)} layers, weights in groups of 128 (tuned dispatch) against fp16 `torch.matmul` "
+        f"{', '.join(args.models)} layers, weights in groups of 128 (tuned dispatch) against {label} `torch.matmul` "
         f"(cuBLAS) on the unquantized weight. Copy bandwidth (read + write) measured in the same run: "
         f"{bw / 1e12:.2f} TB/s. `weight BW` = packed weight bytes (with scales and zeros) / time; `of copy` = that "
         "over the copy bandwidth. Every time is the median of L2-flushed runs.",
         "",
     ]
     table = [
-        "| bits | layer | M | N | K | kernel (splits) | ours µs | fp16 cuBLAS µs | speedup | weight BW TB/s | of copy |",
+        f"| bits | layer | M | N | K | kernel (splits) | ours µs | {label} cuBLAS µs | speedup | weight BW TB/s | of copy |",
         "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     errors = [
         "",
         "## Error statistics",
         "",
-        "fp16 activations, M = 16, against two fp32 references: the product with the weight dequantized and",
-        "rounded to fp16 (`W16`, `QuantizedWeight.dequantize()`, what fp16 cuBLAS multiplies), and with the exact",
+        f"{label} activations, M = 16, against two fp32 references: the product with the weight dequantized and",
+        f"rounded to {label} (`W16`, `QuantizedWeight.dequantize()`, what {label} cuBLAS multiplies), and with the exact",
         "weight (q - z) * s in fp32 (`exact`, `dequantize(torch.float32)`). Decode kernels with deferred scaling",
         "(dequant.cuh) never round the weight, so they sit closer to `exact` than to `W16`. `quantization`",
         "compares the fp32 products with the exact dequantized and the original weight: what 4 or 8 bits cost the",
@@ -113,13 +117,13 @@ def main() -> None:
     speedups: dict[tuple[int, int], list[float]] = {}
     for bits in args.bits:
         for layer, (n, k) in shapes.items():
-            w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
+            w = torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
             qw = quantize(w, bits=bits, group_size=128)
             packed = pack_for_gemm(qw)
             weight_bytes = packed.b.numel() + packed.v.numel() * 2
             for m in args.m:
-                a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-                out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+                a = torch.randn(m, k, device="cuda", dtype=dtype)
+                out = torch.empty(m, n, device="cuda", dtype=dtype)
                 choice = tuned_choice(gemm, a, packed, out)
                 t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),
                                                    lambda: torch.matmul(a, w.t(), out=out)])
@@ -128,7 +132,7 @@ def main() -> None:
                 table.append(f"| {bits} | {layer} | {m} | {n} | {k} | {choice} | {t_q*1e3:.1f} | "
                              f"{t_h*1e3:.1f} | {t_h/t_q:.2f} | {wbw/1e12:.2f} | {wbw/bw:.0%} |")
                 print(table[-1], flush=True)
-            a = torch.randn(16, k, device="cuda", dtype=torch.float16)
+            a = torch.randn(16, k, device="cuda", dtype=dtype)
             w16 = qw.dequantize()
             ref16 = a.float() @ w16.float().t()
             ref_exact = a.float() @ qw.dequantize(torch.float32).t()
@@ -141,7 +145,7 @@ def main() -> None:
             errors.append(f"| {bits} | {layer} | " + " | ".join(f"{x:.2e}" for x in row) + " |")
             print(errors[-1], flush=True)
     summary = [
-        f"Medians over the {len(shapes)} layers of fp16 cuBLAS time / ours (min-max):",
+        f"Medians over the {len(shapes)} layers of {label} cuBLAS time / ours (min-max):",
         "",
         "| bits | " + " | ".join(f"M = {m}" for m in args.m) + " |",
         "|---:|" + "---:|" * len(args.m),

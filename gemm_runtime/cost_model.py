@@ -54,21 +54,27 @@ _QUANT_LONE_CTA = 0.85
 # 0.75-0.95x the two-pair tiles' time on the small llama3-8b layers and lost on the
 # large ones.
 _ONE_PAIR_RATE = {False: 0.75, True: 0.3}  # by "more than 8 rows"
+# A CTA of 32 columns at 9-16 rows pays the same way at half the ratio (A's 16 rows copied
+# for every 32 columns; its warps are two-pair ones, which the fit above does not cover):
+# on the H200 at M = 16 the bf16 16x32x512 W4 tile took 1.12-1.54x the 16x128x256 tile's
+# best plan on the llama3-8b layers, where the model without this put it 0.81-1.03x
+# (docs/perf/register_cap.md, twenty-fourth session; 0.6 gives 1.11-1.58x).
+_NARROW_CTA_RATE = 0.6
 # A decode loop whose registers were capped below its need reloads spilled words every
 # iteration and keeps fewer weight loads in flight. Where the grid has at most a CTA per
 # SM the cap's second CTA brings nothing and only that remains: on the H200 (NVRTC 13.0,
-# docs/NOTES.md, twenty-fourth session; bench.experiments.register_cap) the bf16
-# 16x128x256 W4 tile capped at 128 registers (116-152 bytes of spill stores and loads)
-# took 1.15-1.55x its uncapped twin's time on grids of 32-154 CTAs (Qwen-MoE-like one
-# token gate_up 17.6 against 14.5 us, llama3-8b down at M = 16 split 4 31.0 / 23.2) and
-# 0.70-0.96x on grids of 224-2688 (Mixtral-like rows, llama3-8b gate_up), the second CTA's
-# warps, which _DEQUANT_WARPS_SCALE prices. The 16x32x512 tile's heavier spill (204
-# bytes) cost on every grid: 1.08-1.53x at M = 16 on 128-896 CTAs, 1.00-1.09x at M = 1.
-# Smaller spills (16 bytes stored and 16 loaded, the f16 tiles' 9-16-row loop on sm_80)
-# measured nothing.
+# docs/NOTES.md, twenty-fourth session; docs/perf/register_cap.md) the bf16 16x128x256 W4
+# tile capped at 128 registers (116-152 bytes of spill stores and loads) took 1.15-1.55x
+# its uncapped twin's time on grids of 32-154 CTAs (Qwen-MoE-like one token gate_up 17.5
+# against 14.6 us, llama3-8b down at M = 16 split 4 31.0 / 23.2) and 0.70-0.96x on grids of
+# 224-2688 (Mixtral-like rows, llama3-8b gate_up): the second CTA's warps, which
+# _DEQUANT_WARPS_SCALE prices. A heavier spill costs on every grid in the loop for 9-16
+# rows, which spills more: the 16x32x512 tile (204 bytes) took 1.07-1.54x its uncapped
+# form's time at M = 16 on 128-768 CTAs, and 0.99-1.09x at M = 1. Smaller spills (16
+# bytes stored and 16 loaded, the f16 tiles' 9-16-row loop on sm_80) measured nothing.
 _SPILLED_RATE = 0.85
 _SPILL_BYTES_PRICED = 64  # spill stores and loads together (build_manifest's spills)
-_SPILL_BYTES_ALWAYS_PRICED = 192  # beyond this, priced whatever the grid
+_SPILL_BYTES_ALWAYS_PRICED = 192  # beyond this, priced whatever the grid at more than 8 rows
 # A lone token tile's rows of A, read by every CTA of the grid through cp.async (the
 # sm80 family; not TMA's boxes): those few lines are hot in L2 and come at about DRAM's
 # rate, on top of the weights. H200, dense fp16 at M = 16 against M = 1, the same plans
@@ -368,7 +374,9 @@ def dequant_time(
     rate *= spec.mainloop.dequant_rate(spec)
     if spec.warp_tile[0] == 16 and spec.warp_tile[1] == 16:
         rate *= _ONE_PAIR_RATE[rows > 8]
-    if spills >= _SPILL_BYTES_ALWAYS_PRICED or (spills >= _SPILL_BYTES_PRICED and per_sm <= 1):
+    if spec.cta[1] == 32 and rows > 8:
+        rate *= _NARROW_CTA_RATE
+    if (spills >= _SPILL_BYTES_ALWAYS_PRICED and rows > 8) or (spills >= _SPILL_BYTES_PRICED and per_sm <= 1):
         rate *= _SPILLED_RATE
     return per_sm * weights_per_cta / rate
 

@@ -5,12 +5,15 @@ twin in the default set (a tile's ``ctas_per_sm: 1``; codegen/configs/sm80_quant
 sm80_grouped.yaml). For each problem this times every such pair at the same splits,
 interleaved (gemm_runtime.timing.interleaved_medians_ms), L2 flushed, and says which of
 the two the default dispatch (the cost model, which prices the spills where a wave holds
-the grid) chose, if either:
+the grid) chose, if either. A second table times the default plan beside the one the
+model of the twenty-third session would have taken (no twins, no spill or narrow-CTA
+price: cost_model._SPILLED_RATE and _NARROW_CTA_RATE at 1) wherever the two differ:
 
     python -m bench.experiments.register_cap [--tokens 1 16] [--m 1 16] [--splits 1 2 4]
+                                             [--models llama3-8b llama3-70b]
 
 Problems: bench.moe's two configurations' grouped W4A16 projections (bf16, group 128) at
-``--tokens``, and the llama3-8b layers as dense W4A16 at ``--m``.
+``--tokens``, and the layers of ``--models`` as dense W4A16 at ``--m``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import yaml
 
 from bench.moe import key_of, sorted_problems
 from bench.quant import ROOT
-from gemm_runtime import Gemm, GemmArgumentError
+from gemm_runtime import Gemm, GemmArgumentError, cost_model
 from gemm_runtime.cost_model import tiles_of
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.plan import LaunchSpec
@@ -43,12 +46,25 @@ def twins(gemm: Gemm) -> list[tuple[str, str]]:
     return out
 
 
+def previous_plan(gemm: Gemm, key) -> LaunchSpec:
+    """The cost model's first plan for ``key`` without this session's terms: no uncapped
+    twins, no price for spills or for a narrow CTA's copies of A."""
+    saved = cost_model._SPILLED_RATE, cost_model._NARROW_CTA_RATE
+    cost_model._SPILLED_RATE = cost_model._NARROW_CTA_RATE = 1.0
+    try:
+        kernels = [k for k in gemm.feasible(key) if not k.spec.ctas_per_sm]
+        return gemm.dispatcher._rank(kernels, key, None)[0][1]
+    finally:
+        cost_model._SPILLED_RATE, cost_model._NARROW_CTA_RATE = saved
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", nargs="*", type=int, default=[1, 16])
     ap.add_argument("--m", nargs="*", type=int, default=[1, 16])
     ap.add_argument("--splits", nargs="+", type=int, default=[1, 2, 4])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     args = ap.parse_args()
     gemm = Gemm()
     pairs = twins(gemm)
@@ -56,7 +72,24 @@ def main() -> None:
     rows = ["| problem | tile | splits | CTAs | capped µs | uncapped µs | capped / uncapped | default |",
             "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
 
+    moved = ["| problem | before: plan | µs | now: plan | µs | before / now |", "|---|---|---:|---|---:|---:|"]
+
+    def text(plan: LaunchSpec) -> str:
+        spec = gemm.registry.get(plan.kernel).spec
+        cap = " uncapped" if spec.ctas_per_sm else ""
+        return f"{'x'.join(map(str, spec.cta))}{cap} split {plan.splits} s{plan.swizzle}"
+
+    def before_after(name: str, key, call, default: LaunchSpec) -> None:
+        before = previous_plan(gemm, key)
+        if before == default:
+            return
+        times = [interleaved_medians_ms([lambda: call(before), lambda: call(default)]) for _ in range(args.rounds)]
+        b, n = (min(t[i] for t in times) for i in range(2))
+        moved.append(f"| {name} | {text(before)} | {b * 1e3:.1f} | {text(default)} | {n * 1e3:.1f} | {b / n:.3f} |")
+        print(moved[-1], flush=True)
+
     def measure(name: str, key, call, default: LaunchSpec) -> None:
+        before_after(name, key, call, default)
         for capped, twin in pairs:
             spec = gemm.registry.get(capped).spec
             if not any(k.name == capped for k in gemm.feasible(key)):
@@ -96,7 +129,8 @@ def main() -> None:
         return plan
 
     gemm.dispatcher.plan = spy
-    layers = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]["llama3-8b"]
+    models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    layers = {f"{model.removeprefix('llama3-')} {layer}": nk for model in args.models for layer, nk in models[model].items()}
     for layer, (n, k) in layers.items():
         packed = pack_for_gemm(quantize(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02, bits=4,
                                         group_size=GROUP))  # fmt: skip
@@ -105,9 +139,11 @@ def main() -> None:
             d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             gemm.matmul(a, packed, out=d)
             key, default = chosen[-1]
-            measure(f"8b {layer} M = {m}", key, lambda plan, a=a, p=packed, d=d: gemm.matmul(a, p, out=d, kernel=plan),
+            measure(f"{layer} M = {m}", key, lambda plan, a=a, p=packed, d=d: gemm.matmul(a, p, out=d, kernel=plan),
                     default)  # fmt: skip
     print("\n".join(rows))
+    print()
+    print("\n".join(moved))
 
 
 if __name__ == "__main__":

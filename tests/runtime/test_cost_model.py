@@ -432,13 +432,34 @@ def test_a_spilled_register_cap_ranks_below_its_uncapped_twin_only_where_one_wav
     one_wave = [predict(k.spec, k.ctas_per_sm, H200, _grouped_w4_key(2816, 2048, 6, 64), 1) for k in kernels]
     assert one_wave[0] == pytest.approx(one_wave[1], rel=1e-9)
     assert predict(capped, 2, H200, _grouped_w4_key(2816, 2048, 6, 64), 1, spills=152) > one_wave[1]
-    # Beyond a wave only a heavy spill is priced (the 16x32x512 tile's 204 bytes lost on
-    # every grid; docs/NOTES.md, twenty-fourth session).
-    many = _grouped_w4_key(4096, 14336, 2, 8)
-    assert predict(capped, 2, H200, many, 4, spills=152) == pytest.approx(predict(capped, 2, H200, many, 4))
+    # Beyond a wave only a heavy spill is priced, and only in the loop for 9-16 rows (the
+    # 16x32x512 tile's 204 bytes lost on every grid at M = 16, not at M = 1; docs/NOTES.md,
+    # twenty-fourth session).
+    few, many = _grouped_w4_key(4096, 14336, 2, 8), _grouped_w4_key(4096, 14336, 256, 8)
+    for key in (few, many):
+        assert predict(capped, 2, H200, key, 4, spills=152) == pytest.approx(predict(capped, 2, H200, key, 4))
+    assert predict(capped, 2, H200, few, 4, spills=204) == pytest.approx(predict(capped, 2, H200, few, 4))
     assert predict(capped, 2, H200, many, 4, spills=204) > predict(capped, 2, H200, many, 4)
 
 
 def _grouped_w4_key(n: int, k: int, rows: int, experts: int) -> ProblemKey:
     return ProblemKey(90, DataType.BF16, DataType.U4, BOrder.NK, DataType.BF16, 8, "u4g128", "none", n, k, rows,
                       experts=experts)  # fmt: skip
+
+
+def test_a_32_column_cta_pays_for_its_copies_of_a_beyond_8_rows() -> None:
+    """bf16 W4 on llama3-8b o (4096 x 4096), the 16x32x512 tile against 16x128x256 at their
+    best splits: at M = 16 the narrow CTA took 1.34x the wide one's time (H200, twenty-fourth
+    session), where the model without _NARROW_CTA_RATE put it at 0.83x; at M = 1 unchanged."""
+    bf16 = dict(a_type=DataType.BF16, b_type=DataType.U4, d_type=DataType.BF16)
+    narrow = spec_for(cta=(16, 32, 512), warps=(1, 1, 4), stages=3, **bf16)
+    wide = spec_for(cta=(16, 128, 256), warps=(1, 4, 2), stages=3, **bf16)
+
+    def best(spec, ctas_per_sm: int, m: int) -> float:
+        key = ProblemKey(90, DataType.BF16, DataType.U4, BOrder.NK, DataType.BF16, 8, "u4g128", "none", 4096, 4096, m)
+        return min(predict(spec, ctas_per_sm, H200, key, s) for s in (1, 2, 3, 4))
+
+    assert best(narrow, 4, 16) > best(wide, 2, 16)
+    rows_16 = dequant_time(narrow, 256, 4, H200, 32 * 512, rows=16)
+    assert rows_16 == pytest.approx(dequant_time(narrow, 256, 4, H200, 32 * 512, rows=8) / 0.6)
+    assert dequant_time(wide, 256, 2, H200, 128 * 256, rows=16) == dequant_time(wide, 256, 2, H200, 128 * 256, rows=8)
