@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from codegen.config import ConfigError, default_config_paths, display_path, load_configs
-from codegen.families import Mainloop, families
+from codegen.families import families
 from codegen.vocabulary import KNOWN_ARCHS, BOrder, MmaAtom
 
 FAMILY: dict[str, Any] = {

@@ -4,8 +4,6 @@ compiles without spilling: tests/runtime/test_build.py.)"""
 
 from __future__ import annotations
 
-import pytest
-
 from codegen.spec import KernelSpec
 from codegen.vocabulary import BOrder
 from gemm_runtime.context import infeasible_reason
