@@ -6,7 +6,8 @@ exhaustive search over every feasible (kernel, splits, swizzle).
     python -m bench.dispatch --bits 4 8 --m 1 16 128 --out docs/perf/dispatch_quant.md
 
 With ``--bits``, the weights are quantized (groups of 128) and packed instead: the same
-three choices for weight-only quantized problems.
+three choices for weight-only quantized problems. ``--dtype bf16``: bf16 activations and
+weights (and bf16 scales for the packed ones) instead of fp16.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from bench.quant import DTYPES
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import make_problem
 from gemm_runtime.packed_weight import pack_for_gemm
@@ -38,6 +40,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=420.0, help="stop starting new problems after this many seconds")
     ap.add_argument("--bits", nargs="+", type=int, default=[],
                     help="quantize the weights to these widths (group 128) instead of fp16")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16", help="activations and weights")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "dispatch.md")
     args = ap.parse_args()
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
@@ -46,24 +49,24 @@ def main() -> None:
     t_start = time.perf_counter()
     for model in args.models:
         for layer, (n, k) in shapes[model].items():
-            w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
-            # The weight operands to compare on: fp16 (as nn.Linear's weight.t()) or packed.
-            weights = [("f16", w.t())] if not args.bits else [
+            w = torch.randn(n, k, device="cuda", dtype=DTYPES[args.dtype]) * 0.02
+            # The weight operands to compare on: dense (as nn.Linear's weight.t()) or packed.
+            weights = [(args.dtype, w.t())] if not args.bits else [
                 (f"w{bits}", pack_for_gemm(quantize(w, bits=bits, group_size=128))) for bits in args.bits
             ]
             for label, b in weights:
                 for m in args.m:
                     if time.perf_counter() - t_start > args.budget:
                         break
-                    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-                    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+                    a = torch.randn(m, k, device="cuda", dtype=DTYPES[args.dtype])
+                    out = torch.empty(m, n, device="cuda", dtype=DTYPES[args.dtype])
                     rows.append(_measure(gemm, a, b, out, args.oracle_reps) | dict(model=model, layer=layer, weights=label))
                     r = rows[-1]
                     print(f"{model:11s} {layer:8s} {label:4s} M={m:5d}  oracle {r['oracle']*1e3:9.1f} us  "
                           f"tuned {r['tuned']*1e3:9.1f} us ({r['tuned'] / r['oracle']:.2f}x, {r['tune_s']:.2f} s)  "
                           f"model {r['cost_model']*1e3:9.1f} us ({r['cost_model'] / r['oracle']:.2f}x)  "
                           f"[{r['candidates']} candidates]", flush=True)
-    write(rows, args.out)
+    write(rows, args.out, args.dtype)
 
 
 def _measure(gemm: Gemm, a: torch.Tensor, b, out: torch.Tensor, reps: int) -> dict:
@@ -95,14 +98,14 @@ def _measure(gemm: Gemm, a: torch.Tensor, b, out: torch.Tensor, reps: int) -> di
                 tuned_plan=tuned, best_plan=best, model_plan=model_plan)
 
 
-def write(rows: list[dict], path: Path) -> None:
+def write(rows: list[dict], path: Path, dtype: str = "fp16") -> None:
     tuned = [r["tuned"] / r["oracle"] for r in rows]
     model = [r["cost_model"] / r["oracle"] for r in rows]
     lines = [
         "# Dispatch quality",
         "",
         f"Measured {datetime.date.today().isoformat()} on {torch.cuda.get_device_name()} by `python -m bench.dispatch`: "
-        "fp16 activations; B fp16 as N x K, or packed 4/8-bit weights (`weights`). `oracle`: the fastest of every feasible (kernel, splits, swizzle), each timed "
+        f"{dtype} activations; B {dtype} as N x K, or packed 4/8-bit weights (`weights`). `oracle`: the fastest of every feasible (kernel, splits, swizzle), each timed "
         "(CUDA events, L2 flushed, median). `tuned`: the MEASURE policy's choice. `model`: the cost model's "
         "choice alone. Ratios are time / oracle time (1.00 is optimal).",
         "",
