@@ -457,56 +457,33 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 desc_a, u64 desc
 // wgmma_fence() is needed after writing them, as for the accumulators.
 // N = 8 to 32 are the decode widths: a few tokens' columns, so that the tensor cores do
 // not multiply 64 columns of which one is a token.
+// The operand type from Kind, as GEMM_WGMMA_SS_ALL (inline asm takes only literal strings).
+#define GEMM_WGMMA_RS_ALL(SHAPE, DLIST, IA, IB, IS, ...)               \
+  if constexpr (kWgmmaBF16<Kind>) {                                    \
+    GEMM_WGMMA_RS(SHAPE, ".bf16.bf16", DLIST, IA, IB, IS, __VA_ARGS__); \
+  } else {                                                             \
+    GEMM_WGMMA_RS(SHAPE, ".f16.f16", DLIST, IA, IB, IS, __VA_ARGS__);   \
+  }
+
 template <int N, class Kind>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, bool scale_d) {
   static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
                 "wgmma_rs: N is 8, 16, 32, 64, 128 or 256");
   if constexpr (N == 8) {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_RS("m64n8k16", ".bf16.bf16", "%0, %1, %2, %3", "%4, %5, %6, %7", 8, 9, GEMM_WGMMA_ACC4(d, 0));
-    } else {
-      GEMM_WGMMA_RS("m64n8k16", ".f16.f16", "%0, %1, %2, %3", "%4, %5, %6, %7", 8, 9, GEMM_WGMMA_ACC4(d, 0));
-    }
+    GEMM_WGMMA_RS_ALL("m64n8k16", "%0, %1, %2, %3", "%4, %5, %6, %7", 8, 9, GEMM_WGMMA_ACC4(d, 0))
   } else if constexpr (N == 16) {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_RS("m64n16k16", ".bf16.bf16", GEMM_WGMMA_D0_7, "%8, %9, %10, %11", 12, 13, GEMM_WGMMA_ACC8(d, 0));
-    } else {
-      GEMM_WGMMA_RS("m64n16k16", ".f16.f16", GEMM_WGMMA_D0_7, "%8, %9, %10, %11", 12, 13, GEMM_WGMMA_ACC8(d, 0));
-    }
+    GEMM_WGMMA_RS_ALL("m64n16k16", GEMM_WGMMA_D0_7, "%8, %9, %10, %11", 12, 13, GEMM_WGMMA_ACC8(d, 0))
   } else if constexpr (N == 32) {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_RS("m64n32k16", ".bf16.bf16", GEMM_WGMMA_D0_15, "%16, %17, %18, %19", 20, 21,
-                    GEMM_WGMMA_ACC8(d, 0), GEMM_WGMMA_ACC8(d, 8));
-    } else {
-      GEMM_WGMMA_RS("m64n32k16", ".f16.f16", GEMM_WGMMA_D0_15, "%16, %17, %18, %19", 20, 21,
-                    GEMM_WGMMA_ACC8(d, 0), GEMM_WGMMA_ACC8(d, 8));
-    }
+    GEMM_WGMMA_RS_ALL("m64n32k16", GEMM_WGMMA_D0_15, "%16, %17, %18, %19", 20, 21, GEMM_WGMMA_ACC8(d, 0),
+                      GEMM_WGMMA_ACC8(d, 8))
   } else if constexpr (N == 64) {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_RS("m64n64k16", ".bf16.bf16", GEMM_WGMMA_D0_31, "%32, %33, %34, %35", 36, 37,
-                    GEMM_WGMMA_ACC32(d, 0));
-    } else {
-      GEMM_WGMMA_RS("m64n64k16", ".f16.f16", GEMM_WGMMA_D0_31, "%32, %33, %34, %35", 36, 37,
-                    GEMM_WGMMA_ACC32(d, 0));
-    }
+    GEMM_WGMMA_RS_ALL("m64n64k16", GEMM_WGMMA_D0_31, "%32, %33, %34, %35", 36, 37, GEMM_WGMMA_ACC32(d, 0))
   } else if constexpr (N == 128) {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_RS("m64n128k16", ".bf16.bf16", GEMM_WGMMA_D64, "%64, %65, %66, %67", 68, 69,
-                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32));
-    } else {
-      GEMM_WGMMA_RS("m64n128k16", ".f16.f16", GEMM_WGMMA_D64, "%64, %65, %66, %67", 68, 69,
-                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32));
-    }
+    GEMM_WGMMA_RS_ALL("m64n128k16", GEMM_WGMMA_D64, "%64, %65, %66, %67", 68, 69, GEMM_WGMMA_ACC32(d, 0),
+                      GEMM_WGMMA_ACC32(d, 32))
   } else {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_RS("m64n256k16", ".bf16.bf16", GEMM_WGMMA_D128, "%128, %129, %130, %131", 132, 133,
-                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
-                    GEMM_WGMMA_ACC32(d, 96));
-    } else {
-      GEMM_WGMMA_RS("m64n256k16", ".f16.f16", GEMM_WGMMA_D128, "%128, %129, %130, %131", 132, 133,
-                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
-                    GEMM_WGMMA_ACC32(d, 96));
-    }
+    GEMM_WGMMA_RS_ALL("m64n256k16", GEMM_WGMMA_D128, "%128, %129, %130, %131", 132, 133, GEMM_WGMMA_ACC32(d, 0),
+                      GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64), GEMM_WGMMA_ACC32(d, 96))
   }
 }
 
@@ -519,25 +496,11 @@ template <int N, class Kind>
 __device__ __forceinline__ void wgmma_rs_prefix(float (&d)[128], const u32 (&a)[4], u64 desc_b, bool scale_d) {
   static_assert(N == 64 || N == 128, "wgmma_rs_prefix: 64 or 128 of 256 tokens");
   if constexpr (N == 64) {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_RS("m64n64k16", ".bf16.bf16", GEMM_WGMMA_D0_31, "%128, %129, %130, %131", 132, 133,
-                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
-                    GEMM_WGMMA_ACC32(d, 96));
-    } else {
-      GEMM_WGMMA_RS("m64n64k16", ".f16.f16", GEMM_WGMMA_D0_31, "%128, %129, %130, %131", 132, 133,
-                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
-                    GEMM_WGMMA_ACC32(d, 96));
-    }
+    GEMM_WGMMA_RS_ALL("m64n64k16", GEMM_WGMMA_D0_31, "%128, %129, %130, %131", 132, 133, GEMM_WGMMA_ACC32(d, 0),
+                      GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64), GEMM_WGMMA_ACC32(d, 96))
   } else {
-    if constexpr (kWgmmaBF16<Kind>) {
-      GEMM_WGMMA_RS("m64n128k16", ".bf16.bf16", GEMM_WGMMA_D64, "%128, %129, %130, %131", 132, 133,
-                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
-                    GEMM_WGMMA_ACC32(d, 96));
-    } else {
-      GEMM_WGMMA_RS("m64n128k16", ".f16.f16", GEMM_WGMMA_D64, "%128, %129, %130, %131", 132, 133,
-                    GEMM_WGMMA_ACC32(d, 0), GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64),
-                    GEMM_WGMMA_ACC32(d, 96));
-    }
+    GEMM_WGMMA_RS_ALL("m64n128k16", GEMM_WGMMA_D64, "%128, %129, %130, %131", 132, 133, GEMM_WGMMA_ACC32(d, 0),
+                      GEMM_WGMMA_ACC32(d, 32), GEMM_WGMMA_ACC32(d, 64), GEMM_WGMMA_ACC32(d, 96))
   }
 }
 
@@ -545,6 +508,7 @@ __device__ __forceinline__ void wgmma_rs_prefix(float (&d)[128], const u32 (&a)[
 #undef GEMM_WGMMA_SS_ALL
 #undef GEMM_WGMMA_SS_N
 #undef GEMM_WGMMA_RS
+#undef GEMM_WGMMA_RS_ALL
 #undef GEMM_WGMMA_D64
 #undef GEMM_WGMMA_D128
 #undef GEMM_WGMMA_D0_7
