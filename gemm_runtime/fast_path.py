@@ -69,22 +69,53 @@ def signature(a, b_part: tuple, out, c, bias, read_c: bool, extra: tuple) -> tup
     )  # fmt: skip
 
 
-class FastPlan(NamedTuple):
+class KeptLaunch(NamedTuple):
+    """One kernel's launch whose parameter block is kept between calls and rewritten in
+    place: what a matmul and a grouped replay share."""
+
     launch: object  # cuda.bindings' cuLaunchKernel
     function: object  # the CUfunction
     grid: tuple[int, int, int]
     threads: int
     smem: int
     stream: object  # the CUstream of the launch
-    params: object  # ctypes buffer holding the packed parameter struct (the template)
+    params: object  # ctypes buffer holding the parameter block
     args: int  # address of the one-entry void* array pointing at ``params``
     lock: object  # guards ``params`` and ``last`` from the write to the launch (which copies them)
     last: list  # [the values ``params`` holds now]: a call with the same ones rewrites nothing
+    keep: object  # the args array, alive as long as ``args`` is used
+
+    @classmethod
+    def build(cls, function, grid, threads: int, smem: int, stream: int, block: bytes) -> "KeptLaunch":
+        """``function``: the kernel's LoadedFunction; ``stream``: a raw handle; ``block``:
+        the validated launch's parameter block."""
+        params = ctypes.create_string_buffer(block, len(block))
+        args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+        launch, handle, stream_obj = function.launcher(stream)
+        return cls(launch, handle, grid, threads, smem, stream_obj, params, ctypes.addressof(args), threading.Lock(),
+                   [None], args)  # fmt: skip
+
+    def __call__(self, values: tuple, write) -> None:
+        """Launch with the block holding ``values``; where they differ from the last
+        call's, ``write(params, last values or None, values)`` rewrites it first."""
+        gx, gy, gz = self.grid
+        with self.lock:
+            last = self.last[0]
+            if last != values:
+                write(self.params, last, values)
+                self.last[0] = values
+            (err,) = self.launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, self.stream, self.args, 0)
+        if err:
+            raise CudaError("cuLaunchKernel", err)
+
+
+class FastPlan(NamedTuple):
+    kernel: KeptLaunch  # the parameter block holds (a, b, c, d, v, bias, alpha, beta)
     a_bytes: int  # spans of A, B and D, for the aliasing check
     b_bytes: int
     d_bytes: int
     version: int
-    keep: tuple  # what the parameters point at that must stay alive (workspace, the args array)
+    keep: tuple  # what the parameters point at that must stay alive (workspace)
     rows: int  # A as (rows, K): a's leading dimensions flattened
     k: int
     out_shape: tuple[int, ...]  # of an output matmul allocates
@@ -101,11 +132,8 @@ class FastPlan(NamedTuple):
               keep: tuple, shape: tuple, offset: int = 0, maps=None, unpack=None) -> "FastPlan":  # fmt: skip
         """``function``: the kernel's LoadedFunction; ``stream``: a raw handle;
         ``template``: the parameter block, GemmParams at ``offset``."""
-        params = ctypes.create_string_buffer(template, len(template))
-        args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-        launch, handle, stream_obj = function.launcher(stream)
-        return cls(launch, handle, grid, threads, smem, stream_obj, params, ctypes.addressof(args), threading.Lock(),
-                   [None], *spans, version, (*keep, args), *shape, offset, maps or None, unpack)  # fmt: skip
+        kernel = KeptLaunch.build(function, grid, threads, smem, stream, template)
+        return cls(kernel, *spans, version, keep, *shape, offset, maps or None, unpack)
 
     def replay(self, a, b_ptr: int, v_ptr: int, out, c, bias, alpha: float, beta: float) -> torch.Tensor:
         """``Gemm.matmul`` for arguments of this plan's signature (B and V by pointer)."""
@@ -129,23 +157,18 @@ class FastPlan(NamedTuple):
     def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int, v: int = 0) -> None:
         if (d < a + self.a_bytes and a < d + self.d_bytes) or (d < b + self.b_bytes and b < d + self.d_bytes):
             raise GemmArgumentError("D", "memory overlapping A or B", "an output that does not alias its inputs")
-        buf, (gx, gy, gz), values, at = self.params, self.grid, (a, b, c, d, v, bias, alpha, beta), self.offset
-        with self.lock:
-            last = self.last[0]
-            if last != values:
-                if self.maps is not None and (
-                    last is None or last[0] != a or last[1] != b or last[3] != d or last[4] != v
-                ):
-                    # NOTE: a descriptor holds its operand's address: one for the last
-                    # call's A, B, D or V would read or write the old tensor.
-                    ctypes.memmove(buf, self.maps(a, b, d, v), at)
-                _OPERANDS.pack_into(buf, at, a, b, c, d, 0, v)
-                _SCALARS.pack_into(buf, at + _ALPHA, alpha, beta)
-                _POINTER.pack_into(buf, at + _BIAS, bias)
-                self.last[0] = values
-            (err,) = self.launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, self.stream, self.args, 0)
-        if err:
-            raise CudaError("cuLaunchKernel", err)
+        self.kernel((a, b, c, d, v, bias, alpha, beta), self._write)
+
+    def _write(self, buf, last: tuple | None, values: tuple) -> None:
+        a, b, c, d, v, bias, alpha, beta = values
+        at = self.offset
+        if self.maps is not None and (last is None or last[0] != a or last[1] != b or last[3] != d or last[4] != v):
+            # NOTE: a descriptor holds its operand's address: one for the last call's A,
+            # B, D or V would read or write the old tensor.
+            ctypes.memmove(buf, self.maps(a, b, d, v), at)
+        _OPERANDS.pack_into(buf, at, a, b, c, d, 0, v)
+        _SCALARS.pack_into(buf, at + _ALPHA, alpha, beta)
+        _POINTER.pack_into(buf, at + _BIAS, bias)
 
 
 class FastPlans:

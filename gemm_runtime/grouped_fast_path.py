@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import ctypes
 import struct
-import threading
 from typing import NamedTuple
 
 import torch
 
 from codegen.params import PARAM_OFFSETS
-from gemm_runtime.errors import CudaError
-from gemm_runtime.fast_path import tensor_part
+from gemm_runtime.fast_path import KeptLaunch, tensor_part
 from gemm_runtime.grouped import kernel_routing, sorted_rows
 
 # The block's fields a replay writes, in this order.
@@ -51,34 +49,22 @@ def grouped_signature(x, w_part: tuple, offsets, index, row_scale, bias, c, out,
 
 
 class GroupedFastPlan(NamedTuple):
-    launch: object  # cuda.bindings' cuLaunchKernel
-    function: object  # the CUfunction
-    grid: tuple[int, int, int]
-    threads: int
-    smem: int
-    stream: object  # the CUstream of the launch
+    kernel: KeptLaunch  # the block holds the values of _FIELDS, then alpha and beta
     stream_handle: int
-    params: object  # ctypes buffer holding the parameter block (tensor maps, then GemmParams)
-    args: int  # address of the one-entry void* array pointing at ``params``
-    lock: object  # guards ``params`` and ``last`` from the write to the launch (which copies them)
-    last: list  # [the values ``params`` holds now]
     offset: int  # where GemmParams starts in the block
     maps: object  # grouped.GroupedMaps, or None
     gathered: bool  # A's rows gathered into sorted order before the launch (a TMA kernel with an index)
     out_shape: tuple[int, int]
     version: int
-    keep: tuple  # what the parameters point at that must stay alive (workspace, the args array)
+    keep: tuple  # what the parameters point at that must stay alive (workspace)
 
     @classmethod
     def build(cls, function, grid, threads: int, smem: int, stream: int, block: bytes, offset: int, maps,
               gathered: bool, out_shape: tuple[int, int], version: int, keep: tuple) -> "GroupedFastPlan":  # fmt: skip
         """``function``: the kernel's LoadedFunction; ``stream``: a raw handle; ``block``:
         the validated launch's parameter block, GemmParams at ``offset``."""
-        params = ctypes.create_string_buffer(block, len(block))
-        args = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-        launch, handle, stream_obj = function.launcher(stream)
-        return cls(launch, handle, grid, threads, smem, stream_obj, stream, params, ctypes.addressof(args),
-                   threading.Lock(), [None], offset, maps, gathered, out_shape, version, (*keep, args))  # fmt: skip
+        kernel = KeptLaunch.build(function, grid, threads, smem, stream, block)
+        return cls(kernel, stream, offset, maps, gathered, out_shape, version, keep)
 
     def replay(self, x, b: int, v: int, offsets, index, row_scale, bias, c, out, alpha: float,
                beta: float) -> torch.Tensor:  # fmt: skip
@@ -94,21 +80,15 @@ class GroupedFastPlan(NamedTuple):
                   0 if row_scale is None else row_scale.data_ptr(), v, 0 if bias is None else bias.data_ptr(),
                   offsets.data_ptr(), 0 if gather is None else gather.data_ptr(), alpha,
                   beta if c is not None else 0.0)  # fmt: skip
-        buf, at = self.params, self.offset
-        with self.lock:
-            last = self.last[0]
-            if last != values:
-                if self.maps is not None and (last is None or any(last[i] != values[i] for i in _MAPPED)):
-                    # NOTE: a descriptor holds its operand's address: one for the last
-                    # call's A, B, V or D would read or write the old tensor.
-                    ctypes.memmove(buf, self.maps(values[0], b, v, values[3]), at)
-                for name, value in zip(_FIELDS, values):
-                    _POINTER.pack_into(buf, at + PARAM_OFFSETS[name], value)
-                _SCALARS.pack_into(buf, at + PARAM_OFFSETS["alpha"], alpha, values[10])
-                self.last[0] = values
-            gx, gy, gz = self.grid
-            (err,) = self.launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, self.stream, self.args, 0)
-        if err:
-            raise CudaError("cuLaunchKernel", err)
+        self.kernel(values, self._write)
         return out
 
+    def _write(self, buf, last: tuple | None, values: tuple) -> None:
+        at = self.offset
+        if self.maps is not None and (last is None or any(last[i] != values[i] for i in _MAPPED)):
+            # NOTE: a descriptor holds its operand's address: one for the last call's A,
+            # B, V or D would read or write the old tensor.
+            ctypes.memmove(buf, self.maps(values[0], values[1], values[5], values[3]), at)
+        for name, value in zip(_FIELDS, values):
+            _POINTER.pack_into(buf, at + PARAM_OFFSETS[name], value)
+        _SCALARS.pack_into(buf, at + PARAM_OFFSETS["alpha"], values[9], values[10])

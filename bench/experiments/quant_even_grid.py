@@ -64,7 +64,7 @@ def main() -> None:
                         finally:
                             Sm90QuantFamily.grid = STREAM_K_GRID
                         (ready,) = g._fast._plans.values()
-                        grids.append(ready.grid[0])
+                        grids.append(ready.kernel.grid[0])
                     label = f"W{bits} {model} {layer} M={m} {kern.spec.name} ({plan.splits})"
                     if grids[0] == grids[1]:
                         print(f"{label}: grid {grids[0]} either way", flush=True)

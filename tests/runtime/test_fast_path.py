@@ -143,7 +143,7 @@ def test_a_d_without_a_tensor_map_keeps_zeros_where_its_descriptor_would_be(monk
     plan, fn, drv = _plan(monkeypatch, SM90_SPEC)
     prob_maps = launch.TensorMaps(SM90_SPEC, Problem(make_key(DataType.F16, BOrder.NK, DataType.F16, 1000, 500, 1000,
                                   arch=90), A0, B0, C0, D0, 1000, 1000, 500, 500, True))  # fmt: skip
-    plan = plan._replace(maps=prob_maps, last=[None])
+    plan = plan._replace(maps=prob_maps, kernel=plan.kernel._replace(last=[None]))
     drv.calls.clear()
     for d in (D0, D0 + 0x2000):
         plan.run(A0, B0, C0, d, 1.0, 1.0, 0)

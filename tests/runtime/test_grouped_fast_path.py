@@ -113,7 +113,7 @@ def test_a_replay_launches_the_block_the_validating_path_builds(kinds, monkeypat
         assert tuple(out.shape) == (TOKENS, N) and out.dtype == torch.float16
         assert "out" not in args or out is args["out"]
         assert fn.blocks[-1] == _expected(kernel, args, out, None, alpha, beta)
-    assert len(fn.launches) == 3 and fn.launches[-1][1] == plan.grid
+    assert len(fn.launches) == 3 and fn.launches[-1][1] == plan.kernel.grid
 
 
 @pytest.mark.parametrize("kinds", KINDS, ids=lambda k: "+".join(k) or "plain")
