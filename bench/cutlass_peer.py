@@ -47,6 +47,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -919,26 +920,32 @@ def measure_cublas(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str
     return {"ms": ms, "tflops": tflops(m, n, k, ms), "rel_err": rel_error(d, ref)}
 
 
-def benchmark_shape(dtype: torch.dtype, order: str, shape: tuple[int, int, int],
-                    variants: list[AnyVariant], jobs: int | None, ours_build: Path | None = None) -> dict[str, Any]:
+def benchmark_shape(dtype: torch.dtype, order: str, shape: tuple[int, int, int], variants: list[AnyVariant],
+                    jobs: int | None, ours_build: Path | None = None, ours_tuned: bool = False) -> dict[str, Any]:
     m, n, k = shape
     p = make_problem(dtype, m, n, k, order)
     _, rows = best_of(p["a"], p["b"], p["d"], order, variants, jobs, ref=p["ref"])
     cublas = measure_cublas(p["a"], p["b"], p["d"], order, p["ref"])
-    ours = measure_ours(p["a"], p["b"], p["d"], order, p["ref"], ours_build)
+    ours = {"ours": measure_ours(p["a"], p["b"], p["d"], order, p["ref"], ours_build)}
+    if ours_tuned:
+        ours["ours_tuned"] = measure_ours(p["a"], p["b"], p["d"], order, p["ref"], ours_build, tuned=True)
     best = fastest(rows)
     del p
     torch.cuda.empty_cache()
     return {"dtype": dtype_name(dtype), "order": order, "m": m, "n": n, "k": k, "cutlass_best": best,
-            "cublas": cublas, "ours": ours, "ratio": cublas["ms"] / best["ms"] if best else None, "variants": rows}
+            "cublas": cublas, **ours, "ratio": cublas["ms"] / best["ms"] if best else None, "variants": rows}
 
 
 def measure_ours(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str, ref: torch.Tensor,
-                 build_dir: Path | None = None) -> dict[str, Any]:
+                 build_dir: Path | None = None, tuned: bool = False) -> dict[str, Any]:
     """This project's kernel for the problem as default dispatch picks it (the cost
     model), from the build in ``build_dir`` (default build/: another build holds, e.g.,
-    the SM80 family alone); {"status": reason} where there is none."""
+    the SM80 family alone); with ``tuned``, as the tuner picks it (the plan a user who
+    tunes gets, beside CUTLASS's best variant). {"status": reason} where there is none;
+    else with the plan timed."""
+    from bench.dense import _problem_key
     from bench.timing import median_ms
+    from gemm_runtime.types import DispatchPolicy, Operation
 
     try:
         from gemm_runtime import Gemm
@@ -949,12 +956,15 @@ def measure_ours(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str, 
     m, n, k = problem_dims(a.shape, b.shape, d.shape, order)
     b_kn = logical_b(b, order)
     fn = lambda: gemm.matmul(a, b_kn, out=d)  # noqa: E731
+    if tuned:  # MEASURE tunes on every call: once, then default dispatch finds the entry
+        gemm.matmul(a, b_kn, out=d, operation=Operation(dispatch=DispatchPolicy.MEASURE))
     d.fill_(float("nan"))
     fn()
     torch.cuda.synchronize()
     err = rel_error(d, ref)
     ms = median_ms(fn)
-    return {"status": "ok", "ms": ms, "tflops": tflops(m, n, k, ms), "rel_err": err}
+    return {"status": "ok", "ms": ms, "tflops": tflops(m, n, k, ms), "rel_err": err,
+            "plan": gemm.select(_problem_key(gemm, a, b_kn, d)).to_json()}
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -1087,20 +1097,45 @@ def probe(cache_base: Path | None, dtype: torch.dtype, size: int = 2048,
             "compile_s": state["compiled"].compile_s, "tflops": state["tflops"]}
 
 
+def _ours_cells(r: dict[str, Any], column: str) -> list[str]:
+    """TFLOP/s, / cuBLAS and / CUTLASS's best of one of this project's columns."""
+    ours, best = r.get(column) or {}, r["cutlass_best"]
+    if ours.get("status") != "ok":
+        return ["-", "-", "-"]
+    return [f"{ours['tflops']:.0f}", f"{r['cublas']['ms'] / ours['ms']:.2f}",
+            f"{best['ms'] / ours['ms']:.2f}" if best else "-"]
+
+
+def ours_over_cutlass(results: list[dict[str, Any]], column: str = "ours") -> list[float]:
+    """CUTLASS's best time / ours per problem where both ran (above 1: ours faster)."""
+    return [r["cutlass_best"]["ms"] / r[column]["ms"] for r in results
+            if r["cutlass_best"] and (r.get(column) or {}).get("status") == "ok"]
+
+
 def print_table(results: list[dict[str, Any]]) -> None:
-    print("\n| dtype | B | M | N | K | CUTLASS best TFLOP/s | variant | cuBLAS TFLOP/s | CUTLASS/cuBLAS | ours TFLOP/s "
-          "| ours/cuBLAS |")
-    print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    tuned = any("ours_tuned" in r for r in results)
+    head = ["dtype", "B", "M", "N", "K", "CUTLASS best TFLOP/s", "variant", "cuBLAS TFLOP/s", "CUTLASS/cuBLAS",
+            "ours TFLOP/s", "ours/cuBLAS", "ours/CUTLASS"]
+    if tuned:
+        head += ["ours tuned TFLOP/s", "tuned/cuBLAS", "tuned/CUTLASS", "tuned plan"]
+    print("\n| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" if h in ("dtype", "B", "variant", "tuned plan") else "---:" for h in head) + "|")
     for r in results:
         best = r["cutlass_best"]
-        cut = f"{best['tflops']:.0f}" if best else "none ran"
-        ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
-        ours = r.get("ours") or {}
-        mine, mine_ratio = ("-", "-") if ours.get("status") != "ok" else (
-            f"{ours['tflops']:.0f}", f"{r['cublas']['ms'] / ours['ms']:.2f}")
-        print(f"| {r['dtype']} | {r['order']} | {r['m']} | {r['n']} | {r['k']} | {cut} | "
-              f"{best['variant'] if best else '-'} | {r['cublas']['tflops']:.0f} | {ratio} | {mine} | {mine_ratio} |")
-    print("CUTLASS/cuBLAS above 1: CUTLASS faster. Medians of CUDA-event times, L2 flushed before each repetition.")
+        cells = [r["dtype"], r["order"], str(r["m"]), str(r["n"]), str(r["k"]),
+                 f"{best['tflops']:.0f}" if best else "none ran", best["variant"] if best else "-",
+                 f"{r['cublas']['tflops']:.0f}", f"{r['ratio']:.2f}" if r["ratio"] else "-", *_ours_cells(r, "ours")]
+        if tuned:
+            plan = (r.get("ours_tuned") or {}).get("plan")
+            cells += [*_ours_cells(r, "ours_tuned"), "-" if not plan else
+                      f"{plan['kernel']} split {plan['splits']} swizzle {plan['swizzle']}"]
+        print("| " + " | ".join(cells) + " |")
+    for column in ("ours", "ours_tuned") if tuned else ("ours",):
+        ratios = ours_over_cutlass(results, column)
+        if ratios:
+            print(f"{column} / CUTLASS's best: median {statistics.median(ratios):.3f} (min {min(ratios):.2f}, "
+                  f"max {max(ratios):.2f}, {len(ratios)} problems)")
+    print("Ratios above 1: the first named is faster. Medians of CUDA-event times, L2 flushed before each repetition.")
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
@@ -1129,7 +1164,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     for dtype in args.dtype:
         for order in args.order:
             for shape in args.shapes:
-                r = benchmark_shape(dtype, order, shape, variants, args.jobs, args.ours_build)
+                r = benchmark_shape(dtype, order, shape, variants, args.jobs, args.ours_build, args.ours_tuned)
                 for row in r["variants"]:
                     status = f"{row.get('tflops', 0):7.0f} TFLOP/s" if row["status"] == "ok" else \
                         f"{row['status']}: {row.get('error', '')[:160]}"
@@ -1160,6 +1195,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated subset of: {', '.join(v.name for v in ALL_VARIANTS)}")
     ap.add_argument("--ours-build", type=Path, default=None,
                     help="the build this project's column loads (default build/; e.g. one of the SM80 family alone)")
+    ap.add_argument("--ours-tuned", action="store_true",
+                    help="also time this project's tuned plan per problem (the tuner's pick, beside CUTLASS's best)")
     ap.add_argument("--jobs", type=int, default=None, help=f"nvcc runs at a time (default: up to {DEFAULT_MAX_JOBS})")
     ap.add_argument("--cache-dir", type=Path, default=None, help=f"compile cache (default ${CACHE_ENV} or {DEFAULT_CACHE})")
     ap.add_argument("--out", type=Path, default=None, help="JSON of the results, or of why the peer is unavailable")

@@ -68,10 +68,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="times each (kernel, problem) is timed per variant")
     ap.add_argument("--build-only", type=Path, help="build the default set's sm80 fp16/bf16 'nk' kernels there "
                     "(e.g. for bench.cutlass_peer --ours-build) and stop")  # fmt: skip
+    ap.add_argument("--with-candidates", action="store_true",
+                    help="with --build-only: the default set's prefill tiles and prefill_tiles.yaml's candidates")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm80_variants_"))
     if args.build_only:
-        build_mod.build(sm80_manifest(work, candidates=False), args.build_only, archs=[90], progress=False)
+        gen = sm80_manifest(work, candidates=args.with_candidates)
+        build_mod.build(gen, args.build_only, archs=[90], progress=False)
         return
     gen = sm80_manifest(work)
     tensors = problem_tensors(PROBLEMS, torch.float16)

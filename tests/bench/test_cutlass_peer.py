@@ -312,9 +312,35 @@ def test_the_table_puts_this_projects_kernel_beside_cutlass_and_cublas(capsys):
     from bench.cutlass_peer import print_table
 
     row = {"dtype": "bf16", "order": "nk", "m": 8192, "n": 8192, "k": 8192, "ratio": 0.9,
-           "cutlass_best": {"tflops": 700.0, "variant": "coop_128x256x64_c1x1"},
+           "cutlass_best": {"tflops": 700.0, "variant": "coop_128x256x64_c1x1", "ms": 1.1},
            "cublas": {"tflops": 800.0, "ms": 1.0}}  # fmt: skip
     print_table([dict(row, ours={"status": "ok", "tflops": 780.0, "ms": 1.25}), dict(row, ours={"status": "no build"})])
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| bf16")]
-    assert lines[0].endswith("| 700 | coop_128x256x64_c1x1 | 800 | 0.90 | 780 | 0.80 |")
-    assert lines[1].endswith("| 800 | 0.90 | - | - |")
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("| bf16")]
+    assert lines[0].endswith("| 700 | coop_128x256x64_c1x1 | 800 | 0.90 | 780 | 0.80 | 0.88 |")
+    assert lines[1].endswith("| 800 | 0.90 | - | - | - |")
+    assert "ours / CUTLASS's best: median 0.880 (min 0.88, max 0.88, 1 problems)" in out
+    assert "tuned" not in out
+
+
+def test_the_tuned_column_names_its_plan_and_its_own_median(capsys):
+    from bench.cutlass_peer import ours_over_cutlass, print_table
+
+    def row(cutlass_ms: float, ours_ms: float, tuned_ms: float | None) -> dict:
+        tuned = {"status": "no build"} if tuned_ms is None else {
+            "status": "ok", "tflops": 1.0 / tuned_ms, "ms": tuned_ms, "plan": {"kernel": "k1", "splits": 2, "swizzle": 3}}
+        return {"dtype": "fp16", "order": "nk", "m": 1024, "n": 4096, "k": 4096, "ratio": 1.0,
+                "cutlass_best": {"tflops": 1.0 / cutlass_ms, "variant": "sm80_v", "ms": cutlass_ms},
+                "cublas": {"tflops": 1.0, "ms": 1.0}, "ours": {"status": "ok", "tflops": 1.0 / ours_ms, "ms": ours_ms},
+                "ours_tuned": tuned}  # fmt: skip
+
+    results = [row(1.0, 1.25, 1.0), row(1.0, 1.0, 0.8), row(1.0, 2.0, None)]
+    assert ours_over_cutlass(results) == [0.8, 1.0, 0.5]
+    assert ours_over_cutlass(results, "ours_tuned") == [1.0, 1.25]  # the problem whose tuning failed is left out
+    print_table(results)
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("| fp16")]
+    assert lines[0].endswith("| 0.80 | 1 | 1.00 | 1.00 | k1 split 2 swizzle 3 |")
+    assert lines[2].endswith("| - | - | - | - |")
+    assert "ours / CUTLASS's best: median 0.800 (min 0.50, max 1.00, 3 problems)" in out
+    assert "ours_tuned / CUTLASS's best: median 1.125 (min 1.00, max 1.25, 2 problems)" in out
