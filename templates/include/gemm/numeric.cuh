@@ -11,6 +11,14 @@ struct Half {
   static constexpr int kBytes = 2;
   __device__ __forceinline__ static float to_f32(Storage v) { return f16_to_f32(v); }
   __device__ __forceinline__ static Storage from_f32(float v) { return f32_to_f16(v); }
+#if __CUDA_ARCH__ >= 800
+  // Two values rounded as the single conversion rounds them; `b` in the high half.
+  __device__ __forceinline__ static u32 pack_x2(float a, float b) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // the first source is the high half
+    return r;
+  }
+#endif
 };
 
 struct BFloat16 {
@@ -19,6 +27,13 @@ struct BFloat16 {
   static constexpr int kBytes = 2;
   __device__ __forceinline__ static float to_f32(Storage v) { return bf16_to_f32(v); }
   __device__ __forceinline__ static Storage from_f32(float v) { return f32_to_bf16(v); }
+#if __CUDA_ARCH__ >= 800
+  __device__ __forceinline__ static u32 pack_x2(float a, float b) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // the first source is the high half
+    return r;
+  }
+#endif
 };
 
 struct Float32 {
@@ -57,42 +72,20 @@ struct QuantBits<U8> {
 // NOTE: on sm_80 and later one cvt packs both halves (f16x2 / bf16x2, round to nearest
 // even like the single conversions): ptxas does not fuse two conversions and a
 // shift-or into it, and the SM90 epilogue packs every accumulator pair.
+// The primary template serves the 16-bit types (Half, BFloat16): one u32, `a` low.
 template <class T>
-struct Pair;
-
-template <>
-struct Pair<Half> {
+struct Pair {
   using Type = u32;
   __device__ __forceinline__ static Type pack(float a, float b) {
 #if __CUDA_ARCH__ >= 800
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // the first source is the high half
-    return r;
+    return T::pack_x2(a, b);
 #else
-    return static_cast<u32>(Half::from_f32(a)) | (static_cast<u32>(Half::from_f32(b)) << 16);
+    return static_cast<u32>(T::from_f32(a)) | (static_cast<u32>(T::from_f32(b)) << 16);
 #endif
   }
   __device__ __forceinline__ static void unpack(Type v, float& a, float& b) {
-    a = Half::to_f32(static_cast<u16>(v & 0xffffu));
-    b = Half::to_f32(static_cast<u16>(v >> 16));
-  }
-};
-
-template <>
-struct Pair<BFloat16> {
-  using Type = u32;
-  __device__ __forceinline__ static Type pack(float a, float b) {
-#if __CUDA_ARCH__ >= 800
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // the first source is the high half
-    return r;
-#else
-    return static_cast<u32>(BFloat16::from_f32(a)) | (static_cast<u32>(BFloat16::from_f32(b)) << 16);
-#endif
-  }
-  __device__ __forceinline__ static void unpack(Type v, float& a, float& b) {
-    a = BFloat16::to_f32(static_cast<u16>(v & 0xffffu));
-    b = BFloat16::to_f32(static_cast<u16>(v >> 16));
+    a = T::to_f32(static_cast<u16>(v & 0xffffu));
+    b = T::to_f32(static_cast<u16>(v >> 16));
   }
 };
 
