@@ -6,12 +6,6 @@
 
 namespace gemm {
 
-// std::is_same without the standard library (NVRTC compiles without system headers).
-template <class A, class B>
-inline constexpr bool kSame = false;
-template <class A>
-inline constexpr bool kSame<A, A> = true;
-
 // MMA atoms: the instruction a warp tile is built from.
 struct AtomM16N8K16 {};  // sm_80+
 struct AtomM16N8K8 {};   // sm_75+ (bf16: sm_80+)

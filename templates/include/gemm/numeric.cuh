@@ -5,20 +5,18 @@
 
 namespace gemm {
 
+// std::is_same without the standard library (NVRTC compiles without system headers).
+template <class A, class B>
+inline constexpr bool kSame = false;
+template <class A>
+inline constexpr bool kSame<A, A> = true;
+
 struct Half {
   using Storage = u16;
   using MmaKind = MmaF16;
   static constexpr int kBytes = 2;
   __device__ __forceinline__ static float to_f32(Storage v) { return f16_to_f32(v); }
   __device__ __forceinline__ static Storage from_f32(float v) { return f32_to_f16(v); }
-#if __CUDA_ARCH__ >= 800
-  // Two values rounded as the single conversion rounds them; `b` in the high half.
-  __device__ __forceinline__ static u32 pack_x2(float a, float b) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // the first source is the high half
-    return r;
-  }
-#endif
 };
 
 struct BFloat16 {
@@ -27,13 +25,6 @@ struct BFloat16 {
   static constexpr int kBytes = 2;
   __device__ __forceinline__ static float to_f32(Storage v) { return bf16_to_f32(v); }
   __device__ __forceinline__ static Storage from_f32(float v) { return f32_to_bf16(v); }
-#if __CUDA_ARCH__ >= 800
-  __device__ __forceinline__ static u32 pack_x2(float a, float b) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // the first source is the high half
-    return r;
-  }
-#endif
 };
 
 struct Float32 {
@@ -78,7 +69,13 @@ struct Pair {
   using Type = u32;
   __device__ __forceinline__ static Type pack(float a, float b) {
 #if __CUDA_ARCH__ >= 800
-    return T::pack_x2(a, b);
+    u32 r;  // the first source is the high half
+    if constexpr (kSame<T, Half>) {
+      asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));
+    } else {
+      asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));
+    }
+    return r;
 #else
     return static_cast<u32>(T::from_f32(a)) | (static_cast<u32>(T::from_f32(b)) << 16);
 #endif
