@@ -110,14 +110,22 @@ class _Kernel(Protocol):
 
 def tiles_of(spec: KernelSpec, key: ProblemKey) -> tuple[int, int]:
     """(M, N) output tiles of a launch; a grouped launch's M tiles are its bound on the
-    experts' tile rows, ceil(rows / CTA M) + min(E, rows): each expert with rows adds at
-    most one partial tile row, and no more experts than rows have any (gemm_runtime.
-    grouped.launch_block). What its grid and workspace cover.
+    experts' tile rows, what its grid and workspace cover (gemm_runtime.grouped.prepare).
+    The host knows the rows R and the experts E, not how the rows split: with t <= min(E,
+    R) experts holding r_e rows each, the tile rows of CTA M c are
+    sum ceil(r_e / c) = sum floor((r_e + c - 1) / c) <= floor((R + t (c - 1)) / c),
+    a sum of floors being at most the floor of the sum, so the bound is
+    floor((R + min(E, R) (c - 1)) / c). One token's rows, one an expert, are R tile rows
+    exactly.
 
-    NOTE: min(E, rows), not E: at decode the CTAs past the last tile row only find that
-    they have nothing to do, but with E = 64 and one token's 6 rows the bound with E
-    launched 65 tile rows' CTAs for 6 rows of work."""
-    return math.ceil(key.m / spec.cta[0]) + min(key.experts, key.m), math.ceil(key.n / spec.cta[1])
+    NOTE: the bound launches CTAs that only find they have nothing to do (and, where
+    stream-K shares the bound's K tiles among the CTAs, shares of nothing): the earlier
+    ceil(R / c) + E launched 65 tile rows' CTAs for one token's 6 rows over 64 experts,
+    and ceil(R / c) + min(E, R) still one tile row too many at every decode width."""
+    if key.experts:
+        c = spec.cta[0]
+        return (key.m + min(key.experts, key.m) * (c - 1)) // c, math.ceil(key.n / spec.cta[1])
+    return math.ceil(key.m / spec.cta[0]), math.ceil(key.n / spec.cta[1])
 
 
 def resident_ctas(device: DeviceModel, ctas_per_sm: int) -> int:

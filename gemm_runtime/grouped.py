@@ -310,8 +310,8 @@ def prepare(
     ``semaphores`` and ``partials``; ``key``: the launch's grouped_key where the caller
     has it (else made here).
 
-    The tiles cover a bound on the tile rows, ceil(rows / CTA M) + min(E, rows)
-    (cost_model.tiles_of); the work past the last one is
+    The tiles cover a bound on the tile rows, floor((rows + min(E, rows) (CTA M - 1)) /
+    CTA M) (cost_model.tiles_of); the work past the last one is
     skipped (gemm/grouped.cuh). The family lays the grid out: the sm80 kernels take a
     CTA per tile and split, the sm90 kernels are persistent, as many CTAs as the device
     holds, in groups of 2^swizzle tile rows, the sm90_quant ones a CTA per tile."""

@@ -18,7 +18,7 @@ from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
 from gemm_runtime.context import ProblemKey, infeasible_reason, make_key
 from gemm_runtime.cost_model import (
     _DRAM_LATENCY_S, DeviceModel, dequant_time, fits_workspace, hot_a_seconds, latency_time, predict, rank,
-    split_options, workspace_bytes,
+    split_options, tiles_of, workspace_bytes,
 )
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.feasibility import launch_error
@@ -463,3 +463,30 @@ def test_a_32_column_cta_pays_for_its_copies_of_a_beyond_8_rows() -> None:
     rows_16 = dequant_time(narrow, 256, 4, H200, 32 * 512, rows=16)
     assert rows_16 == pytest.approx(dequant_time(narrow, 256, 4, H200, 32 * 512, rows=8) / 0.6)
     assert dequant_time(wide, 256, 2, H200, 128 * 256, rows=16) == dequant_time(wide, 256, 2, H200, 128 * 256, rows=8)
+
+
+def _splits(rows: int, experts: int):
+    """Every way ``rows`` rows fall on ``experts`` experts (in order)."""
+    if experts == 1:
+        yield (rows,)
+        return
+    for r in range(rows + 1):
+        for rest in _splits(rows - r, experts - 1):
+            yield (r, *rest)
+
+
+@pytest.mark.parametrize("cta_m", [1, 2, 3, 5, 16])
+def test_a_grouped_launch_covers_every_routing_of_its_rows_and_no_more(cta_m) -> None:
+    """tiles_of's bound on a grouped launch's tile rows is the most tile rows any split of
+    its rows over its experts takes: never fewer (a CTA would skip work), and for every
+    rows and experts some routing takes all of it (from rows and E alone, no tighter
+    bound exists)."""
+    spec = SimpleNamespace(cta=(cta_m, 64, 64))
+    for experts in range(1, 6):
+        for rows in range(13):
+            key = make_key(DataType.F16, BOrder.NK, DataType.F16, rows, 128, 64, arch=90)._replace(experts=experts)
+            most = max(sum(math.ceil(r / cta_m) for r in split) for split in _splits(rows, experts))
+            assert tiles_of(spec, key)[0] == most, (rows, experts)
+    # Decode: one row an expert takes a tile row each, nothing past them.
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 6, 2048, 1408, arch=90)._replace(experts=64)
+    assert tiles_of(SimpleNamespace(cta=(16, 128, 256)), key) == (6, 16)

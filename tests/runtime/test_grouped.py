@@ -29,6 +29,11 @@ from tests.helpers import spec_for
 E, N, K, TOKENS = 4, 48, 32, 10
 
 
+def _tile_rows(cta_m: int, rows: int = TOKENS, experts: int = E) -> int:
+    """The launch's bound on the experts' tile rows (cost_model.tiles_of)."""
+    return (rows + min(experts, rows) * (cta_m - 1)) // cta_m
+
+
 def _args(**overrides):
     gen = torch.Generator().manual_seed(0)
     args = dict(
@@ -197,7 +202,7 @@ def test_dispatch_ranks_grouped_kernels_of_the_dtype() -> None:
     with pytest.raises(GemmArgumentError, match="not a grouped kernel"):
         d.forced(LaunchSpec(plain.spec.name), key, d.default_workspace)
     # A split's workspace covers the tiles of the launch's bound on the tile rows.
-    with pytest.raises(GemmArgumentError, match="for the 16640 tiles that split"):
+    with pytest.raises(GemmArgumentError, match=f"for the {_tile_rows(16, 4096) * 4096 // 64} tiles that split"):
         d.forced(LaunchSpec(small.spec.name, 2), key, d.default_workspace)
     assert d.forced(LaunchSpec(small.spec.name, 2), decode, d.default_workspace).splits == 2
     with pytest.raises(GemmArgumentError, match="kernel.swizzle"):
@@ -265,7 +270,7 @@ def test_the_parameter_block_and_the_grid() -> None:
     spec = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
     kernel = SimpleNamespace(spec=spec, resident=132)
     grid, block = launch_block(kernel, ops)
-    assert grid == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64), 1)
+    assert grid == (_tile_rows(16), math.ceil(N / 64), 1)
     p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
     assert (p["A"], p["B"], p["D"]) == (ops.a.data_ptr(), ops.w.data_ptr(), ops.out.data_ptr())
     assert (p["U"], p["bias"], p["offsets"]) == (scale.data_ptr(), bias.data_ptr(), ops.routing.offsets.data_ptr())
@@ -313,11 +318,12 @@ def test_a_quantized_grouped_sm90_kernel_takes_no_split() -> None:
 def test_a_split_launch_covers_the_bound_in_z_with_the_workspace() -> None:
     ops = grouped_operands(**_args(w=torch.randn(E, N, 3 * 128).half(), x=torch.randn(TOKENS, 3 * 128).half()))
     spec = spec_for(cta=(16, 64, 128), warps=(1, 2, 2), grouped=True)
-    assert tiles_of(spec, grouped_key(ops, 90)) == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64))
-    # No more experts than rows have any: one token's 6 rows over 64 experts, 1 + 6 tile rows.
-    assert tiles_of(spec, grouped_key(ops, 90)._replace(m=6, experts=64))[0] == 1 + 6
+    bound = _tile_rows(16)
+    assert tiles_of(spec, grouped_key(ops, 90)) == (bound, math.ceil(N / 64))
+    # No more experts than rows have any: one token's 6 rows over 64 experts, 6 tile rows.
+    assert tiles_of(spec, grouped_key(ops, 90)._replace(m=6, experts=64))[0] == 6
     grid, block = launch_block(SimpleNamespace(spec=spec, resident=132), ops, splits=2, semaphores=1024, partials=4096)
-    assert grid == (math.ceil(TOKENS / 16) + E, math.ceil(N / 64), 2)
+    assert grid == (bound, math.ceil(N / 64), 2)
     p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
     assert (p["splits"], p["k_tiles_per_split"], p["semaphores"], p["partials"]) == (2, 2, 1024, 4096)
 
@@ -358,7 +364,7 @@ def test_the_sm90_block_sorts_gathered_rows_and_maps_the_stacked_weights(encoded
     offset = spec.mainloop.params_offset(spec)
     assert len(block) == block_bytes(offset)
     p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block[offset:offset + PARAM_STRUCT.size])))
-    tiles_m = math.ceil(TOKENS / 128) + E
+    tiles_m = _tile_rows(128)
     assert grid == (min(tiles_m * math.ceil(N / 256), 132), 1, 1)
     assert (p["A"], p["gather"], p["tiles_m"], p["swizzle"]) == (sorted_a.data_ptr(), 0, tiles_m, 3)
     a_map, b_map, d_map = encoded
@@ -449,7 +455,7 @@ def test_the_quantized_parameter_block_points_at_the_stacked_blocks_and_scales()
     ops = _packed_ops(w, row_scale=scale, gated=True)
     spec = spec_for(cta=(16, 128, 128), warps=(1, 4, 1), b_type=DataType.U4, grouped=True)
     grid, block = launch_block(SimpleNamespace(spec=spec, resident=132), ops)
-    assert grid == (math.ceil(TOKENS / 16) + E, math.ceil(N / 128), 1)
+    assert grid == (_tile_rows(16), math.ceil(N / 128), 1)
     p = dict(zip(PARAM_NAMES, PARAM_STRUCT.unpack(block)))
     assert (p["B"], p["V"], p["U"]) == (w.b.data_ptr(), w.v.data_ptr(), scale.data_ptr())
     # One row of 8 columns' blocks: QK * 4 bits bytes, counted in 16-bit units; V's rows
@@ -494,7 +500,7 @@ def test_the_sm90_quant_block_maps_the_stacked_packed_weights_and_scales(encoded
     sorted_a = x[index.long()]
     grid, block = launch_block(SimpleNamespace(spec=spec, resident=264), ops, sorted_a)
     # Persistent: a CTA per tile of the bound on them (fewer than the resident 264).
-    assert grid == (math.ceil(N / 128) * (math.ceil(TOKENS / 64) + E), 1, 1)
+    assert grid == (math.ceil(N / 128) * _tile_rows(64), 1, 1)
     x_map, w_map, v_map = encoded
     assert (x_map.address, x_map.rows, x_map.cols, x_map.box_cols) == (sorted_a.data_ptr(), TOKENS, QK, 64)
     n8 = math.ceil(N / 8)

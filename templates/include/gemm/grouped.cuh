@@ -3,8 +3,8 @@
 // gather[r] for those rows r), D and the row scales U, by each expert's weight,
 // B + e * N * ldb (the experts' weights one after another). The host does not know how
 // the rows split over the experts (the offsets live on the device), so the grid covers a
-// bound on the tile rows, ceil(rows / CtaM) + E, and each CTA finds its expert here; the
-// CTAs past the last tile row have nothing to do.
+// bound on the tile rows (gemm_runtime.cost_model.tiles_of), and each CTA finds its
+// expert here; the CTAs past the last tile row have nothing to do.
 #pragma once
 #include "gemm/config.cuh"
 
