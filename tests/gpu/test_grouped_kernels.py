@@ -40,6 +40,10 @@ ROUTINGS = {
     "rows-past-the-last-expert": (0, 129, 250),
     # 128 rows: the most a 256-token tile runs at half its wgmma width (kernel_sm90_quant.cuh)
     "half-a-token-tile": (0, 128, 300),
+    # Three one-row experts and 297 rows: as many tile rows as the launch's bound
+    # (cost_model.tiles_of) allows at every CTA M from 16 to 256, so the grid's last
+    # tile row holds work.
+    "as-many-tile-rows-as-the-bound": (0, 1, 2, 3, 300),
 }
 
 
