@@ -26,15 +26,29 @@ __device__ __forceinline__ int expert_tile_rows(int lo, int hi) {
 // expert 1's, ...). Every warp finds it on its own, without a barrier or shared memory:
 // the lanes take 32 experts at a time, and a prefix sum of their tile rows across the
 // lanes says which one holds it. Call from every lane of every warp (full-mask shuffles).
+// NOTE: a round's offsets are loaded during the round before (GEMM_GROUPED_SCAN_AHEAD):
+// the loop may return after any round, so the compiler issued each round's loads only
+// after the previous round's shuffles, one L2 round trip after another, before the
+// CTA's first weight copy (64 experts: two, where one is needed).
+#ifndef GEMM_GROUPED_SCAN_AHEAD
+#define GEMM_GROUPED_SCAN_AHEAD 1
+#endif
 template <int CtaM>
 __device__ __forceinline__ GroupTile find_group_tile(const int* offsets, int experts, int tile_m) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31;
   int before = 0;  // tile rows of the experts already passed
+  int lo = lane < experts ? offsets[lane] : 0;
+  int hi = lane < experts ? offsets[lane + 1] : 0;
   for (int e0 = 0; e0 < experts; e0 += 32) {
     const int e = e0 + lane;
-    const int lo = e < experts ? offsets[e] : 0;
-    const int hi = e < experts ? offsets[e + 1] : 0;
+    if (!GEMM_GROUPED_SCAN_AHEAD && e0 > 0) {
+      lo = e < experts ? offsets[e] : 0;
+      hi = e < experts ? offsets[e + 1] : 0;
+    }
+    const int ahead = GEMM_GROUPED_SCAN_AHEAD ? e + 32 : experts;
+    const int lo_next = ahead < experts ? offsets[ahead] : 0;
+    const int hi_next = ahead < experts ? offsets[ahead + 1] : 0;
     const int tiles = expert_tile_rows<CtaM>(lo, hi);
     int upto = tiles;  // tile rows of experts e0 .. e
 #pragma unroll
@@ -52,6 +66,8 @@ __device__ __forceinline__ GroupTile find_group_tile(const int* offsets, int exp
       return {e0 + owner, tile_m - before - first, row0, rows};
     }
     before += total;
+    lo = lo_next;
+    hi = hi_next;
   }
   return {-1, 0, 0, 0};
 }
