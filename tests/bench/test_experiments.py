@@ -61,3 +61,25 @@ def test_register_cap_pairs_every_default_twin_with_its_capped_tile():
         a, b = by_name[capped], by_name[twin]
         assert (a.cta, a.warps, a.stages, a.grouped) == (b.cta, b.warps, b.stages, b.grouped)
         assert a.min_ctas_per_sm_hopper > 1 and b.min_ctas_per_sm_hopper == 1
+
+
+def test_grouped_bound_patches_every_module_that_sizes_a_grouped_launch():
+    """bench/experiments/grouped_bound.py times the old bound on the same cubins by
+    replacing tiles_of where a grouped launch is sized: every module of the runtime that
+    imports it, and no other afterwards."""
+    import ast
+
+    import gemm_runtime.cost_model as cost_model
+    from bench.experiments import grouped_bound
+
+    runtime = Path(grouped_bound.__file__).resolve().parents[2] / "gemm_runtime"
+    importers = {p.stem for p in runtime.glob("*.py")
+                 if any(isinstance(node, ast.ImportFrom) and node.module == "gemm_runtime.cost_model"
+                        and any(a.name == "tiles_of" for a in node.names) for node in ast.walk(ast.parse(p.read_text())))}  # fmt: skip
+    # launch.py sizes dense launches only (the bound is the grouped one's).
+    assert importers - {"launch"} == {"grouped", "feasibility"}
+    patched = [grouped_bound.cost_model, grouped_bound.grouped, grouped_bound.feasibility]
+    with grouped_bound.bound(grouped_bound.old_tiles_of):
+        assert all(m.tiles_of is grouped_bound.old_tiles_of for m in patched)
+    assert all(m.tiles_of is cost_model.__dict__["tiles_of"] for m in patched)
+    assert cost_model.tiles_of.__module__ == "gemm_runtime.cost_model"
