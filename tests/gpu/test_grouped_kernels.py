@@ -2,7 +2,7 @@
 against experts.grouped_reference: sorted and gathered A (the sm80 kernels read it
 through the index, the sm90 launches sort it first), uneven row groups (empty experts,
 one row, one expert with every row, rows past the last expert that must stay
-untouched), split K (the sm80 kernels), residues against the tile on N and K, fp16 and
+untouched, more experts than one round of the expert scan takes), split K (the sm80 kernels), residues against the tile on N and K, fp16 and
 bf16, dense and quantized experts (4 and 8 bits, grouped and per-channel scales,
 asymmetric and symmetric: against their dequantized weights), row scales, per-expert
 bias, gated SiLU and beta * C, outputs poisoned with NaN before each launch."""
@@ -30,6 +30,17 @@ def _kernel_names():
     return [k.name for k in shared_gemm().kernels if k.spec.grouped]
 
 
+def _seventy_experts() -> tuple[int, ...]:
+    """70 experts, 20 of them empty, most rows on expert 66 (in the scan's third
+    round), 261 rows in all: the rows past the last expert must stay untouched."""
+    rows = [(0, 3, 1, 0, 7, 2, 0, 5, 1, 4)[e % 10] for e in range(70)]
+    rows[66] = 100
+    starts = [0]
+    for r in rows:
+        starts.append(starts[-1] + r)
+    return tuple(starts)
+
+
 # Row starts of each expert, then the end; the last of the grouped rows (`ROWS`) may lie
 # past it. Gathered launches read their rows from `TOKENS` rows of A through an index.
 ROWS, TOKENS = 300, 173
@@ -44,7 +55,11 @@ ROUTINGS = {
     # (cost_model.tiles_of) allows at every CTA M from 16 to 256, so the grid's last
     # tile row holds work.
     "as-many-tile-rows-as-the-bound": (0, 1, 2, 3, 300),
+    # Three rounds of the expert scan (32 experts a round, gemm/grouped.cuh).
+    "70-experts": _seventy_experts(),
 }
+
+
 
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
