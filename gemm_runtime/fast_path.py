@@ -95,14 +95,16 @@ class KeptLaunch(NamedTuple):
         return cls(launch, handle, grid, threads, smem, stream_obj, params, ctypes.addressof(args), threading.Lock(),
                    [None], args)  # fmt: skip
 
-    def __call__(self, values: tuple, write) -> None:
+    def __call__(self, values: tuple, write, plan) -> None:
         """Launch with the block holding ``values``; where they differ from the last
-        call's, ``write(params, last values or None, values)`` rewrites it first."""
+        call's, ``write(plan, params, last values or None, values)`` rewrites it first.
+        NOTE: the plan's unbound writer and the plan, not a bound method, which every
+        replay would make anew (this is a replay's hot path)."""
         gx, gy, gz = self.grid
         with self.lock:
             last = self.last[0]
             if last != values:
-                write(self.params, last, values)
+                write(plan, self.params, last, values)
                 self.last[0] = values
             (err,) = self.launch(self.function, gx, gy, gz, self.threads, 1, 1, self.smem, self.stream, self.args, 0)
         if err:
@@ -157,7 +159,7 @@ class FastPlan(NamedTuple):
     def run(self, a: int, b: int, c: int, d: int, alpha: float, beta: float, bias: int, v: int = 0) -> None:
         if (d < a + self.a_bytes and a < d + self.d_bytes) or (d < b + self.b_bytes and b < d + self.d_bytes):
             raise GemmArgumentError("D", "memory overlapping A or B", "an output that does not alias its inputs")
-        self.kernel((a, b, c, d, v, bias, alpha, beta), self._write)
+        self.kernel((a, b, c, d, v, bias, alpha, beta), FastPlan._write, self)
 
     def _write(self, buf, last: tuple | None, values: tuple) -> None:
         a, b, c, d, v, bias, alpha, beta = values

@@ -80,7 +80,7 @@ class GroupedFastPlan(NamedTuple):
                   0 if row_scale is None else row_scale.data_ptr(), v, 0 if bias is None else bias.data_ptr(),
                   offsets.data_ptr(), 0 if gather is None else gather.data_ptr(), alpha,
                   beta if c is not None else 0.0)  # fmt: skip
-        self.kernel(values, self._write)
+        self.kernel(values, GroupedFastPlan._write, self)
         return out
 
     def _write(self, buf, last: tuple | None, values: tuple) -> None:
