@@ -449,14 +449,6 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 desc_a, u64 desc
   }
 }
 
-// The same with A from registers (e.g. dequantized in registers). Warp w holds rows
-// 16w..16w+15 of the 64 x 16 A slice in the mma.sync m16n8k16 A layout: with g = lane/4,
-// t = lane%4, a0 = (row g, k 2t..2t+1), a1 = (row g+8, k 2t..), a2 = (row g, k 2t+8..),
-// a3 = (row g+8, k 2t+8..). The accumulator layout is that of wgmma_ss.
-// NOTE: the A registers must not be rewritten until the wgmma's group completed, and a
-// wgmma_fence() is needed after writing them, as for the accumulators.
-// N = 8 to 32 are the decode widths: a few tokens' columns, so that the tensor cores do
-// not multiply 64 columns of which one is a token.
 // The operand type from Kind, as GEMM_WGMMA_SS_ALL (inline asm takes only literal strings).
 #define GEMM_WGMMA_RS_ALL(SHAPE, DLIST, IA, IB, IS, ...)               \
   if constexpr (kWgmmaBF16<Kind>) {                                    \
@@ -465,6 +457,14 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 desc_a, u64 desc
     GEMM_WGMMA_RS(SHAPE, ".f16.f16", DLIST, IA, IB, IS, __VA_ARGS__);   \
   }
 
+// wgmma_ss with A from registers (e.g. dequantized in registers). Warp w holds rows
+// 16w..16w+15 of the 64 x 16 A slice in the mma.sync m16n8k16 A layout: with g = lane/4,
+// t = lane%4, a0 = (row g, k 2t..2t+1), a1 = (row g+8, k 2t..), a2 = (row g, k 2t+8..),
+// a3 = (row g+8, k 2t+8..). The accumulator layout is that of wgmma_ss.
+// NOTE: the A registers must not be rewritten until the wgmma's group completed, and a
+// wgmma_fence() is needed after writing them, as for the accumulators.
+// N = 8 to 32 are the decode widths: a few tokens' columns, so that the tensor cores do
+// not multiply 64 columns of which one is a token.
 template <int N, class Kind>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 desc_b, bool scale_d) {
   static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
