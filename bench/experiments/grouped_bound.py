@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -61,9 +63,6 @@ def bound(tiles_of):
 def make_scan_build(out: Path) -> None:
     """The default set's grouped kernels built with the expert scan's loads a round late."""
     work = Path(tempfile.mkdtemp(prefix="grouped_bound_"))
-    import subprocess
-    import sys
-
     subprocess.run([sys.executable, "-m", "codegen", "--out", str(work / "all")], check=True, cwd=ROOT)
     subset_manifest(work / "all", work / "gen", lambda name, spec: "_grouped" in name)
     build_mod.BUILD_OPTIONS = ("-DGEMM_GROUPED_SCAN_AHEAD=0",)
