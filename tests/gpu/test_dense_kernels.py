@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from codegen.vocabulary import BOrder
+from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.types import torch_dtype
 from tests.gpu.util import rel_err, round_up, shared_gemm, strided
 
@@ -74,6 +75,31 @@ def test_kernel_matches_fp32_reference(gemm_all, name, m):
                 failures.append(f"N={n} K={k} ldd={ldd}: wrote outside the output's columns")
     torch.cuda.synchronize()
     assert not failures, f"{name} M={m}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("name", _kernel_names())
+def test_kernel_long_k_on_interior_ctas(gemm_all, name):
+    """A CTA inside M and N over many whole K tiles: the case of a prefill GEMM, which
+    the SM80 mainloop serves with its own copies and loop body (LeanCopies, the lean
+    tiles' branch-free body) and the shapes above never reach (their K spans at most
+    three tiles). Two tile rows and columns inside, one partial; K with stages + 4 tiles,
+    the last partial; unsplit and, where the kernel splits K, in two."""
+    gemm = gemm_all
+    spec = gemm.registry.get(name).spec
+    cm, cn, ck = spec.cta
+    m, n, k = 2 * cm + 5, 2 * cn + spec.align, (spec.stages + 3) * ck + 8
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, "long-k")) % 2**31)
+    a, b = _operands(spec, m, n, k, gen)
+    ref = a.float() @ b.float()
+    failures = []
+    for splits in (1, 2) if spec.mainloop.max_splits(spec) != 1 else (1,):
+        out = torch.full((m, n), float("nan"), dtype=torch_dtype(spec.d_type), device="cuda")
+        gemm.matmul(a, b, out=out, kernel=LaunchSpec(name, splits))
+        err = rel_err(out, ref)
+        if not err < TOL:
+            failures.append(f"splits={splits}: rel err {err}")
+    torch.cuda.synchronize()
+    assert not failures, f"{name} M={m} N={n} K={k}: " + "; ".join(failures)
 
 
 @pytest.mark.parametrize("name", _kernel_names())
