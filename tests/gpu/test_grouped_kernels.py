@@ -73,15 +73,15 @@ def _launch(gemm, name: str | LaunchSpec, x, w, routing, out, **epilogue) -> Non
 
 
 def _problem(spec, starts: tuple[int, ...], gen: torch.Generator, past: int = 16, group_size: int = 32,
-             symmetric: bool = False):  # fmt: skip
+             symmetric: bool = False, k: int | None = None):  # fmt: skip
     """(A, the weights the kernel takes, the weights the reference takes, offsets, N).
     N is ``past`` beyond two tiles: 16 keeps the gated output's N / 2 columns whole
     16-byte rows (the sm90 kernels store whole boxes through TMA), 12 leaves D's rows
-    a partial chunk (they store directly). A quantized kernel's experts are quantized
-    with ``group_size`` (-1: one group over K) and packed; the reference takes them
-    dequantized."""
+    a partial chunk (they store directly). K is ``k``, or three K tiles less 8. A
+    quantized kernel's experts are quantized with ``group_size`` (-1: one group over K)
+    and packed; the reference takes them dequantized."""
     cm, cn, ck = spec.cta
-    experts, n, k = len(starts) - 1, 2 * cn + past, 3 * ck - 8
+    experts, n, k = len(starts) - 1, 2 * cn + past, k if k is not None else 3 * ck - 8
     dt = torch_dtype(spec.a_type)
     a = torch.randn(ROWS, k, device="cuda", dtype=dt, generator=gen)
     w = torch.randn(experts, n, k, device="cuda", dtype=dt, generator=gen) / k**0.5
@@ -123,6 +123,35 @@ def test_grouped_kernel_matches_the_reference(gemm, name: str, routing_name: str
         if not torch.isnan(out[:, n:].float()).all() or not torch.isnan(out[done:].float()).all():
             failures.append(f"scaled={scaled} gathered={gathered} splits={split}: wrote outside the experts' rows or "
                             "columns")  # fmt: skip
+    assert not failures, "; ".join(failures)
+
+
+@pytest.mark.parametrize("name", _kernel_names())
+def test_grouped_kernel_over_many_k_tiles(gemm, name: str) -> None:
+    """K of stages + 3 whole tiles and a partial one, so that each tile's K loop wraps
+    its ring of stages and an expert's inner tiles run the SM80 mainloop's lean copies
+    (the shapes above span at most three K tiles); sorted and gathered A, unsplit and,
+    where the kernel splits K, in two."""
+    spec = gemm.registry.get(name).spec
+    starts = ROUTINGS["uneven-with-empty-experts"]
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, "many-k-tiles")) % 2**31)
+    k = (spec.stages + 3) * spec.cta[2] + 8
+    a, w, w_ref, offsets, n = _problem(spec, starts, gen, k=k)
+    tokens = torch.randn(TOKENS, k, device="cuda", dtype=a.dtype, generator=gen)
+    index = torch.randint(0, TOKENS, (ROWS,), device="cuda", dtype=torch.int32, generator=gen)
+    failures = []
+    for gathered in (False, True):
+        for split in (1, 2) if spec.mainloop.max_splits(spec) is None else (1,):
+            x = tokens if gathered else a
+            routing = check_routing(offsets, experts=len(starts) - 1, rows=ROWS, device=a.device,
+                                    tokens=TOKENS if gathered else None, index=index if gathered else None,
+                                    check_values=True)  # fmt: skip
+            ref = grouped_reference(x, w_ref, routing)
+            out = torch.full((ROWS, n), float("nan"), device="cuda", dtype=a.dtype)
+            _launch(gemm, LaunchSpec(name, split), x, w, routing, out)
+            err = _rel_err(out[:starts[-1]], ref[:starts[-1]])
+            if not err < TOL:
+                failures.append(f"K={k} gathered={gathered} splits={split}: rel err {err}")
     assert not failures, "; ".join(failures)
 
 
