@@ -167,9 +167,7 @@ def main() -> None:
             cubin = Path(tmp) / f"{spec.name}.cubin"
             cubin.write_bytes(result.cubin)
             print(f"{spec.name}: {result.registers} registers, spills {result.spill_stores} / {result.spill_loads} bytes")
-            for name, instrs in parse_sass(sass_of(cubin, cuobjdump)).items():
-                for loop in mma_loops(instrs):
-                    print(describe(loop, args.order))
+            report_cubin(cubin, cuobjdump, args.order)
 
 
 if __name__ == "__main__":
