@@ -82,12 +82,13 @@ def test_kernel_long_k_on_interior_ctas(gemm_all, name):
     """A CTA inside M and N over many whole K tiles: the case of a prefill GEMM, which
     the SM80 mainloop serves with its own copies and loop body (LeanCopies, the lean
     tiles' branch-free body) and the shapes above never reach (their K spans at most
-    three tiles). Two tile rows and columns inside, one partial; K with stages + 4 tiles,
-    the last partial; unsplit and, where the kernel splits K, in two."""
+    three tiles). Two tile rows and columns inside, one partial; K with 2 x stages + 5
+    tiles, the last partial, so that a first split of two has K inside past its own
+    share; unsplit and, where the kernel splits K, in two."""
     gemm = gemm_all
     spec = gemm.registry.get(name).spec
     cm, cn, ck = spec.cta
-    m, n, k = 2 * cm + 5, 2 * cn + spec.align, (spec.stages + 3) * ck + 8
+    m, n, k = 2 * cm + 5, 2 * cn + spec.align, (2 * spec.stages + 4) * ck + 8
     gen = torch.Generator(device="cuda").manual_seed(hash((name, "long-k")) % 2**31)
     a, b = _operands(spec, m, n, k, gen)
     ref = a.float() @ b.float()

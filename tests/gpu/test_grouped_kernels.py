@@ -104,7 +104,10 @@ def test_grouped_kernel_matches_the_reference(gemm, name: str, routing_name: str
     failures = []
     # The families that split K (sm80) also in 3 slices, twice: the workspace's
     # semaphores must be back at zero after each launch, the skipped tiles' included.
-    splits = 3 if spec.mainloop.max_splits(spec) is None else 1
+    # NOTE: 70 experts bound the tile rows at about 70, so 3 splits of a 256-row or
+    # 256-column tile need more partials than the default workspace holds (a refusal,
+    # measured on the H200); 2 fit.
+    splits = (2 if routing_name == "70-experts" else 3) if spec.mainloop.max_splits(spec) is None else 1
     cases = [(False, False, 1), (True, False, 1), (True, True, 1)] + [(True, True, splits)] * 2 * (splits > 1)
     for scaled, gathered, split in cases:
         scale = torch.rand(ROWS, device="cuda", generator=gen) + 0.5 if scaled else None
@@ -128,14 +131,15 @@ def test_grouped_kernel_matches_the_reference(gemm, name: str, routing_name: str
 
 @pytest.mark.parametrize("name", _kernel_names())
 def test_grouped_kernel_over_many_k_tiles(gemm, name: str) -> None:
-    """K of stages + 3 whole tiles and a partial one, so that each tile's K loop wraps
-    its ring of stages and an expert's inner tiles run the SM80 mainloop's lean copies
-    (the shapes above span at most three K tiles); sorted and gathered A, unsplit and,
-    where the kernel splits K, in two."""
+    """K of 2 x stages + 4 whole tiles and a partial one, so that each tile's K loop
+    wraps its ring of stages and an expert's inner tiles run the SM80 mainloop's lean
+    copies (the shapes above span at most three K tiles), and a first split of two has
+    K inside past its own share; sorted and gathered A, unsplit and, where the kernel
+    splits K, in two."""
     spec = gemm.registry.get(name).spec
     starts = ROUTINGS["uneven-with-empty-experts"]
     gen = torch.Generator(device="cuda").manual_seed(hash((name, "many-k-tiles")) % 2**31)
-    k = (spec.stages + 3) * spec.cta[2] + 8
+    k = (2 * spec.stages + 4) * spec.cta[2] + 8
     a, w, w_ref, offsets, n = _problem(spec, starts, gen, k=k)
     tokens = torch.randn(TOKENS, k, device="cuda", dtype=a.dtype, generator=gen)
     index = torch.randint(0, TOKENS, (ROWS,), device="cuda", dtype=torch.int32, generator=gen)
