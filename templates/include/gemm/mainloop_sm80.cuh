@@ -55,8 +55,19 @@
 #ifndef GEMM_SM80_STAGE_BASES
 #define GEMM_SM80_STAGE_BASES 1
 #endif
+// 1 in every build: the early-barrier loop runs the tiles whose refill is lean through
+// a copy of its body with no branch; 0: one body for every tile.
+#ifndef GEMM_SM80_LEAN_LOOP
+#define GEMM_SM80_LEAN_LOOP 1
+#endif
 
 namespace gemm {
+
+// A compile-time flag as a value, for a generic lambda instantiated per flag.
+template <bool B>
+struct BoolConstant {
+  static constexpr bool value = B;
+};
 
 // A lane's packed weights per k32 step of a dequantizing warp (one word each when unused).
 template <class Warp, bool Direct>
@@ -475,16 +486,19 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       // times the stage's bytes was rebuilt after every barrier).
       const u32 ring_end = smem + S * Cfg::kStageBytes;
       u32 read_base = smem, write_base = smem + (S - 1) * Cfg::kStageBytes;
-      for (int t = 0; t < k_tiles; ++t) {
-        const bool refill = t + S - 1 < k_tiles;
-        const bool refill_lean = t + S - 1 < lean_src.end;
+      // Tile t; `all_lean` (a compile-time flag) when its refill is lean, so the tiles
+      // before the last S - 1 of an interior CTA run a body without a branch.
+      auto tile = [&](int t, auto all_lean) {
+        constexpr bool kAllLean = decltype(all_lean)::value;
+        const bool refill = kAllLean || t + S - 1 < k_tiles;
+        const bool refill_lean = kAllLean || t + S - 1 < lean_src.end;
 #pragma unroll
         for (int step = 0; step < kSteps; ++step) {
           const u32 read_at = GEMM_SM80_STAGE_BASES ? read_base : smem + read * Cfg::kStageBytes;
           // Tile t's next step, or (past the barrier, `read_at` moved on) tile t+1's first.
           if (step + 1 < kSteps) {
             this->load_fragments(warp, (step + 1) & 1, read_at, t, warp_k0 + (step + 1) * kStepK, warp_m0, warp_n0);
-          } else if (t + 1 < k_tiles) {
+          } else if (kAllLean || t + 1 < k_tiles) {
             this->load_fragments(warp, 0, read_at, t + 1, warp_k0, warp_m0, warp_n0);
           }
           if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
@@ -507,7 +521,16 @@ struct MainloopSm80 : OperandCopies<Cfg> {
             write_base = write_base + Cfg::kStageBytes == ring_end ? smem : write_base + Cfg::kStageBytes;
           }
         }
+      };
+      int t = 0;
+      // NOTE: the general copies' branches (lean or not, refill or not) split every step
+      // into basic blocks: ptxas then issued each step as its next fragments' ldmatrix,
+      // the copies, and the step's 32 MMAs in a row, where CUTLASS 2.x's loop (one
+      // branch a K tile) interleaves the three.
+      if constexpr (GEMM_SM80_LEAN_LOOP && kLean) {
+        for (const int lean_tiles = lean_src.end - (S - 1); t < lean_tiles; ++t) tile(t, BoolConstant<true>{});
       }
+      for (; t < k_tiles; ++t) tile(t, BoolConstant<false>{});
       cp_async_wait<0>();
       this->end_groups(warp);
       return;
