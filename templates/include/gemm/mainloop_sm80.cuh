@@ -526,7 +526,9 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       // NOTE: the general copies' branches (lean or not, refill or not) split every step
       // into basic blocks: ptxas then issued each step as its next fragments' ldmatrix,
       // the copies, and the step's 32 MMAs in a row, where CUTLASS 2.x's loop (one
-      // branch a K tile) interleaves the three.
+      // branch a K tile) interleaves the three. The second body costs registers: no
+      // spills with NVRTC 13.5, 40 bytes on 128x128x64 w2x2 s3 with 13.0; the grouped
+      // and staged loops spilled with it, so they keep one body (docs/NOTES.md).
       if constexpr (GEMM_SM80_LEAN_LOOP && kLean) {
         for (const int lean_tiles = lean_src.end - (S - 1); t < lean_tiles; ++t) tile(t, BoolConstant<true>{});
       }
