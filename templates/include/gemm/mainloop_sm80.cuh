@@ -295,6 +295,18 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     if (step == 0) issue_group_rows(sb, k0);
   }
 
+  // kWholeVectorCopies with "nk" B: slice `step` of `slices` of the copies of K tile
+  // `tile`, known to lie inside K, into ring buffer `stage` (issue_tile's path for it
+  // without the test).
+  __device__ __forceinline__ void issue_tile_inside(u32 smem, int stage, int tile, int step, int slices) const {
+    const u32 sa = smem + stage * Cfg::kStageBytes;
+    const int k0 = tile * Cfg::kCtaK;
+    this->copy_a.issue_inside_cols(sa, k0, step * CopyA::kIters / slices, (step + 1) * CopyA::kIters / slices);
+    this->copy_b.issue_inside_cols(sa + Cfg::kStageBytesA, Base::b_dcol(k0), step * CopyB::kIters / slices,
+                                   (step + 1) * CopyB::kIters / slices);
+    if (step == 0) issue_group_rows(sa + Cfg::kStageBytesA, k0);
+  }
+
   // Quantized B: the scale and zero rows of the groups the K tile at `k0` touches, into
   // the stage whose B tile is at `sb` (they ride in the same stage).
   __device__ __forceinline__ void issue_group_rows(u32 sb, int k0) const {
@@ -491,7 +503,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       auto tile = [&](int t, auto all_lean) {
         constexpr bool kAllLean = decltype(all_lean)::value;
         const bool refill = kAllLean || t + S - 1 < k_tiles;
-        const bool refill_lean = kAllLean || t + S - 1 < lean_src.end;
+        const bool refill_lean = (kAllLean && kLean) || t + S - 1 < lean_src.end;
 #pragma unroll
         for (int step = 0; step < kSteps; ++step) {
           const u32 read_at = GEMM_SM80_STAGE_BASES ? read_base : smem + read * Cfg::kStageBytes;
@@ -502,7 +514,9 @@ struct MainloopSm80 : OperandCopies<Cfg> {
             this->load_fragments(warp, 0, read_at, t + 1, warp_k0, warp_m0, warp_n0);
           }
           if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
-            if (refill_lean) {
+            if constexpr (kAllLean && !kLean) {
+              issue_tile_inside(smem, write, t + S - 1, step, kCopySlices);
+            } else if (refill_lean) {
               const u32 sa = GEMM_SM80_STAGE_BASES ? write_base : smem + write * Cfg::kStageBytes;
               issue_lean(sa, lean_src, step, kCopySlices);
             } else if (refill) {
@@ -531,6 +545,9 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       // and staged loops spilled with it, so they keep one body (docs/NOTES.md).
       if constexpr (GEMM_SM80_LEAN_LOOP && kLean) {
         for (const int lean_tiles = lean_src.end - (S - 1); t < lean_tiles; ++t) tile(t, BoolConstant<true>{});
+      } else if constexpr (GEMM_SM80_LEAN_LOOP && kWholeVectorCopies && !Base::kBAlongRows) {
+        // The decode tiles' whole-vector copies: the tiles whose refill lies inside K.
+        for (const int inside = this->k_extent / Cfg::kCtaK - (S - 1); t < inside; ++t) tile(t, BoolConstant<true>{});
       }
       for (; t < k_tiles; ++t) tile(t, BoolConstant<false>{});
       cp_async_wait<0>();
