@@ -5,6 +5,9 @@ part of the pipeline left out) into its own build directory, then times every ke
 the same problems beside cuBLAS, L2 flushed, medians:
 
     python -m bench.experiments.sm80_variants [--variants base no_epilogue ...] [--swizzles 1 2 3]
+
+With --decode, the dense decode tiles (CTA M of 32 or less) instead, unsplit, on llama3-8b
+layers at M = 1 and 16, in microseconds.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ VARIANTS = {
 # (M, N, K): 4096^3 (where CUTLASS 2.x reached 486 TFLOP/s), llama3-8b gate_up at M = 4096,
 # llama3-70b o at M = 1024.
 PROBLEMS = [(4096, 4096, 4096), (4096, 28672, 4096), (1024, 8192, 8192)]
+# llama3-8b qkv and down at M = 1, qkv and o at M = 16.
+DECODE_PROBLEMS = [(1, 6144, 4096), (1, 4096, 14336), (16, 6144, 4096), (16, 4096, 4096)]
 
 
 def is_dense_sm80(name: str, spec: dict) -> bool:
@@ -51,13 +56,19 @@ def is_prefill_sm80(name: str, spec: dict) -> bool:
     return is_dense_sm80(name, spec) and spec["cta"][0] >= 128
 
 
-def sm80_manifest(work: Path, candidates: bool = True) -> Path:
+def is_decode_sm80(name: str, spec: dict) -> bool:
+    return is_dense_sm80(name, spec) and spec["cta"][0] <= 32
+
+
+def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False) -> Path:
     """The default set (and with ``candidates`` prefill_tiles.yaml) generated under
     ``work``, then the manifest of its sm80 fp16 and bf16 "nk" kernels, the prefill tiles
-    only with ``candidates``: the folder a build reads."""
+    only with ``candidates``, the decode tiles only with ``decode``: the folder a build
+    reads."""
     extra = ["--with-defaults", "--config", str(ROOT / "bench/experiments/prefill_tiles.yaml")] if candidates else []
     subprocess.run([sys.executable, "-m", "codegen", *extra, "--out", str(work / "all")], check=True, cwd=ROOT)
-    subset_manifest(work / "all", work / "gen", is_prefill_sm80 if candidates else is_dense_sm80)
+    keep = is_decode_sm80 if decode else is_prefill_sm80 if candidates else is_dense_sm80
+    subset_manifest(work / "all", work / "gen", keep)
     return work / "gen"
 
 
@@ -71,14 +82,15 @@ def main() -> None:
                     "(e.g. for bench.cutlass_peer --ours-build) and stop")  # fmt: skip
     ap.add_argument("--with-candidates", action="store_true",
                     help="with --build-only: the default set's prefill tiles and prefill_tiles.yaml's candidates")
+    ap.add_argument("--decode", action="store_true", help="the decode tiles on decode problems (us), not prefill")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm80_variants_"))
     if args.build_only:
         gen = sm80_manifest(work, candidates=args.with_candidates)
         build_mod.build(gen, args.build_only, archs=[90], progress=False)
         return
-    gen = sm80_manifest(work)
-    tensors = problem_tensors(PROBLEMS, torch.float16)
+    gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode)
+    tensors = problem_tensors(DECODE_PROBLEMS if args.decode else PROBLEMS, torch.float16)
     gemms = {}
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]
@@ -97,9 +109,9 @@ def main() -> None:
                     row = []
                     for (m, n, k), (a, b, out) in tensors.items():
                         t = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=LaunchSpec(kern.name, 1, swizzle)))
-                        row.append(f"{2 * m * n * k / t / 1e9:5.0f}")
+                        row.append(f"{t * 1e3:6.1f}" if args.decode else f"{2 * m * n * k / t / 1e9:5.0f}")
                     print(f"{tile:14s} w{s.warps[0]}x{s.warps[1]} sw{swizzle} r{r} {variant:16s}: " + " ".join(row)
-                          + " TFLOP/s", flush=True)  # fmt: skip
+                          + (" us" if args.decode else " TFLOP/s"), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def problem_tensors(problems, dtype: torch.dtype) -> dict:
         tensors[m, n, k] = (a, w.t(), torch.empty(m, n, device="cuda", dtype=dtype))
     for (m, n, k), (a, b, out) in tensors.items():
         t = median_ms(lambda: torch.matmul(a, b, out=out))
-        print(f"cublas {m}x{n}x{k}: {2 * m * n * k / t / 1e9:.0f} TFLOP/s", flush=True)
+        print(f"cublas {m}x{n}x{k}: {2 * m * n * k / t / 1e9:.0f} TFLOP/s ({t * 1e3:.1f} us)", flush=True)
     return tensors
 
 
