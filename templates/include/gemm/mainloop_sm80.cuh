@@ -243,7 +243,9 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
   }
 
-  // Slice `step` of `slices` of the copies of K tile `tile` into ring buffer `stage`.
+  // Slice `step` of `slices` of the copies of K tile `tile` into ring buffer `stage`;
+  // `kInsideK`: the caller knows the tile lies inside K (the branch-free loop bodies).
+  template <bool kInsideK = false>
   __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step, int slices = kSteps) const {
     const u32 sa = smem + stage * Cfg::kStageBytes;
     const u32 sb = sa + Cfg::kStageBytesA;
@@ -255,7 +257,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     const int a_end = kDirectB ? CopyA::kIters : (step + 1) * CopyA::kIters / slices;
     const int b_begin = step * CopyB::kIters / slices, b_end = (step + 1) * CopyB::kIters / slices;
     // Every tile but the last lies inside K: whole vectors, no per-copy edge arithmetic.
-    const bool inside_k = k0 + Cfg::kCtaK <= this->k_extent;
+    const bool inside_k = kInsideK || k0 + Cfg::kCtaK <= this->k_extent;
     if constexpr (kLean) {
       if (lean && inside_k) {
         LeanA::issue(sa, LeanA::source(lean_a + a_step() * tile, lda_bytes), lda_bytes, a_begin, a_end);
@@ -293,18 +295,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       this->copy_b.issue(sb, Base::b_drow(k0), Base::b_dcol(k0), b_begin, b_end);
     }
     if (step == 0) issue_group_rows(sb, k0);
-  }
-
-  // kWholeVectorCopies with "nk" B: slice `step` of `slices` of the copies of K tile
-  // `tile`, known to lie inside K, into ring buffer `stage` (issue_tile's path for it
-  // without the test).
-  __device__ __forceinline__ void issue_tile_inside(u32 smem, int stage, int tile, int step, int slices) const {
-    const u32 sa = smem + stage * Cfg::kStageBytes;
-    const int k0 = tile * Cfg::kCtaK;
-    this->copy_a.issue_inside_cols(sa, k0, step * CopyA::kIters / slices, (step + 1) * CopyA::kIters / slices);
-    this->copy_b.issue_inside_cols(sa + Cfg::kStageBytesA, Base::b_dcol(k0), step * CopyB::kIters / slices,
-                                   (step + 1) * CopyB::kIters / slices);
-    if (step == 0) issue_group_rows(sa + Cfg::kStageBytesA, k0);
   }
 
   // Quantized B: the scale and zero rows of the groups the K tile at `k0` touches, into
@@ -515,7 +505,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           }
           if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
             if constexpr (kAllLean && !kLean) {
-              issue_tile_inside(smem, write, t + S - 1, step, kCopySlices);
+              issue_tile<true>(smem, write, t + S - 1, step, kCopySlices);
             } else if (refill_lean) {
               const u32 sa = GEMM_SM80_STAGE_BASES ? write_base : smem + write * Cfg::kStageBytes;
               issue_lean(sa, lean_src, step, kCopySlices);
