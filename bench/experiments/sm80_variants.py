@@ -37,7 +37,7 @@ VARIANTS = {
     "general_copies": ("-DGEMM_SM80_LEAN_COPIES=0",),
     "late_barrier": ("-DGEMM_SM80_EARLY_BARRIER=0",),
     "stage_index": ("-DGEMM_SM80_STAGE_BASES=0",),
-    "one_body": ("-DGEMM_SM80_LEAN_LOOP=0",),
+    "one_body": ("-DGEMM_SM80_LEAN_LOOP=0", "-DGEMM_SM80_INSIDE_LOOP=0"),
 }
 # (M, N, K): 4096^3 (where CUTLASS 2.x reached 486 TFLOP/s), llama3-8b gate_up at M = 4096,
 # llama3-70b o at M = 1024.

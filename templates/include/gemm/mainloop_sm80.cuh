@@ -60,6 +60,11 @@
 #ifndef GEMM_SM80_LEAN_LOOP
 #define GEMM_SM80_LEAN_LOOP 1
 #endif
+// 1 in every build: the same for the decode tiles' whole-vector copies, the tiles whose
+// refill lies inside K; 0: one body for every tile.
+#ifndef GEMM_SM80_INSIDE_LOOP
+#define GEMM_SM80_INSIDE_LOOP 1
+#endif
 
 namespace gemm {
 
@@ -535,7 +540,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       // and staged loops spilled with it, so they keep one body (docs/NOTES.md).
       if constexpr (GEMM_SM80_LEAN_LOOP && kLean) {
         for (const int lean_tiles = lean_src.end - (S - 1); t < lean_tiles; ++t) tile(t, BoolConstant<true>{});
-      } else if constexpr (GEMM_SM80_LEAN_LOOP && kWholeVectorCopies && !Base::kBAlongRows) {
+      } else if constexpr (GEMM_SM80_INSIDE_LOOP && kWholeVectorCopies && !Base::kBAlongRows) {
         // The decode tiles' whole-vector copies: the tiles whose refill lies inside K.
         for (const int inside = this->k_extent / Cfg::kCtaK - (S - 1); t < inside; ++t) tile(t, BoolConstant<true>{});
       }
