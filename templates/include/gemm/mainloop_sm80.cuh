@@ -541,8 +541,11 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       if constexpr (GEMM_SM80_LEAN_LOOP && kLean) {
         for (const int lean_tiles = lean_src.end - (S - 1); t < lean_tiles; ++t) tile(t, BoolConstant<true>{});
       } else if constexpr (GEMM_SM80_INSIDE_LOOP && kWholeVectorCopies && !Base::kBAlongRows) {
-        // The decode tiles' whole-vector copies: the tiles whose refill lies inside K.
-        for (const int inside = this->k_extent / Cfg::kCtaK - (S - 1); t < inside; ++t) tile(t, BoolConstant<true>{});
+        // The decode tiles' whole-vector copies: the tiles whose refill lies inside K and
+        // inside this split (k_extent runs to the end of K, past a split's own tiles).
+        const int inside_k = this->k_extent / Cfg::kCtaK;
+        for (const int inside = (inside_k < k_tiles ? inside_k : k_tiles) - (S - 1); t < inside; ++t)
+          tile(t, BoolConstant<true>{});
       }
       for (; t < k_tiles; ++t) tile(t, BoolConstant<false>{});
       cp_async_wait<0>();
