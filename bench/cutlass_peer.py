@@ -921,28 +921,43 @@ def measure_cublas(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str
 
 
 def benchmark_shape(dtype: torch.dtype, order: str, shape: tuple[int, int, int], variants: list[AnyVariant],
-                    jobs: int | None, ours_build: Path | None = None, ours_tuned: bool = False) -> dict[str, Any]:
+                    jobs: int | None, ours_build: Path | None = None, ours_tuned: bool = False,
+                    interleave: bool = False) -> dict[str, Any]:
+    """One problem: every variant, cuBLAS and ours (default dispatch, and tuned with
+    ``ours_tuned``), each timed on its own; with ``interleave`` CUTLASS's fastest variant
+    and our plans are then timed again with their repetitions interleaved, so that the
+    ratio between them sees one clock."""
     m, n, k = shape
     p = make_problem(dtype, m, n, k, order)
-    _, rows = best_of(p["a"], p["b"], p["d"], order, variants, jobs, ref=p["ref"])
+    cutlass_launch, rows = best_of(p["a"], p["b"], p["d"], order, variants, jobs, ref=p["ref"])
     cublas = measure_cublas(p["a"], p["b"], p["d"], order, p["ref"])
-    ours = {"ours": measure_ours(p["a"], p["b"], p["d"], order, p["ref"], ours_build)}
-    if ours_tuned:
-        ours["ours_tuned"] = measure_ours(p["a"], p["b"], p["d"], order, p["ref"], ours_build, tuned=True)
+    columns = ["ours", "ours_tuned"] if ours_tuned else ["ours"]
+    ours, launches = {}, {}
+    for column in columns:
+        ours[column], launches[column] = measure_ours(p["a"], p["b"], p["d"], order, p["ref"], ours_build,
+                                                      tuned=column == "ours_tuned")
     best = fastest(rows)
-    del p
+    record = {"dtype": dtype_name(dtype), "order": order, "m": m, "n": n, "k": k, "cutlass_best": best,
+              "cublas": cublas, **ours, "ratio": cublas["ms"] / best["ms"] if best else None, "variants": rows}
+    ran = [c for c in columns if launches[c] is not None]
+    if interleave and cutlass_launch is not None and ran:
+        from bench.timing import interleaved_medians_ms
+
+        times = interleaved_medians_ms([cutlass_launch, *(launches[c] for c in ran)])
+        record["interleaved"] = {"cutlass_best": {"ms": times[0], "tflops": tflops(m, n, k, times[0])},
+                                 **{c: {"ms": t, "tflops": tflops(m, n, k, t)} for c, t in zip(ran, times[1:])}}
+    del p, launches, cutlass_launch
     torch.cuda.empty_cache()
-    return {"dtype": dtype_name(dtype), "order": order, "m": m, "n": n, "k": k, "cutlass_best": best,
-            "cublas": cublas, **ours, "ratio": cublas["ms"] / best["ms"] if best else None, "variants": rows}
+    return record
 
 
 def measure_ours(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str, ref: torch.Tensor,
-                 build_dir: Path | None = None, tuned: bool = False) -> dict[str, Any]:
+                 build_dir: Path | None = None, tuned: bool = False) -> tuple[dict[str, Any], Callable[[], object] | None]:
     """This project's kernel for the problem as default dispatch picks it (the cost
     model), from the build in ``build_dir`` (default build/: another build holds, e.g.,
     the SM80 family alone); with ``tuned``, as the tuner picks it (the plan a user who
-    tunes gets, beside CUTLASS's best variant). {"status": reason} where there is none;
-    else with the plan timed."""
+    tunes gets, beside CUTLASS's best variant). ({"status": reason}, None) where there is
+    none; else the plan timed and the call that launches it."""
     from bench.dense import _problem_key
     from bench.timing import median_ms
     from gemm_runtime.types import DispatchPolicy, Operation
@@ -952,7 +967,7 @@ def measure_ours(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str, 
 
         gemm = Gemm(build_dir=build_dir)
     except Exception as e:  # noqa: BLE001 - the peer table stands without this column
-        return {"status": f"no build: {type(e).__name__}: {e}"}
+        return {"status": f"no build: {type(e).__name__}: {e}"}, None
     m, n, k = problem_dims(a.shape, b.shape, d.shape, order)
     b_kn = logical_b(b, order)
     fn = lambda: gemm.matmul(a, b_kn, out=d)  # noqa: E731
@@ -964,7 +979,7 @@ def measure_ours(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, order: str, 
     err = rel_error(d, ref)
     ms = median_ms(fn)
     return {"status": "ok", "ms": ms, "tflops": tflops(m, n, k, ms), "rel_err": err,
-            "plan": gemm.select(_problem_key(gemm, a, b_kn, d)).to_json()}
+            "plan": gemm.select(_problem_key(gemm, a, b_kn, d)).to_json()}, fn
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -1112,6 +1127,12 @@ def ours_over_cutlass(results: list[dict[str, Any]], column: str = "ours") -> li
             if r["cutlass_best"] and (r.get(column) or {}).get("status") == "ok"]
 
 
+def interleaved_over_cutlass(results: list[dict[str, Any]], column: str = "ours") -> list[float]:
+    """As ours_over_cutlass, from the times taken interleaved (--interleave)."""
+    return [r["interleaved"]["cutlass_best"]["ms"] / r["interleaved"][column]["ms"] for r in results
+            if column in r.get("interleaved", {})]
+
+
 def print_table(results: list[dict[str, Any]]) -> None:
     tuned = any("ours_tuned" in r for r in results)
     head = ["dtype", "B", "M", "N", "K", "CUTLASS best TFLOP/s", "variant", "cuBLAS TFLOP/s", "CUTLASS/cuBLAS",
@@ -1135,6 +1156,10 @@ def print_table(results: list[dict[str, Any]]) -> None:
         if ratios:
             print(f"{column} / CUTLASS's best: median {statistics.median(ratios):.3f} (min {min(ratios):.2f}, "
                   f"max {max(ratios):.2f}, {len(ratios)} problems)")
+        ratios = interleaved_over_cutlass(results, column)
+        if ratios:
+            print(f"{column} / CUTLASS's best, timed interleaved: median {statistics.median(ratios):.3f} "
+                  f"(min {min(ratios):.2f}, max {max(ratios):.2f}, {len(ratios)} problems)")
     print("Ratios above 1: the first named is faster. Medians of CUDA-event times, L2 flushed before each repetition.")
 
 
@@ -1164,7 +1189,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     for dtype in args.dtype:
         for order in args.order:
             for shape in args.shapes:
-                r = benchmark_shape(dtype, order, shape, variants, args.jobs, args.ours_build, args.ours_tuned)
+                r = benchmark_shape(dtype, order, shape, variants, args.jobs, args.ours_build, args.ours_tuned,
+                                    args.interleave)
                 for row in r["variants"]:
                     status = f"{row.get('tflops', 0):7.0f} TFLOP/s" if row["status"] == "ok" else \
                         f"{row['status']}: {row.get('error', '')[:160]}"
@@ -1197,6 +1223,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the build this project's column loads (default build/; e.g. one of the SM80 family alone)")
     ap.add_argument("--ours-tuned", action="store_true",
                     help="also time this project's tuned plan per problem (the tuner's pick, beside CUTLASS's best)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="time CUTLASS's fastest variant and our plans again, their repetitions interleaved "
+                         "(one clock for the ratio; the H200's drifts under its power cap)")
     ap.add_argument("--jobs", type=int, default=None, help=f"nvcc runs at a time (default: up to {DEFAULT_MAX_JOBS})")
     ap.add_argument("--cache-dir", type=Path, default=None, help=f"compile cache (default ${CACHE_ENV} or {DEFAULT_CACHE})")
     ap.add_argument("--out", type=Path, default=None, help="JSON of the results, or of why the peer is unavailable")

@@ -33,6 +33,8 @@ VARIANTS = {
     "no_mma": ("-DGEMM_SM80_LEAVE_OUT=2",),
     "no_refill": ("-DGEMM_SM80_LEAVE_OUT=3",),
     "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
+    "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),  # cp.async's L2 prefetch size (ptx.cuh)
+    "l2_256": ("-DGEMM_CP_ASYNC_PREFETCH=256",),
     "direct_epilogue": ("-DGEMM_STAGED_EPILOGUE=0",),
     "general_copies": ("-DGEMM_SM80_LEAN_COPIES=0",),
     "late_barrier": ("-DGEMM_SM80_EARLY_BARRIER=0",),
@@ -83,6 +85,7 @@ def main() -> None:
     ap.add_argument("--with-candidates", action="store_true",
                     help="with --build-only: the default set's prefill tiles and prefill_tiles.yaml's candidates")
     ap.add_argument("--decode", action="store_true", help="the decode tiles on decode problems (us), not prefill")
+    ap.add_argument("--problems", nargs="+", help="MxNxK problems to time (default: PROBLEMS, or DECODE_PROBLEMS)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm80_variants_"))
     if args.build_only:
@@ -90,7 +93,9 @@ def main() -> None:
         build_mod.build(gen, args.build_only, archs=[90], progress=False)
         return
     gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode)
-    tensors = problem_tensors(DECODE_PROBLEMS if args.decode else PROBLEMS, torch.float16)
+    problems = [tuple(int(x) for x in p.split("x")) for p in args.problems] if args.problems else \
+        DECODE_PROBLEMS if args.decode else PROBLEMS
+    tensors = problem_tensors(problems, torch.float16)
     gemms = {}
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]

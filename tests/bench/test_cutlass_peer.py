@@ -344,3 +344,23 @@ def test_the_tuned_column_names_its_plan_and_its_own_median(capsys):
     assert lines[2].endswith("| - | - | - | - |")
     assert "ours / CUTLASS's best: median 0.800 (min 0.50, max 1.00, 3 problems)" in out
     assert "ours_tuned / CUTLASS's best: median 1.125 (min 1.00, max 1.25, 2 problems)" in out
+
+
+def test_the_interleaved_times_have_their_own_medians(capsys):
+    from bench.cutlass_peer import interleaved_over_cutlass, print_table
+
+    def row(cutlass_ms: float, ours_ms: float, tuned_ms: float | None) -> dict:
+        timed = {"cutlass_best": {"ms": cutlass_ms}, "ours": {"ms": ours_ms}}
+        if tuned_ms is not None:
+            timed["ours_tuned"] = {"ms": tuned_ms}
+        return {"dtype": "fp16", "order": "nk", "m": 1024, "n": 4096, "k": 4096, "ratio": 1.0,
+                "cutlass_best": {"tflops": 1.0, "variant": "sm80_v", "ms": 1.0}, "cublas": {"tflops": 1.0, "ms": 1.0},
+                "ours": {"status": "ok", "tflops": 1.0, "ms": 2.0}, "interleaved": timed}  # fmt: skip
+
+    results = [row(1.0, 1.25, 1.0), row(0.9, 1.0, None), {**row(1.0, 1.0, 1.0), "interleaved": {}}]
+    assert interleaved_over_cutlass(results) == [0.8, 0.9]
+    assert interleaved_over_cutlass(results, "ours_tuned") == [1.0]
+    print_table(results)
+    out = capsys.readouterr().out
+    assert "ours / CUTLASS's best: median 0.500" in out  # the separate timings' median is unchanged
+    assert "ours / CUTLASS's best, timed interleaved: median 0.850 (min 0.80, max 0.90, 2 problems)" in out

@@ -169,3 +169,17 @@ ptxas info    : Used 32 registers
     assert parse_ptxas_report("", "k") == dict.fromkeys(
         ["registers", "stack_frame", "spill_stores", "spill_loads", "smem_static"], 0
     )
+
+
+def test_cp_async_prefetch_size_reaches_the_copies():
+    """GEMM_CP_ASYNC_PREFETCH (ptx.cuh) changes every cp.async's L2 prefetch size: each
+    size gives a different cubin, and a size PTX has no form for is refused by name."""
+    def cubin(size: int) -> bytes:
+        return compile_cubin(_gemm_source(), name=GEMM_NAME, arch=80, include_dirs=[INCLUDE], cache_dir=None,
+                             options=[f"-DGEMM_CP_ASYNC_PREFETCH={size}"]).cubin
+
+    sizes = (64, 128, 256)
+    assert len({cubin(s) for s in sizes}) == len(sizes)
+    with pytest.raises(CompileError) as info:
+        cubin(96)
+    assert "GEMM_CP_ASYNC_PREFETCH takes 0, 64, 128 or 256" in info.value.log

@@ -13,6 +13,27 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
+// The L2 prefetch size every cp.async asks for (PTX's .level::prefetch_size): on a miss,
+// L2 fetches that many aligned bytes around the request, not only the sectors asked for.
+// 0 leaves it to ptxas, which (NVRTC 13) marks the dense tiles' copies 128 bytes
+// (LDGSTS.LTC128B) and the quantized tiles' none; CUTLASS 2.x asks for 128 everywhere.
+// NOTE: a 4-bit weight row of a 128-wide K tile is 64 bytes, so a hint of 128 fetches
+// the next K tile's with it.
+#ifndef GEMM_CP_ASYNC_PREFETCH
+#define GEMM_CP_ASYNC_PREFETCH 0
+#endif
+#if GEMM_CP_ASYNC_PREFETCH == 0
+#define GEMM_CP_L2 ""
+#elif GEMM_CP_ASYNC_PREFETCH == 64
+#define GEMM_CP_L2 ".L2::64B"
+#elif GEMM_CP_ASYNC_PREFETCH == 128
+#define GEMM_CP_L2 ".L2::128B"
+#elif GEMM_CP_ASYNC_PREFETCH == 256
+#define GEMM_CP_L2 ".L2::256B"
+#else
+#error "GEMM_CP_ASYNC_PREFETCH takes 0, 64, 128 or 256 (bytes)"
+#endif
+
 // ---------------------------------------------------------------------------
 // cp.async: global -> shared without a register round trip (sm_80+).
 // `src_bytes` < Bytes zero-fills the rest of the destination; 0 reads nothing,
@@ -23,9 +44,9 @@ template <int Bytes>
 __device__ __forceinline__ void cp_async_zfill(u32 dst, const void* src, int src_bytes) {
   static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
   if constexpr (Bytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+    asm volatile("cp.async.cg.shared.global" GEMM_CP_L2 " [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
   } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(Bytes), "r"(src_bytes));
+    asm volatile("cp.async.ca.shared.global" GEMM_CP_L2 " [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(Bytes), "r"(src_bytes));
   }
 }
 
@@ -41,7 +62,7 @@ __device__ __forceinline__ void opaque(const char*& p) { asm volatile("" : "+l"(
 // A whole 16-byte copy, no predicate and no zero fill: for tiles known to lie inside
 // the matrix.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+  asm volatile("cp.async.cg.shared.global" GEMM_CP_L2 " [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 
 template <int Bytes>
@@ -50,12 +71,12 @@ __device__ __forceinline__ void cp_async_if(bool copy, u32 dst, const void* src)
   if constexpr (Bytes == 16) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n"
-        " @p cp.async.cg.shared.global [%1], [%2], 16;\n}\n" ::"r"(static_cast<int>(copy)),
+        " @p cp.async.cg.shared.global" GEMM_CP_L2 " [%1], [%2], 16;\n}\n" ::"r"(static_cast<int>(copy)),
         "r"(dst), "l"(src));
   } else {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n"
-        " @p cp.async.ca.shared.global [%1], [%2], %3;\n}\n" ::"r"(static_cast<int>(copy)),
+        " @p cp.async.ca.shared.global" GEMM_CP_L2 " [%1], [%2], %3;\n}\n" ::"r"(static_cast<int>(copy)),
         "r"(dst), "l"(src), "n"(Bytes));
   }
 }
