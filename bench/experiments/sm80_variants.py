@@ -33,6 +33,7 @@ VARIANTS = {
     "no_mma": ("-DGEMM_SM80_LEAVE_OUT=2",),
     "no_refill": ("-DGEMM_SM80_LEAVE_OUT=3",),
     "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
+    "spread_copies": ("-DGEMM_SM80_SPREAD_COPIES=1",),
     "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),  # cp.async's L2 prefetch size (ptx.cuh)
     "l2_256": ("-DGEMM_CP_ASYNC_PREFETCH=256",),
     "direct_epilogue": ("-DGEMM_STAGED_EPILOGUE=0",),

@@ -1,8 +1,8 @@
 """Experiment: does the driver's choice of shared-memory carveout hold a kernel to fewer
 CTAs per SM than its registers and shared memory allow? The sm80 prefill tiles built by
-``sm80_variants --build-only DIR --with-candidates`` are loaded twice; in the second load
-every kernel asks for the whole carveout as shared memory
-(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 100). Each kernel is then timed in
+``sm80_variants --build-only DIR --with-candidates`` are loaded twice; in the first load
+every kernel leaves the carveout to the driver (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+= -1), in the second it asks for the whole carveout as shared memory (100). Each kernel is then timed in
 both loads on the same problems, interleaved, unsplit, L2 flushed, medians, TFLOP/s:
 
     python -m bench.experiments.smem_carveout --build DIR [--match 128x128x32] [--problems 1024x10240x8192 ...]
@@ -26,12 +26,13 @@ from gemm_runtime.timing import interleaved_medians_ms
 PROBLEMS = ["1024x10240x8192", "1024x6144x4096", "4096x4096x4096"]
 
 
-def prefer_shared(gemm: Gemm) -> None:
-    """Every kernel of ``gemm`` asks for the largest shared-memory carveout."""
+def set_carveout(gemm: Gemm, percent: int) -> None:
+    """Every kernel of ``gemm`` asks for ``percent`` of the carveout as shared memory (-1:
+    no preference, the driver's choice)."""
     drv = _driver()
     attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
     for kern in gemm.kernels:
-        check(drv.cuFuncSetAttribute(kern.function.handle, attr, 100), f"carveout of {kern.name}")
+        check(drv.cuFuncSetAttribute(kern.function.handle, attr, percent), f"carveout of {kern.name}")
 
 
 def main() -> None:
@@ -42,7 +43,8 @@ def main() -> None:
     ap.add_argument("--swizzle", type=int, default=3)
     args = ap.parse_args()
     plain, carved = Gemm(build_dir=args.build), Gemm(build_dir=args.build)
-    prefer_shared(carved)
+    set_carveout(plain, -1)
+    set_carveout(carved, 100)
     tensors = problem_tensors([tuple(int(x) for x in p.split("x")) for p in args.problems], torch.float16)
     for kern in sorted(plain.kernels, key=lambda k: k.name):
         s = kern.spec
