@@ -183,3 +183,15 @@ def test_cp_async_prefetch_size_reaches_the_copies():
     with pytest.raises(CompileError) as info:
         cubin(96)
     assert "GEMM_CP_ASYNC_PREFETCH takes 0, 64, 128 or 256" in info.value.log
+
+
+def test_spread_copies_knob_compiles_its_own_loop():
+    """GEMM_SM80_SPREAD_COPIES=1 (mainloop_sm80.cuh, an experiment's knob) builds another
+    loop body, without spills."""
+    def compiled(spread: int):
+        return compile_cubin(_gemm_source(), name=GEMM_NAME, arch=80, include_dirs=[INCLUDE], cache_dir=None,
+                             options=[f"-DGEMM_SM80_SPREAD_COPIES={spread}"])
+
+    bunched, spread = compiled(0), compiled(1)
+    assert bunched.cubin != spread.cubin
+    assert (spread.spill_stores, spread.spill_loads) == (0, 0)
