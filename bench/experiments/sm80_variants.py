@@ -34,6 +34,7 @@ VARIANTS = {
     "no_refill": ("-DGEMM_SM80_LEAVE_OUT=3",),
     "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
     "spread_copies": ("-DGEMM_SM80_SPREAD_COPIES=1",),
+    "quarter_rows": ("-DGEMM_COPY_QUARTER_ROWS=1",),  # tile_copy.cuh: K-32 tiles' copies without bank conflicts
     "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),  # cp.async's L2 prefetch size (ptx.cuh)
     "l2_256": ("-DGEMM_CP_ASYNC_PREFETCH=256",),
     "direct_epilogue": ("-DGEMM_STAGED_EPILOGUE=0",),

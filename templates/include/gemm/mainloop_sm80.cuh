@@ -106,11 +106,13 @@ struct LeanCopies {
   // This thread's first element of the tile at `tile`, and its place in a stage.
   // NOTE: 32-bit offsets: callers check that the tile spans less than 4 GiB (fits()).
   __device__ __forceinline__ static const char* source(const char* tile, i64 ld_bytes) {
-    const u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
+    u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
+    if constexpr (Copy::kQuarterRows) Copy::place(static_cast<u32>(threadIdx.x), r, c);
     return tile + (r * static_cast<u32>(ld_bytes) + c * 16);
   }
   __device__ __forceinline__ static u32 offset() {
-    const u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
+    u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
+    if constexpr (Copy::kQuarterRows) Copy::place(static_cast<u32>(threadIdx.x), r, c);
     return (r * Lds + c * 8) * 2;
   }
 
