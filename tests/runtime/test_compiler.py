@@ -184,15 +184,3 @@ def test_cp_async_prefetch_size_reaches_the_copies():
         cubin(96)
     assert "GEMM_CP_ASYNC_PREFETCH takes 0, 64, 128 or 256" in info.value.log
 
-
-@pytest.mark.parametrize("knob", ["GEMM_SM80_SPREAD_COPIES", "GEMM_COPY_QUARTER_ROWS"])
-def test_experiment_knobs_compile_their_own_code(knob):
-    """The experiments' knobs of the copies (mainloop_sm80.cuh, tile_copy.cuh; default 0)
-    reach this K-32 tile's code, without spills."""
-    def compiled(value: int):
-        return compile_cubin(_gemm_source(), name=GEMM_NAME, arch=80, include_dirs=[INCLUDE], cache_dir=None,
-                             options=[f"-D{knob}={value}"])
-
-    off, on = compiled(0), compiled(1)
-    assert off.cubin != on.cubin
-    assert (on.spill_stores, on.spill_loads) == (0, 0)

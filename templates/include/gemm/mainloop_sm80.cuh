@@ -65,13 +65,6 @@
 #ifndef GEMM_SM80_INSIDE_LOOP
 #define GEMM_SM80_INSIDE_LOOP 1
 #endif
-// 1: in the branch-free body of the dense tiles, a step's lean copies go out spread among
-// its MMAs in the PTX, a share after each m16 row of them; 0 (every build): before the
-// MMAs, as one block. ptxas moves most of them back together (docs/NOTES.md, twenty-
-// seventh session); an experiment until a GPU run times it.
-#ifndef GEMM_SM80_SPREAD_COPIES
-#define GEMM_SM80_SPREAD_COPIES 0
-#endif
 
 namespace gemm {
 
@@ -106,13 +99,11 @@ struct LeanCopies {
   // This thread's first element of the tile at `tile`, and its place in a stage.
   // NOTE: 32-bit offsets: callers check that the tile spans less than 4 GiB (fits()).
   __device__ __forceinline__ static const char* source(const char* tile, i64 ld_bytes) {
-    u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
-    if constexpr (Copy::kQuarterRows) Copy::place(static_cast<u32>(threadIdx.x), r, c);
+    const u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
     return tile + (r * static_cast<u32>(ld_bytes) + c * 16);
   }
   __device__ __forceinline__ static u32 offset() {
-    u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
-    if constexpr (Copy::kQuarterRows) Copy::place(static_cast<u32>(threadIdx.x), r, c);
+    const u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
     return (r * Lds + c * 8) * 2;
   }
 
@@ -517,23 +508,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           } else if (kAllLean || t + 1 < k_tiles) {
             this->load_fragments(warp, 0, read_at, t + 1, warp_k0, warp_m0, warp_n0);
           }
-          // NOTE: the 128x128x32 tile issues a thread's eight copies of a K tile as one burst,
-          // and its warps wait on the load queue (ncu, H200: stalls on MIO and LG throttle
-          // 16x and 75x CUTLASS 2.x's on the same tile; docs/NOTES.md, twenty-seventh session).
-          constexpr bool kSpread = GEMM_SM80_SPREAD_COPIES && kAllLean && kLean && !Cfg::kQuantB;
-          if constexpr (kSpread) {
-            const bool copies = step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3;
-            const u32 sa = GEMM_SM80_STAGE_BASES ? write_base : smem + write * Cfg::kStageBytes;
-            if (GEMM_SM80_LEAVE_OUT == 2) {
-              if (copies) issue_lean(sa, lean_src, step, kCopySlices);
-            } else if (copies) {
-              warp.mma(step & 1, [&](int mi) {
-                issue_lean(sa, lean_src, step * Warp::kMI + mi, kCopySlices * Warp::kMI);
-              });
-            } else {
-              warp.mma(step & 1);
-            }
-          } else if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
+          if (step + 1 < kSteps && GEMM_SM80_LEAVE_OUT != 3) {
             if constexpr (kAllLean && !kLean) {
               issue_tile<true>(smem, write, t + S - 1, step, kCopySlices);
             } else if (refill_lean) {
@@ -543,7 +518,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
               issue_tile(smem, write, t + S - 1, step, kCopySlices);
             }
           }
-          if (!kSpread && GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
+          if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
           if (step + 2 == kSteps) {
             cp_async_commit();
             cp_async_wait<S - 2>();

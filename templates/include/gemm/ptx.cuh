@@ -17,8 +17,9 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 // L2 fetches that many aligned bytes around the request, not only the sectors asked for.
 // 0 leaves it to ptxas, which (NVRTC 13) marks the dense tiles' copies 128 bytes
 // (LDGSTS.LTC128B) and the quantized tiles' none; CUTLASS 2.x asks for 128 everywhere.
-// NOTE: a 4-bit weight row of a 128-wide K tile is 64 bytes, so a hint of 128 fetches
-// the next K tile's with it.
+// NOTE: timed on the H200 (docs/NOTES.md, twenty-seventh session), 128 changed nothing,
+// not even on the 4-bit decode tiles whose weight rows are 64 bytes a K tile, and 256
+// slowed the K-32 and narrow decode tiles; the knob stays for other GPUs' L2.
 #ifndef GEMM_CP_ASYNC_PREFETCH
 #define GEMM_CP_ASYNC_PREFETCH 0
 #endif

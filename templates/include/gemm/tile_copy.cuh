@@ -31,13 +31,6 @@ struct VectorOf<2> {
   using Type = u16;
 };
 
-// 1: tiles of four 16-byte vectors a row whose shared rows are an odd number of 16-byte
-// units apart (K tiles of 32 halves, rows padded to 80 bytes) give each quarter warp rows
-// r and r + 4 of its warp's eight (TileCopy::place); 0 (every build): rows r and r + 1.
-#ifndef GEMM_COPY_QUARTER_ROWS
-#define GEMM_COPY_QUARTER_ROWS 0
-#endif
-
 template <int Rows, int Cols, int Lds, int Vec, int Threads>
 struct TileCopy {
   static constexpr int kRows = Rows, kThreads = Threads;
@@ -52,27 +45,6 @@ struct TileCopy {
 
   static_assert(kIters <= 32, "a thread's copies fit the 32-bit row mask");
 
-  // A shared-memory wavefront of 16-byte stores serves a quarter warp (8 lanes). With four
-  // vectors a row, a quarter writing rows r and r + 1 of a shared tile whose rows lie u
-  // 16-byte units apart (u odd: 5 for 80-byte rows) meets one of the 8 bank groups twice,
-  // (u r + c) mod 8, and takes two wavefronts; rows r and r + 4 never meet (4 u = 4 mod 8).
-  // The warp still copies eight whole rows at once, so global accesses are unchanged.
-  static constexpr bool kQuarterRows = GEMM_COPY_QUARTER_ROWS && kVecsPerRow == 4 && kRowStep % 8 == 0 &&
-                                       (Lds * 2 / 16) % 2 == 1 && (Lds * 2) % 16 == 0;
-
-  // Thread `tid`'s row (among the first kRowStep) and vector in that row.
-  template <class Int>
-  __device__ __forceinline__ static void place(Int tid, Int& r, Int& vec) {
-    if constexpr (kQuarterRows) {
-      const Int lane = tid & 31;
-      r = (tid >> 5) * 8 + (lane >> 3) + ((lane >> 2) & 1) * 4;
-      vec = lane & 3;
-    } else {
-      r = tid / kVecsPerRow;
-      vec = tid % kVecsPerRow;
-    }
-  }
-
   const char* base;   // the matrix: the address of copies that read nothing
   const char* ptr;    // this thread's first element of the tile at origin (row0, col0)
   i64 ld_bytes;       // leading dimension in bytes
@@ -83,14 +55,8 @@ struct TileCopy {
   u32 smem_offset;    // this thread's first element inside a shared tile, in bytes
 
   __device__ __forceinline__ void init(const void* base_, i64 ld, int rows_, int cols_, int row0, int col0) {
-    int r = threadIdx.x / kVecsPerRow;
-    int c = (threadIdx.x % kVecsPerRow) * Vec;
-    if constexpr (kQuarterRows) {
-      u32 row_u, vec_u;
-      place(static_cast<u32>(threadIdx.x), row_u, vec_u);
-      r = row_u;
-      c = vec_u * Vec;
-    }
+    const int r = threadIdx.x / kVecsPerRow;
+    const int c = (threadIdx.x % kVecsPerRow) * Vec;
     ld_bytes = ld * 2;
     row = row0 + r;
     col = col0 + c;

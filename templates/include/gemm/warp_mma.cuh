@@ -119,21 +119,6 @@ struct WarpMmaM16N8 : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
         mma_k16<typename Cfg::Atom>(acc[mi][ni], a[buf][mi], b[buf][ni], MmaKind{});
       }
   }
-
-  // The same MMAs as kMI runs of one m16 row each, `between(mi)` after run mi: for work
-  // to spread among them (the refilling copies, mainloop_sm80.cuh), which ptxas leaves
-  // where the PTX puts it.
-  template <class F>
-  __device__ __forceinline__ void mma(int buf, F&& between) {
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi) {
-#pragma unroll
-      for (int ni = 0; ni < kNI; ++ni) {
-        mma_k16<typename Cfg::Atom>(acc[mi][ni], a[buf][mi], b[buf][ni], MmaKind{});
-      }
-      between(mi);
-    }
-  }
 };
 
 }  // namespace gemm
