@@ -16,10 +16,11 @@ import argparse
 from pathlib import Path
 
 import torch
+from cuda.bindings import driver
 
 from bench.experiments.sm90_variants import problem_tensors
 from gemm_runtime import Gemm
-from gemm_runtime.cuda_driver import _driver, check
+from gemm_runtime.cuda_driver import check
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.timing import interleaved_medians_ms
 
@@ -29,10 +30,9 @@ PROBLEMS = ["1024x10240x8192", "1024x6144x4096", "4096x4096x4096"]
 def set_carveout(gemm: Gemm, percent: int) -> None:
     """Every kernel of ``gemm`` asks for ``percent`` of the carveout as shared memory (-1:
     no preference, the driver's choice)."""
-    drv = _driver()
-    attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
     for kern in gemm.kernels:
-        check(drv.cuFuncSetAttribute(kern.function.handle, attr, percent), f"carveout of {kern.name}")
+        check(driver.cuFuncSetAttribute(kern.function.handle, attr, percent), f"carveout of {kern.name}")
 
 
 def main() -> None:
