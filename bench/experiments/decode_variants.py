@@ -41,7 +41,8 @@ VARIANTS = {
     "no_epilogue": ("-DGEMM_SM80_LEAVE_OUT=1",),
     "no_handover": ("-DGEMM_SM80_LEAVE_OUT=6",),
     "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
-    "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),  # cp.async's L2 prefetch size (ptx.cuh)
+    "l2_64": ("-DGEMM_CP_ASYNC_PREFETCH=64",),  # cp.async's L2 prefetch size (ptx.cuh)
+    "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),
     "l2_256": ("-DGEMM_CP_ASYNC_PREFETCH=256",),
 }
 
