@@ -74,8 +74,9 @@ class Record:
 
 @dataclass(frozen=True)
 class EntryProblem:
-    """A record whose cubin is absent (``kind`` "missing") or not what the manifest
-    says (``kind`` "damaged": wrong size, e.g. truncated, or wrong hash)."""
+    """A record whose cubin is absent (``kind`` "missing"), not what the manifest says
+    (``kind`` "damaged": wrong size, e.g. truncated, or wrong hash), or built by a version
+    whose kernel of that spec launches differently (``kind`` "stale")."""
 
     manifest: Path
     name: str
@@ -194,8 +195,25 @@ def check_cubin(manifest: ArchManifest, rec: Record, data: bytes | None) -> Entr
     return None
 
 
+def check_record(manifest: ArchManifest, rec: Record) -> EntryProblem | None:
+    """The problem with launching ``rec``'s cubin as this version launches its spec, if any.
+    NOTE: the launch takes the dynamic shared memory and the block from the spec
+    (KernelSpec.smem_bytes, .threads); a cubin built by a version that lays out its shared
+    tiles otherwise would run with the wrong amount, so it is refused by name instead."""
+    spec = rec.spec
+    if rec.smem_dynamic != spec.smem_bytes or rec.threads != spec.threads:
+        return EntryProblem(manifest.path, rec.name, "stale",
+                            f"built for {rec.smem_dynamic} B of dynamic shared memory and {rec.threads} threads, "
+                            f"where this version launches its spec with {spec.smem_bytes} B and {spec.threads}: "
+                            f"built by another version")  # fmt: skip
+    return None
+
+
 def read_cubin(manifest: ArchManifest, rec: Record) -> tuple[bytes | None, EntryProblem | None]:
     """(the verified cubin, None), or (None, the problem)."""
+    stale = check_record(manifest, rec)
+    if stale is not None:
+        return None, stale
     try:
         data = (manifest.directory / rec.cubin).read_bytes()
     except FileNotFoundError:
@@ -207,7 +225,7 @@ def read_cubin(manifest: ArchManifest, rec: Record) -> tuple[bytes | None, Entry
 
 
 def verify(manifest: ArchManifest) -> list[EntryProblem]:
-    """The records of ``manifest`` whose cubin is missing or damaged."""
+    """The records of ``manifest`` whose cubin is missing, damaged or stale."""
     return [p for p in (read_cubin(manifest, r)[1] for r in manifest.records) if p is not None]
 
 

@@ -58,6 +58,24 @@ def test_missing_and_damaged_entries_are_named_and_restored(tmp_path):
     assert build_dir_problems(tmp_path) == []
 
 
+@pytest.mark.parametrize(("field", "delta"), [("smem_dynamic", 16 * 64 * 3), ("threads", 32)])
+def test_a_record_built_for_another_launch_is_stale(tmp_path, field, delta):
+    # A cubin of the same spec built by a version that laid its shared tiles out otherwise
+    # (e.g. padded 64-byte rows: 16 bytes more a row) would run with the wrong amount.
+    arch_dir = tmp_path / "sm_80"
+    records = [_record(s) for s in SPECS[:2]]
+    records[1][field] += delta
+    cubins = {s.name: b"\x7fELF" + s.name.encode() for s in SPECS[:2]}
+    bm.publish(arch_dir, 80, "13.5", records, cubins, [])
+    manifest, good, problems = bm.read_verified(arch_dir / bm.MANIFEST, 80)
+    assert list(good) == [SPECS[0].name]
+    assert [(p.name, p.kind) for p in problems] == [(SPECS[1].name, "stale")]
+    built, now = records[1][field], getattr(SPECS[1], "smem_bytes" if field == "smem_dynamic" else "threads")
+    assert f"{built} " in problems[0].detail and f"{now}" in problems[0].detail
+    assert "another version" in problems[0].describe() and "make build" in problems[0].describe()
+    assert bm.verify(manifest) == problems
+
+
 @pytest.mark.parametrize(
     ("change", "entry", "field"),
     [
