@@ -543,8 +543,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       } else if constexpr (GEMM_SM80_INSIDE_LOOP && kWholeVectorCopies && !Base::kBAlongRows) {
         // The decode tiles' whole-vector copies: the tiles whose refill lies inside K and
         // inside this split (k_extent runs to the end of K, past a split's own tiles).
-        // NOTE: lean_cursor's min, written out: one helper for both made ptxas spill 20
-        // bytes inside 128x128x64 s3's lean loop (5 STL / 5 LDL; NVRTC 13.5, sm_90).
+        // NOTE: lean_cursor's min, written out: with one helper for both, ptxas put 5 STL
+        // and 5 LDL inside 128x128x64 s3's lean loop (NVRTC 13.5, sm_90).
         const int inside_k = this->k_extent / Cfg::kCtaK;
         for (const int inside = (inside_k < k_tiles ? inside_k : k_tiles) - (S - 1); t < inside; ++t)
           tile(t, BoolConstant<true>{});
