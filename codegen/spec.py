@@ -130,6 +130,11 @@ class KernelSpec:
         return self.mainloop.decode_ring(self)
 
     @property
+    def xor_rows(self) -> bool:
+        """Shared rows of A and of "nk" B are 64 bytes unpadded, XOR-swizzled."""
+        return self.mainloop.xor_rows(self)
+
+    @property
     def min_ctas_per_sm(self) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return self.ctas_per_sm or self.mainloop.min_ctas_per_sm(self)

@@ -61,3 +61,19 @@ def build_dir_problems(out) -> list[str]:
     for arch, path in build_manifest.arch_dirs(out):
         problems += [p.describe() for p in build_manifest.verify(build_manifest.read_manifest(path, arch))]
     return problems
+
+
+def compile_without_spills(spec: KernelSpec, arch: int, origin: str) -> None:
+    """Render ``spec`` (its header naming ``origin``) and compile it for ``arch`` with
+    NVRTC, failing the test with NVRTC's log on an error or a spill."""
+    import pytest
+
+    from codegen.render import INCLUDE_DIR, render_kernel
+    from gemm_runtime.compiler import CompileError, compile_cubin
+
+    try:
+        result = compile_cubin(render_kernel(spec, origin), name=spec.name, arch=arch, include_dirs=[INCLUDE_DIR],
+                               cache_dir=None)  # fmt: skip
+    except CompileError as err:
+        pytest.fail(str(err))
+    assert result.spill_stores == result.spill_loads == 0, (spec.name, arch, result.log)

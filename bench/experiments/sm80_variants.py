@@ -50,9 +50,11 @@ DECODE_PROBLEMS = [(1, 6144, 4096), (1, 4096, 14336), (16, 6144, 4096), (16, 409
 
 
 def is_dense_sm80(name: str, spec: dict) -> bool:
-    """An sm80-family fp16 or bf16 kernel with 16-bit output and "nk" B."""
-    dense_16bit = "_sm80_m16n8k16_af16_bf16_" in name or "_sm80_m16n8k16_abf16_bbf16_" in name
-    return dense_16bit and "_nk_" in name and "f32" not in spec["d_type"]
+    """An sm80-family fp16 or bf16 kernel with 16-bit output and "nk" B (the sm80_xor
+    family's included, where the build generated them)."""
+    dense_16bit = any(f"_{family}_m16n8k16_{types}_" in name for family in ("sm80", "sm80_xor")
+                      for types in ("af16_bf16", "abf16_bbf16"))  # fmt: skip
+    return dense_16bit and "_nk_" in name and "f32" not in spec["d_type"] and not spec.get("grouped")
 
 
 def is_prefill_sm80(name: str, spec: dict) -> bool:
@@ -63,12 +65,14 @@ def is_decode_sm80(name: str, spec: dict) -> bool:
     return is_dense_sm80(name, spec) and spec["cta"][0] <= 32
 
 
-def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False) -> Path:
-    """The default set (and with ``candidates`` prefill_tiles.yaml) generated under
-    ``work``, then the manifest of its sm80 fp16 and bf16 "nk" kernels, the prefill tiles
-    only with ``candidates``, the decode tiles only with ``decode``: the folder a build
-    reads."""
-    extra = ["--with-defaults", "--config", str(ROOT / "bench/experiments/prefill_tiles.yaml")] if candidates else []
+def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor: bool = False) -> Path:
+    """The default set (and with ``candidates`` prefill_tiles.yaml, with ``xor`` the
+    sm80_xor family's sm80_xor.yaml) generated under ``work``, then the manifest of its
+    sm80 fp16 and bf16 "nk" kernels, the prefill tiles only with ``candidates``, the decode
+    tiles only with ``decode``: the folder a build reads."""
+    configs = [ROOT / "bench/experiments" / name
+               for name, wanted in (("prefill_tiles.yaml", candidates), ("sm80_xor.yaml", xor)) if wanted]
+    extra = ["--with-defaults", "--config", *map(str, configs)] if configs else []
     subprocess.run([sys.executable, "-m", "codegen", *extra, "--out", str(work / "all")], check=True, cwd=ROOT)
     keep = is_decode_sm80 if decode else is_prefill_sm80 if candidates else is_dense_sm80
     subset_manifest(work / "all", work / "gen", keep)
@@ -85,12 +89,14 @@ def main() -> None:
                     "(e.g. for bench.cutlass_peer --ours-build) and stop")  # fmt: skip
     ap.add_argument("--with-candidates", action="store_true",
                     help="with --build-only: the default set's prefill tiles and prefill_tiles.yaml's candidates")
+    ap.add_argument("--with-xor", action="store_true",
+                    help="with --build-only: the sm80_xor family's tiles too (bench/experiments/sm80_xor.yaml)")
     ap.add_argument("--decode", action="store_true", help="the decode tiles on decode problems (us), not prefill")
     ap.add_argument("--problems", nargs="+", help="MxNxK problems to time (default: PROBLEMS, or DECODE_PROBLEMS)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm80_variants_"))
     if args.build_only:
-        gen = sm80_manifest(work, candidates=args.with_candidates)
+        gen = sm80_manifest(work, candidates=args.with_candidates, xor=args.with_xor)
         build_mod.build(gen, args.build_only, archs=[90], progress=False)
         return
     gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode)

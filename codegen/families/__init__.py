@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from codegen.families.base import MainloopFamily, TensorMapBox
 from codegen.families.sm70 import Sm70Family
-from codegen.families.sm80 import Sm80Family, Sm80RingFamily, Sm80StagedFamily
+from codegen.families.sm80 import Sm80Family, Sm80RingFamily, Sm80StagedFamily, Sm80XorRowsFamily
 from codegen.families.sm90 import Sm90Family
 from codegen.families.sm90_quant import Sm90QuantFamily, Sm90QuantSmemFamily
 
@@ -54,6 +54,7 @@ class Mainloop:
     SM90_QUANT_SMEM = register(Sm90QuantSmemFamily())
     SM80_STAGED = register(Sm80StagedFamily())
     SM80_RING = register(Sm80RingFamily())
+    SM80_XOR = register(Sm80XorRowsFamily())
 
 
 __all__ = ["MainloopFamily", "Mainloop", "TensorMapBox", "families", "get", "register", "unregister"]

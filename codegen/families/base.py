@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from codegen.spec import KernelSpec
     from gemm_runtime.context import ProblemKey
 
-SMEM_PAD = 8  # elements of padding per shared row; mirrors GemmConfig::kPad
+SMEM_PAD = 8  # elements of padding per shared row; mirrors gemm/smem_layout.cuh's PaddedRows
 TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap), 64-byte aligned
 
 
@@ -106,6 +106,11 @@ class MainloopFamily:
         cp.async ring, many K tiles deep (GemmConfig::kDecodeRing)."""
         return False
 
+    def xor_rows(self, spec: KernelSpec) -> bool:
+        """The shared rows of A and of "nk" B are 64 bytes, unpadded and XOR-swizzled
+        (gemm/smem_layout.cuh's XorRows64), not padded (GemmConfig::kXorRows)."""
+        return False
+
     def min_ctas_per_sm(self, spec: KernelSpec) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return 1
@@ -122,14 +127,15 @@ class MainloopFamily:
     def smem_bytes(self, spec: KernelSpec) -> int:
         """Dynamic shared memory: the stage ring, or the K-slice reduction if larger."""
         m, n, k = spec.cta
-        a_bytes = m * (k + SMEM_PAD) * 2
+        pad = 0 if self.xor_rows(spec) else SMEM_PAD  # of A's rows and "nk" B's
+        a_bytes = m * (k + pad) * 2
         v_bytes = 0
         if spec.quantized:
             # Fragment-ordered rows of 8 columns, plus scale and zero rows per stage.
             b_bytes = 0 if spec.direct_b else n // 8 * (k // 32 * spec.quant_block_units + SMEM_PAD) * 2
             v_bytes = 2 * max(1, k // 32) * (n + SMEM_PAD) * 2
         elif spec.b_order is BOrder.NK:
-            b_bytes = n * (k + SMEM_PAD) * 2
+            b_bytes = n * (k + pad) * 2
         else:
             b_bytes = k * (n + SMEM_PAD) * 2
         pipeline = spec.stages * (a_bytes + b_bytes + v_bytes)

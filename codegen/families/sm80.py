@@ -224,3 +224,45 @@ class Sm80StagedFamily(_Sm80PackedRingFamily):
         """The packed weights land a K tile before A (they are dequantized a tile ahead),
         so the ring keeps one tile fewer in flight than the dense one."""
         return max(1, spec.stages - 2)
+
+
+class Sm80XorRowsFamily(Sm80Family):
+    """The sm80 mainloop with the shared rows of K tiles of 32 unpadded and XOR-swizzled
+    (GemmConfig::kXorRows, gemm/smem_layout.cuh's XorRows64): A's rows and "nk" B's are
+    64 bytes, 16-byte unit u of row r stored at u ^ ((r / 2) % 4), so a quarter warp's
+    cp.async copies (two rows) fill one 128-byte line and the ldmatrix phases stay free
+    of bank conflicts. The padded 80-byte rows of the sm80 family cost a 128x128x32 tile
+    15 shared-memory wavefronts per copy instruction against 4 ideal, and CUTLASS 2.x's
+    same tile 7.9 (ncu on the H200, docs/NOTES.md, twenty-eighth session): the MIO
+    throttle its K-32 tiles stall on. The ring shrinks to CUTLASS's size (80 KiB for
+    128x128x32 at five stages, not 100).
+
+    Dense kernels with 16-byte vectors only (quantized B keeps its fragment-ordered rows;
+    m8n8k4 reads rows by 8-byte loads)."""
+
+    value = "sm80_xor"
+    summary = "multi-stage cp.async pipeline, K tiles of 32 in XOR-swizzled shared rows"
+    # NOTE: not yet timed against the sm80 family's K-32 tiles on the GPU, so no default
+    # kernels; bench/experiments/sm80_xor.yaml lists the tiles to time
+    # (python -m bench.experiments.sm80_xor), tests/gpu/test_sm80_xor.py tests them.
+    experimental = True
+
+    def tile_error(
+        self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int, cluster: int = 1
+    ) -> tuple[str, str] | None:
+        error = super().tile_error(cta, warps, stages, cluster)
+        if error:
+            return error
+        if cta[2] != 32:
+            return "cta", f"k = 32 (the swizzle is of 64-byte rows; got k = {cta[2]})"
+        return None
+
+    def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
+        if spec.quantized:
+            return "b_type", spec.b_type.value, f"f16 or bf16 (the {self.value} family is for dense B)"
+        if spec.align != 8:
+            return "align", spec.align, f"8 (the {self.value} family copies whole 16-byte units)"
+        return None
+
+    def xor_rows(self, spec: KernelSpec) -> bool:
+        return True

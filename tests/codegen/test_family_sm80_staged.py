@@ -13,9 +13,8 @@ import pytest
 
 from codegen.config import default_config_paths, load_configs
 from codegen.families import Mainloop
-from codegen.render import INCLUDE_DIR, render_kernel
-from gemm_runtime.compiler import CompileError, compile_cubin
 from tests.codegen import test_config as cfg
+from tests.helpers import compile_without_spills
 from tests.sm80_staged_kernels import YAML, kernel_names
 
 STAGED = Mainloop.SM80_STAGED
@@ -88,9 +87,4 @@ def test_the_experiment_tiles_compile_without_spills(arch: int) -> None:
                  and (s.a_type.value, s.b_type.value) != ("f16", "u4")]  # fmt: skip
     assert specs
     for spec in specs:
-        try:
-            result = compile_cubin(render_kernel(spec, "tests/codegen/test_family_sm80_staged.py"), name=spec.name,
-                                   arch=arch, include_dirs=[INCLUDE_DIR], cache_dir=None)  # fmt: skip
-        except CompileError as err:
-            pytest.fail(str(err))
-        assert result.spill_stores == result.spill_loads == 0, (spec.name, arch, result.log)
+        compile_without_spills(spec, arch, "tests/codegen/test_family_sm80_staged.py")

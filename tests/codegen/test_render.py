@@ -56,8 +56,8 @@ def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
     for k in direct:
         text = render_kernel(k.spec, k.source)
         grouped = "true" if k.spec.grouped else "false"
-        # Direct B, the grouped flag, B not staged in shared memory, no decode ring.
-        assert re.search(rf", {k.spec.align}, true, {grouped},\s+false, false>;", text), text
+        # Direct B, the grouped flag, B not staged in shared memory, no decode ring, padded rows.
+        assert re.search(rf", {k.spec.align}, true, {grouped},\s+false, false, false>;", text), text
         low, hopper = k.spec.min_ctas_per_sm, k.spec.min_ctas_per_sm_hopper
         if low == hopper:
             bounds = f"{k.spec.threads}, {low}" if low > 1 else f"{k.spec.threads}"
@@ -69,27 +69,40 @@ def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
             assert f"__launch_bounds__({k.spec.threads}, GEMM_MIN_CTAS_PER_SM) {k.spec.name}(" in text
     assert any(k.spec.min_ctas_per_sm_hopper != k.spec.min_ctas_per_sm for k in direct)
     dense = render_kernel(default_set[0].spec, default_set[0].source)
-    assert re.search(rf", {default_set[0].spec.align}, false, false,\s+false, false>;", dense)
+    assert re.search(rf", {default_set[0].spec.align}, false, false,\s+false, false, false>;", dense)
     grouped = dataclasses.replace(default_set[0].spec, grouped=True)
-    assert re.search(rf", {grouped.align}, false, true,\s+false, false>;", render_kernel(grouped, default_set[0].source))
+    assert re.search(rf", {grouped.align}, false, true,\s+false, false, false>;",
+                     render_kernel(grouped, default_set[0].source))
 
 
 def test_rendered_staged_b_kernel() -> None:
-    # The sm80_staged family's flag reaches GemmConfig (the parameter before the ring's).
+    # The sm80_staged family's flag reaches GemmConfig (the parameter two before the last).
     from tests.sm80_staged_kernels import YAML
 
     k = load_configs([YAML])[0]
     assert k.spec.staged_b
-    assert re.search(rf", {k.spec.align}, false, false,\s+true, false>;", render_kernel(k.spec, k.source))
+    assert re.search(rf", {k.spec.align}, false, false,\s+true, false, false>;", render_kernel(k.spec, k.source))
 
 
 def test_rendered_decode_ring_kernel() -> None:
-    # The sm80_ring family's kernels: B through the ring (not direct), the ring flag last.
+    # The sm80_ring family's kernels: B through the ring (not direct), the ring flag before the rows'.
     kernels = load_configs([REPO_ROOT / "bench/experiments/decode_ring_tiles.yaml"])
     assert kernels
     for k in kernels:
         assert k.spec.decode_ring and not k.spec.direct_b and not k.spec.staged_b
-        assert re.search(rf", {k.spec.align}, false, false,\s+false, true>;", render_kernel(k.spec, k.source))
+        assert re.search(rf", {k.spec.align}, false, false,\s+false, true, false>;", render_kernel(k.spec, k.source))
+
+
+def test_rendered_xor_rows_kernel() -> None:
+    # The sm80_xor family's kernels: the swizzled rows' flag last, whether grouped or not.
+    from tests.sm80_xor_kernels import YAML
+
+    kernels = load_configs([YAML])
+    assert any(k.spec.grouped for k in kernels)
+    for k in kernels:
+        grouped = "true" if k.spec.grouped else "false"
+        text = render_kernel(k.spec, k.source)
+        assert re.search(rf", {k.spec.align}, false, {grouped},\s+false, false, true>;", text), text
 
 
 def test_write_generated(tmp_path: Path, default_set: list[LoadedKernel]) -> None:

@@ -3,6 +3,7 @@
 // relies on them, so an illegal spec fails at compile time with a message.
 #pragma once
 #include "gemm/numeric.cuh"
+#include "gemm/smem_layout.cuh"
 
 namespace gemm {
 
@@ -18,7 +19,7 @@ enum class OrderB { kNK, kKN };
 
 template <class Atom_, class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
           int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_, bool Grouped_ = false,
-          bool StagedB_ = false, bool DecodeRing_ = false>
+          bool StagedB_ = false, bool DecodeRing_ = false, bool XorRows_ = false>
 struct GemmConfig {
   using Atom = Atom_;
   using TA = TA_;
@@ -38,10 +39,6 @@ struct GemmConfig {
   static constexpr int kWarpTileN = kCtaN / kWarpsN;
   static constexpr int kWarpTileK = kCtaK / kWarpsK;
 
-  // NOTE: every shared row is padded by 16 bytes. Rows hold a multiple of 16 elements
-  // (32 bytes), so consecutive rows start on an odd multiple of 16 bytes apart, so the 8 row addresses of
-  // one ldmatrix phase hit 8 distinct 16-byte bank groups: no conflicts, no swizzle math.
-  static constexpr int kPad = 8;
   // Quantized B (u4/u8) is stored fragment-ordered (gemm_runtime.quant.pack_for_gemm):
   // one row per 8 columns of N, holding for each k32 block the 32 lanes' words in lane
   // order, 8 * 32 * bits / 16 16-bit units per block. Scales and zeros ([groups, N]
@@ -69,12 +66,21 @@ struct GemmConfig {
   static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
   static constexpr int kTileBRows = kQuantB ? kCtaN / 8 : (kOrderB == OrderB::kNK ? kCtaN : kCtaK);
   static constexpr int kTileBCols = kQuantB ? kCtaK / 32 * kQuantBlockUnits : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);
-  static constexpr int kLdsA = kTileACols + kPad;
-  static constexpr int kLdsB = kTileBCols + kPad;
+  // Shared rows (gemm/smem_layout.cuh): padded by 16 bytes, or with XorRows_ (codegen:
+  // the sm80_xor family) the 64-byte rows of A and of an N x K B unpadded and
+  // XOR-swizzled, so that a quarter warp's copies fill whole 128-byte lines.
+  static constexpr bool kXorRows = XorRows_;
+  using LayoutA = typename SmemRowsOf<kTileACols, kXorRows>::Type;
+  using LayoutB = typename SmemRowsOf<kTileBCols, kXorRows && kOrderB == OrderB::kNK>::Type;
+  using LayoutV = PaddedRows<kCtaN>;
+  // Elements from one shared row to the next; what the padded-row fragment loads of
+  // m8n8k4, quantized and staged B index by.
+  static constexpr int kLdsA = LayoutA::kLd;
+  static constexpr int kLdsB = LayoutB::kLd;
   static constexpr int kGroupRows = kQuantB ? (kCtaK / 32 > 1 ? kCtaK / 32 : 1) : 0;
-  static constexpr int kLdsV = kCtaN + kPad;
-  static constexpr int kStageBytesA = kTileARows * kLdsA * 2;
-  static constexpr int kStageBytesB = kDirectB ? 0 : kTileBRows * kLdsB * 2;
+  static constexpr int kLdsV = LayoutV::kLd;
+  static constexpr int kStageBytesA = kTileARows * LayoutA::kRowBytes;
+  static constexpr int kStageBytesB = kDirectB ? 0 : kTileBRows * LayoutB::kRowBytes;
   static constexpr int kStageBytesV = 2 * kGroupRows * kLdsV * 2;  // scales, then zeros
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB + kStageBytesV;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
@@ -97,6 +103,8 @@ struct GemmConfig {
                 "staged B: the tile's k32 blocks of n8-tile pairs split evenly over the warps");
   static_assert(!kDecodeRing || (kQuantB && !kDirectB && !kStagedB && kWarpsM == 1 && kCtaM == 16),
                 "decode ring: quantized B through the ring, one m16 tile per warp");
+  static_assert(!kXorRows || (!kQuantB && !kSame<Atom, AtomM8N8K4> && kCtaK == 32 && kAlign == 8),
+                "XOR-swizzled rows: dense B, an m16n8 atom, K tiles of 32 and 16-byte vectors");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
   static_assert(kCtaM % kWarpsM == 0 && kCtaN % kWarpsN == 0 && kCtaK % kWarpsK == 0,
                 "CTA tile must split evenly over the warps");

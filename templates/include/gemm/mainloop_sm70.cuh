@@ -20,7 +20,7 @@ struct MainloopSm70 : OperandCopies<Cfg> {
   using typename Base::CopyA;
   using typename Base::CopyB;
   // Quantized B's scale and zero rows, [groups, N] each, one after the other in V.
-  using CopyV = TileCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, 8, Cfg::kThreads>;
+  using CopyV = TileCopy<Base::kGroupRows, Cfg::kCtaN, typename Cfg::LayoutV, 8, Cfg::kThreads>;
   static constexpr int kStepK = WarpMma<Cfg>::kStepK;
   static constexpr int kSteps = Cfg::kWarpTileK / kStepK;
   static_assert(Cfg::kStages == 2, "the SM70 mainloop double-buffers: stages must be 2");

@@ -94,7 +94,7 @@ struct DirectShape<Warp, true> {
 // at 254 registers the compiler rebuilds their state from threadIdx and the kernel
 // parameters every time, and all 8 warps do so at once, between barriers, while the
 // tensor cores wait. These take about 11, and the tiles ran 7-10% faster.
-template <class Copy, int Lds>
+template <class Copy, class Layout>
 struct LeanCopies {
   // This thread's first element of the tile at `tile`, and its place in a stage.
   // NOTE: 32-bit offsets: callers check that the tile spans less than 4 GiB (fits()).
@@ -104,7 +104,7 @@ struct LeanCopies {
   }
   __device__ __forceinline__ static u32 offset() {
     const u32 r = threadIdx.x / Copy::kVecsPerRow, c = threadIdx.x % Copy::kVecsPerRow;
-    return (r * Lds + c * 8) * 2;
+    return Layout::offset(r, c * 8);
   }
 
   // Copies [begin, end) of the tile whose thread element `src` is, into the stage at `dst`.
@@ -114,7 +114,7 @@ struct LeanCopies {
     for (int i = 0; i < Copy::kIters; ++i) {
       if (i < begin || i >= end) continue;
       if (Copy::kVecs % Copy::kThreads != 0 && threadIdx.x + i * Copy::kThreads >= Copy::kVecs) continue;
-      cp_async16(to + i * Copy::kRowStep * Lds * 2, src + i * Copy::kRowStep * ld_bytes);
+      cp_async16(to + i * Copy::kSmemStep, src + i * Copy::kRowStep * ld_bytes);
     }
   }
 
@@ -155,8 +155,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   static constexpr bool kLean = GEMM_SM80_LEAN_COPIES && (!Cfg::kQuantB || Cfg::kStagedB) && !kDirectB &&
                                 !kWholeVectorCopies &&
                                 Cfg::kAlign == 8 && Cfg::kOrderB == OrderB::kNK;
-  using LeanA = LeanCopies<CopyA, Cfg::kLdsA>;
-  using LeanB = LeanCopies<CopyB, Cfg::kLdsB>;
+  using LeanA = LeanCopies<CopyA, typename Cfg::LayoutA>;
+  using LeanB = LeanCopies<CopyB, typename Cfg::LayoutB>;
   // Dense tiles wait for the next K tile and pass the barrier one step before the last
   // (after that step's MMAs are issued, so the tensor pipe runs while the warps wait),
   // and load the next tile's first fragments before the last step's MMAs, which hide

@@ -8,8 +8,8 @@ namespace gemm {
 
 template <class Cfg>
 struct OperandCopies {
-  using CopyA = TileCopy<Cfg::kTileARows, Cfg::kTileACols, Cfg::kLdsA, Cfg::kAlign, Cfg::kThreads>;
-  using CopyB = TileCopy<Cfg::kTileBRows, Cfg::kTileBCols, Cfg::kLdsB, Cfg::kAlignB, Cfg::kThreads>;
+  using CopyA = TileCopy<Cfg::kTileARows, Cfg::kTileACols, typename Cfg::LayoutA, Cfg::kAlign, Cfg::kThreads>;
+  using CopyB = TileCopy<Cfg::kTileBRows, Cfg::kTileBCols, typename Cfg::LayoutB, Cfg::kAlignB, Cfg::kThreads>;
   static constexpr bool kBAlongRows = Cfg::kOrderB == OrderB::kKN;
 
   // Scales and zeros of quantized B (rows are groups, columns are N) are each

@@ -8,6 +8,7 @@
 // its pointer, row and column are computed once, not per copy.
 #pragma once
 #include "gemm/ptx.cuh"
+#include "gemm/smem_layout.cuh"
 
 namespace gemm {
 
@@ -31,17 +32,20 @@ struct VectorOf<2> {
   using Type = u16;
 };
 
-template <int Rows, int Cols, int Lds, int Vec, int Threads>
+// Layout: where the tile's rows go in shared memory (gemm/smem_layout.cuh).
+template <int Rows, int Cols, class Layout, int Vec, int Threads>
 struct TileCopy {
   static constexpr int kRows = Rows, kThreads = Threads;
   static constexpr int kVecsPerRow = Cols / Vec;
   static constexpr int kVecs = Rows * kVecsPerRow;
   static constexpr int kIters = (kVecs + Threads - 1) / Threads;
   static constexpr int kRowStep = Threads / kVecsPerRow;  // rows between a thread's copies
+  static constexpr int kSmemStep = kRowStep * Layout::kRowBytes;  // shared bytes between a thread's copies
   static constexpr int kBytes = Vec * 2;
   using Vector = typename VectorOf<kBytes>::Type;
   static_assert(Cols % Vec == 0, "a tile row holds whole vectors");
   static_assert(Threads % kVecsPerRow == 0, "the CTA's threads must cover whole tile rows");
+  static_assert(kRowStep % Layout::kPeriodRows == 0, "a thread's copies step down whole periods of the layout");
 
   static_assert(kIters <= 32, "a thread's copies fit the 32-bit row mask");
 
@@ -64,7 +68,7 @@ struct TileCopy {
     cols = cols_;
     base = static_cast<const char*>(base_);
     ptr = base + row * ld_bytes + static_cast<i64>(col) * 2;
-    smem_offset = static_cast<u32>((r * Lds + c) * 2);
+    smem_offset = Layout::offset(r, c);
     row_step = kRowStep * ld_bytes;
     rows_inside = 0;
 #pragma unroll
@@ -104,7 +108,7 @@ struct TileCopy {
     for (int i = 0; i < kIters; ++i) {
       if (i < begin || i >= end) continue;
       if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
-      cp_async_if<kBytes>((rows_inside >> i) & 1u, dst + smem_offset + i * kRowStep * Lds * 2, tile_ptr + i * row_step);
+      cp_async_if<kBytes>((rows_inside >> i) & 1u, dst + smem_offset + i * kSmemStep, tile_ptr + i * row_step);
     }
   }
 
@@ -123,7 +127,7 @@ struct TileCopy {
       // NOTE: a copy that reads nothing still gets a valid address (the matrix base):
       // this thread's own pointer may lie past the end for rows outside the matrix.
       const char* src = bytes ? tile_ptr + i * kRowStep * ld_bytes : base;
-      const u32 dst_v = dst + smem_offset + i * kRowStep * Lds * 2;
+      const u32 dst_v = dst + smem_offset + i * kSmemStep;
       if constexpr (Vec == 1) {
         st_shared_u16(dst_v, bytes ? ld_global_u16(src) : u16(0));
       } else {
@@ -147,7 +151,7 @@ struct TileCopy {
       const int bytes = r < rows ? bytes_in_row : 0;
       const char* src = bytes ? base + static_cast<i64>(__ldg(gather + r)) * ld_bytes + static_cast<i64>(col + dcol) * 2
                               : base;
-      cp_async_zfill<kBytes>(dst + smem_offset + i * kRowStep * Lds * 2, src, bytes);
+      cp_async_zfill<kBytes>(dst + smem_offset + i * kSmemStep, src, bytes);
     }
   }
 
@@ -180,7 +184,7 @@ struct TileCopy {
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
-      st_shared(dst + smem_offset + i * kRowStep * Lds * 2, r[i]);
+      st_shared(dst + smem_offset + i * kSmemStep, r[i]);
     }
   }
 };

@@ -26,8 +26,7 @@ __device__ __forceinline__ void load_a_fragments(u32 (&a)[MI][4], u32 smem_a, in
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
     const int row = warp_m0 + mi * 16 + (lane & 15);
-    const int col = k0 + (lane >> 4) * 8;
-    ldmatrix_x4(a[mi], smem_a + (row * Cfg::kLdsA + col) * 2);
+    ldmatrix_x4(a[mi], smem_a + Cfg::LayoutA::offset_k(row, (lane >> 4) * 8, k0));
   }
 }
 
@@ -96,8 +95,7 @@ struct WarpMmaM16N8 : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
       if constexpr (Cfg::kOrderB == OrderB::kNK) {
         // Shared rows are n, K contiguous: the plain load yields the col-major B fragment.
         const int n = warp_n0 + ni * 8 + (lane & 7) + (lane >> 4) * 8;
-        const int k = k0 + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(r, smem_b + (n * Cfg::kLdsB + k) * 2);
+        ldmatrix_x4(r, smem_b + Cfg::LayoutB::offset_k(n, ((lane >> 3) & 1) * 8, k0));
       } else {
         // Shared rows are k, N contiguous: the transposing load yields the same fragment.
         const int k = k0 + (lane & 7) + ((lane >> 3) & 1) * 8;

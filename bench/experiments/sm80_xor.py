@@ -1,0 +1,132 @@
+"""Experiment: the sm80_xor family (K tiles of 32 in XOR-swizzled shared rows,
+codegen/families/sm80.py) against its padded twins, the sm80 kernels of the same tile,
+types and B order (the default set's and bench/experiments/prefill_tiles.yaml's), built
+together for this GPU (tests/sm80_xor_kernels.py). Each dense swizzled kernel, its twin
+and cuBLAS are timed interleaved on the same problems (llama3-8b and llama3-70b layers
+at each M, and 4096^3), unsplit, rasterization group 2^3, L2 flushed, medians; each
+grouped one beside its twin on bench.moe's routed problems (sorted rows):
+
+    python -m bench.experiments.sm80_xor [--m 1024 4096] [--models llama3-8b llama3-70b] [--tokens 1024 8192]
+
+Prints TFLOP/s per problem and the median swizzled / padded time per tile, and per
+problem the best swizzled tile against the best padded one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+import yaml
+
+from gemm_runtime import Gemm
+from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.timing import interleaved_medians_ms
+from tests.sm80_xor_kernels import build, twin_key
+
+ROOT = Path(__file__).resolve().parents[2]
+SWIZZLE = 3
+
+
+def layer_problems(models: list[str], ms: list[int]) -> list[tuple[str, int, int, int]]:
+    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    problems = [("4096^3", 4096, 4096, 4096)]
+    for model in models:
+        for layer, (n, k) in shapes[model].items():
+            problems += [(f"{model} {layer}", m, n, k) for m in ms]
+    return problems
+
+
+def tile_of(spec) -> str:
+    return f"{spec.cta[0]}x{spec.cta[1]}x{spec.cta[2]}s{spec.stages}"
+
+
+def pairs(gemm: Gemm, grouped: bool) -> list[tuple[str, str, object]]:
+    """(swizzled kernel, its padded twin, spec) for every swizzled kernel of the build."""
+    by_key = {twin_key(k.spec.to_json()): k.name for k in gemm.kernels if k.spec.mainloop.value == "sm80"}
+    found = []
+    for k in gemm.kernels:
+        if k.spec.mainloop.value == "sm80_xor" and k.spec.grouped == grouped:
+            twin = by_key.get(twin_key(k.spec.to_json()))
+            if twin:
+                found.append((k.name, twin, k.spec))
+    return sorted(found, key=lambda p: p[0])
+
+
+def dense(gemm: Gemm, problems, dtypes: list[str]) -> None:
+    print("| tile | types | B | problem | M | N | K | padded TFLOP/s | swizzled TFLOP/s | cuBLAS TFLOP/s | "
+          "swizzled / padded time |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    best: dict[tuple, list[float]] = {}
+    for xor, twin, spec in pairs(gemm, grouped=False):
+        dtype = torch.float16 if spec.a_type.value == "f16" else torch.bfloat16
+        if spec.a_type.value not in dtypes:
+            continue
+        ratios = []
+        for label, m, n, k in problems:
+            a = torch.randn(m, k, device="cuda", dtype=dtype)
+            w = torch.randn(n, k, device="cuda", dtype=dtype)
+            b = w.t() if spec.b_order.value == "nk" else w.t().contiguous()
+            out = torch.empty(m, n, device="cuda", dtype=dtype)
+            t_pad, t_xor, t_cublas = interleaved_medians_ms([
+                lambda: gemm.matmul(a, b, out=out, kernel=LaunchSpec(twin, 1, SWIZZLE)),
+                lambda: gemm.matmul(a, b, out=out, kernel=LaunchSpec(xor, 1, SWIZZLE)),
+                lambda: torch.matmul(a, b, out=out)])  # fmt: skip
+            flops = 2 * m * n * k / 1e9
+            ratios.append(t_xor / t_pad)
+            entry = best.setdefault((spec.a_type.value, spec.b_order.value, label, m), [float("inf")] * 3)
+            entry[0], entry[1], entry[2] = min(entry[0], t_pad), min(entry[1], t_xor), t_cublas
+            print(f"| {tile_of(spec)} | {spec.a_type.value} | {spec.b_order.value} | {label} | {m} | {n} | {k} | "
+                  f"{flops / t_pad:.0f} | {flops / t_xor:.0f} | {flops / t_cublas:.0f} | {t_xor / t_pad:.3f} |",
+                  flush=True)  # fmt: skip
+        print(f"|  | median over the problems: {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
+              f"max {max(ratios):.3f}) |", flush=True)  # fmt: skip
+    print("\nBest tile of each layout per problem (unsplit, swizzle 3):\n")
+    print("| types | B | problem | M | best padded / cuBLAS | best swizzled / cuBLAS | "
+          "best swizzled / best padded time |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for (types, order, label, m), (t_pad, t_xor, t_cublas) in best.items():
+        print(f"| {types} | {order} | {label} | {m} | {t_cublas / t_pad:.3f} | {t_cublas / t_xor:.3f} | "
+              f"{t_xor / t_pad:.3f} |")  # fmt: skip
+
+
+def grouped(gemm: Gemm, tokens: list[int]) -> None:
+    from bench.moe import sorted_problems
+
+    found = [p for p in pairs(gemm, grouped=True) if p[2].a_type.value == "bf16"]
+    if not found:
+        return
+    print("\n| tile | config | tokens | projection | padded µs | swizzled µs | swizzled / padded |")
+    print("|---|---|---:|---|---:|---:|---:|")
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    for cfg_name, count, proj, routing, a, w, d in sorted_problems(tokens, gen):
+        for xor, twin, spec in found:
+            times = interleaved_medians_ms([
+                lambda name=name: gemm.grouped_matmul(a, w, routing.offsets, out=d, kernel=LaunchSpec(name, 1))
+                for name in (twin, xor)])  # fmt: skip
+            print(f"| {tile_of(spec)} | {cfg_name} | {count} | {proj} | {times[0] * 1e3:.1f} | {times[1] * 1e3:.1f} | "
+                  f"{times[1] / times[0]:.3f} |", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
+    ap.add_argument("--m", nargs="+", type=int, default=[1024, 4096])
+    ap.add_argument("--dtypes", nargs="+", default=["f16", "bf16"], choices=["f16", "bf16"])
+    ap.add_argument("--tokens", nargs="+", type=int, default=[1024, 8192], help="bench.moe token counts (grouped)")
+    ap.add_argument("--build", type=Path, help="an existing build of tests/sm80_xor_kernels.build(with_twins=True)")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if args.build is None:
+        major, minor = torch.cuda.get_device_capability()
+        args.build = build(Path(tempfile.mkdtemp(prefix="sm80_xor_")), 10 * major + minor, with_twins=True)
+    gemm = Gemm(build_dir=args.build)
+    dense(gemm, layer_problems(args.models, args.m), args.dtypes)
+    grouped(gemm, args.tokens)
+
+
+if __name__ == "__main__":
+    main()
