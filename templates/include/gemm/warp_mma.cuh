@@ -22,11 +22,23 @@ __device__ __forceinline__ void mma_k16(float (&acc)[4], const u32 (&a)[4], cons
 // 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
 template <class Cfg, int MI>
 __device__ __forceinline__ void load_a_fragments(u32 (&a)[MI][4], u32 smem_a, int warp_m0, int k0) {
+  using Layout = typename Cfg::LayoutA;
   const int lane = threadIdx.x & 31;
+  if constexpr (Layout::kXor) {
+    // NOTE: the lane's offset in the first m16 tile, then whole periods of rows: offset_k
+    // at each tile's own row cost the B loads two more instructions each (128x128x32 s4's
+    // lean loop 131 instructions, 127 so). Padded rows keep the per-tile form, whose SASS
+    // the timings of the default set were taken with (this form changes 114 kernels).
+    static_assert(16 % Layout::kPeriodRows == 0, "m16 tiles start whole periods of the layout apart");
+    const u32 lane_offset = Layout::offset_k(warp_m0 + (lane & 15), (lane >> 4) * 8, k0);
 #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-    const int row = warp_m0 + mi * 16 + (lane & 15);
-    ldmatrix_x4(a[mi], smem_a + Cfg::LayoutA::offset_k(row, (lane >> 4) * 8, k0));
+    for (int mi = 0; mi < MI; ++mi) ldmatrix_x4(a[mi], smem_a + lane_offset + mi * 16 * Layout::kRowBytes);
+  } else {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      const int row = warp_m0 + mi * 16 + (lane & 15);
+      ldmatrix_x4(a[mi], smem_a + Layout::offset_k(row, (lane >> 4) * 8, k0));
+    }
   }
 }
 
@@ -89,13 +101,22 @@ struct WarpMmaM16N8 : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_b, int warp_m0, int warp_n0, int k0) {
     const int lane = threadIdx.x & 31;
     load_a_fragments<Cfg>(a[buf], smem_a, warp_m0, k0);
+    using LayoutB = typename Cfg::LayoutB;
 #pragma unroll
     for (int ni = 0; ni < kNI; ni += 2) {
       u32 r[4];
       if constexpr (Cfg::kOrderB == OrderB::kNK) {
         // Shared rows are n, K contiguous: the plain load yields the col-major B fragment.
-        const int n = warp_n0 + ni * 8 + (lane & 7) + (lane >> 4) * 8;
-        ldmatrix_x4(r, smem_b + Cfg::LayoutB::offset_k(n, ((lane >> 3) & 1) * 8, k0));
+        const int k = ((lane >> 3) & 1) * 8;
+        if constexpr (LayoutB::kXor) {
+          // As for A (load_a_fragments): the first pair's offset, then whole periods.
+          static_assert(16 % LayoutB::kPeriodRows == 0, "pairs of n8 tiles start whole periods apart");
+          const int n = warp_n0 + (lane & 7) + (lane >> 4) * 8;
+          ldmatrix_x4(r, smem_b + LayoutB::offset_k(n, k, k0) + ni * 8 * LayoutB::kRowBytes);
+        } else {
+          const int n = warp_n0 + ni * 8 + (lane & 7) + (lane >> 4) * 8;
+          ldmatrix_x4(r, smem_b + LayoutB::offset_k(n, k, k0));
+        }
       } else {
         // Shared rows are k, N contiguous: the transposing load yields the same fragment.
         const int k = k0 + (lane & 7) + ((lane >> 3) & 1) * 8;
