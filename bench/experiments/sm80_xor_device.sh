@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU-machine calls that decide the sm80_xor family (docs/NOTES.md, twenty-ninth
+# session), from the repository root, logs and tables under $OUT:
+#
+#   bash bench/experiments/sm80_xor_device.sh tests    # ~5 min: default build, the GPU suite
+#   bash bench/experiments/sm80_xor_device.sh bench    # ~3 min: swizzled vs padded twins, cuBLAS
+#   bash bench/experiments/sm80_xor_device.sh cutlass  # ~9 min, carry .whl: CUTLASS 2.x's SM80
+#                                                      # table with the swizzled tiles in our build
+#
+# `tests` builds the default set (make SYSTEM=1 generate build ARCH=90) and runs the whole
+# `pytest -m gpu`, tests/gpu/test_sm80_xor.py among it. `bench` runs
+# bench.experiments.sm80_xor. `cutlass` builds the SM80 prefill tiles with the candidates
+# and the swizzled ones (bench.experiments.sm80_variants --build-only --with-candidates
+# --with-xor) and runs bench.cutlass_peer --family sm80 on the llama3 shapes at M = 1024,
+# tuned, interleaved.
+set -u
+OUT=${OUT:-/tmp/sm80_xor_out}
+mkdir -p "$OUT"
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+
+case "${1:-}" in
+tests)
+    make SYSTEM=1 generate build ARCH=90 > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+    timeout 420 python3 -m pytest -q -m gpu tests -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+    tail -15 "$OUT/gpu_tests.log"
+    ;;
+bench)
+    timeout 540 python3 -m bench.experiments.sm80_xor > "$OUT/sm80_xor.md" 2>&1
+    tail -40 "$OUT/sm80_xor.md"
+    ;;
+cutlass)
+    # shellcheck source=/dev/null
+    source bench/cutlass_env.sh || exit 1
+    python3 -m bench.experiments.sm80_variants --build-only /tmp/sm80_xor_build --with-candidates --with-xor \
+        > "$OUT/ours_build.log" 2>&1 || { tail -40 "$OUT/ours_build.log"; exit 1; }
+    shapes=$(python3 -c "from bench.cutlass_peer import LLAMA3_NK; print(','.join(f'1024x{n}x{k}' for n, k in LLAMA3_NK))")
+    timeout 500 python3 -m bench.cutlass_peer --family sm80 --shapes "$shapes" --dtype fp16 --jobs 16 \
+        --ours-build /tmp/sm80_xor_build --ours-tuned --interleave --allow-fail --out "$OUT/cutlass_sm80_xor.json" \
+        > "$OUT/cutlass.log" 2>&1
+    tail -40 "$OUT/cutlass.log"
+    ;;
+*)
+    echo "usage: bash bench/experiments/sm80_xor_device.sh tests|bench|cutlass" >&2
+    exit 2
+    ;;
+esac
