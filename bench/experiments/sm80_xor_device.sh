@@ -6,6 +6,8 @@
 #   bash bench/experiments/sm80_xor_device.sh bench    # ~3 min: swizzled vs padded twins, cuBLAS
 #   bash bench/experiments/sm80_xor_device.sh cutlass  # ~9 min, carry .whl: CUTLASS 2.x's SM80
 #                                                      # table with the swizzled tiles in our build
+#   bash bench/experiments/sm80_xor_device.sh ncu      # ~2 min: 128x128x32 s5, swizzled and padded,
+#                                                      # per SASS instruction (LDGSTS, LDSM)
 #
 # `tests` builds the default set (make SYSTEM=1 generate build ARCH=90) and runs the whole
 # `pytest -m gpu`, tests/gpu/test_sm80_xor.py among it. `bench` runs
@@ -40,8 +42,22 @@ cutlass)
         > "$OUT/cutlass.log" 2>&1
     tail -40 "$OUT/cutlass.log"
     ;;
+ncu)
+    # One launch of each at 1024 x 10240 x 8192 (CUTLASS's 128x128x32 s5 problem of the
+    # twenty-seventh session), source counters, then the copies' and fragment loads'
+    # shared wavefronts and L2 sectors per instruction.
+    python3 -m bench.experiments.sm80_xor --build-only /tmp/sm80_xor_ncu > "$OUT/ncu_build.log" 2>&1 \
+        || { tail -40 "$OUT/ncu_build.log"; exit 1; }
+    for layout in sm80_xor sm80; do
+        timeout 240 ncu --section SourceCounters -k "regex:_${layout}_m16n8k16_af16_bf16_accf32_df16_128x128x32_w2x2x1_s5_nk" \
+            -c 1 -f -o "$OUT/ncu_$layout" python3 -m bench.experiments.sm80_xor --build /tmp/sm80_xor_ncu/build \
+            --launch-once 128x128x32s5 1024 10240 8192 > "$OUT/ncu_$layout.log" 2>&1
+        echo "== $layout"
+        python3 -m bench.experiments.ncu_sass_table "$OUT/ncu_$layout.ncu-rep" --opcodes LDGSTS LDSM
+    done
+    ;;
 *)
-    echo "usage: bash bench/experiments/sm80_xor_device.sh tests|bench|cutlass" >&2
+    echo "usage: bash bench/experiments/sm80_xor_device.sh tests|bench|cutlass|ncu" >&2
     exit 2
     ;;
 esac

@@ -83,3 +83,26 @@ def test_grouped_bound_patches_every_module_that_sizes_a_grouped_launch():
         assert all(m.tiles_of is grouped_bound.old_tiles_of for m in patched)
     assert all(m.tiles_of is cost_model.__dict__["tiles_of"] for m in patched)
     assert cost_model.tiles_of.__module__ == "gemm_runtime.cost_model"
+
+
+def test_ncu_sass_table_sums_counters_by_opcode():
+    """bench/experiments/ncu_sass_table.py on a source page shaped like ncu's CSV: numbers
+    with thousands separators, predicated instructions, other opcodes left out; and the
+    columns listed where the counters are missing."""
+    from bench.experiments.ncu_sass_table import opcode_of, table
+
+    assert opcode_of("@!P0 LDGSTS.E.BYPASS.LTC128B.128 [R1+0x800], desc[UR4][R4.64] ;") == "LDGSTS"
+    rows = [
+        {"Source": "LDGSTS.E.BYPASS.128 [R1], [R2.64] ;", "Warp Instructions Executed": "1,000",
+         "L2 Theoretical Sectors Global": "24,000", "Shared Memory Wavefronts": "15,000"},
+        {"Source": "@P0 LDGSTS.E.BYPASS.128 [R1+0x800], [R2.64] ;", "Warp Instructions Executed": "3,000",
+         "L2 Theoretical Sectors Global": "48,000", "Shared Memory Wavefronts": "12,000"},
+        {"Source": "HMMA.16816.F32 R4, R8, R12, R4 ;", "Warp Instructions Executed": "9,000",
+         "L2 Theoretical Sectors Global": "0", "Shared Memory Wavefronts": "0"},
+    ]  # fmt: skip
+    executed, counters, sums = table(rows, ("LDGSTS", "LDSM"))
+    assert executed == "Warp Instructions Executed"
+    assert counters == ["L2 Theoretical Sectors Global", "Shared Memory Wavefronts"]
+    assert set(sums) == {"LDGSTS"}
+    assert sums["LDGSTS"][executed] == 4000 and sums["LDGSTS"]["Shared Memory Wavefronts"] == 27000
+    assert table([{"Source": "x", "Other": "1"}], ("LDGSTS",)) == ("", [], {"columns": ["Source", "Other"]})
