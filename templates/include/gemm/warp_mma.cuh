@@ -25,10 +25,11 @@ __device__ __forceinline__ void load_a_fragments(u32 (&a)[MI][4], u32 smem_a, in
   using Layout = typename Cfg::LayoutA;
   const int lane = threadIdx.x & 31;
   if constexpr (Layout::kXor) {
-    // NOTE: the lane's offset in the first m16 tile, then whole periods of rows: offset_k
-    // at each tile's own row cost the B loads two more instructions each (128x128x32 s4's
-    // lean loop 131 instructions, 127 so). Padded rows keep the per-tile form, whose SASS
-    // the timings of the default set were taken with (this form changes 114 kernels).
+    // NOTE: the lane's offset in the first m16 tile, then whole periods of rows. With
+    // offset_k at each tile's own row ptxas does not see that rows 16 apart keep their XOR
+    // bits: the B loads (same form below) took three instructions each where padded ones
+    // take one (128x128x32 s4's lean loop 131 instructions, 127 so). Padded rows keep the
+    // per-tile form, whose SASS the default set was timed with (this form changes 114 kernels).
     static_assert(16 % Layout::kPeriodRows == 0, "m16 tiles start whole periods of the layout apart");
     const u32 lane_offset = Layout::offset_k(warp_m0 + (lane & 15), (lane >> 4) * 8, k0);
 #pragma unroll
@@ -107,15 +108,15 @@ struct WarpMmaM16N8 : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
       u32 r[4];
       if constexpr (Cfg::kOrderB == OrderB::kNK) {
         // Shared rows are n, K contiguous: the plain load yields the col-major B fragment.
-        const int k = ((lane >> 3) & 1) * 8;
+        const int col = ((lane >> 3) & 1) * 8;  // the lane's column inside the k16 step
         if constexpr (LayoutB::kXor) {
           // As for A (load_a_fragments): the first pair's offset, then whole periods.
           static_assert(16 % LayoutB::kPeriodRows == 0, "pairs of n8 tiles start whole periods apart");
           const int n = warp_n0 + (lane & 7) + (lane >> 4) * 8;
-          ldmatrix_x4(r, smem_b + LayoutB::offset_k(n, k, k0) + ni * 8 * LayoutB::kRowBytes);
+          ldmatrix_x4(r, smem_b + LayoutB::offset_k(n, col, k0) + ni * 8 * LayoutB::kRowBytes);
         } else {
           const int n = warp_n0 + ni * 8 + (lane & 7) + (lane >> 4) * 8;
-          ldmatrix_x4(r, smem_b + LayoutB::offset_k(n, k, k0));
+          ldmatrix_x4(r, smem_b + LayoutB::offset_k(n, col, k0));
         }
       } else {
         // Shared rows are k, N contiguous: the transposing load yields the same fragment.
