@@ -6,7 +6,8 @@ and cuBLAS are timed interleaved on the same problems (llama3-8b and llama3-70b 
 at each M, and 4096^3), unsplit, rasterization group 2^3, L2 flushed, medians; each
 grouped one beside its twin on bench.moe's routed problems (sorted rows):
 
-    python -m bench.experiments.sm80_xor [--m 1024 4096] [--models llama3-8b llama3-70b] [--tokens 1024 8192]
+    python -m bench.experiments.sm80_xor [--m 1024 4096] [--models llama3-8b llama3-70b] [--dtypes f16 bf16]
+        [--tokens 1024 8192]
 
 Prints TFLOP/s per problem and the median swizzled / padded time per tile, and per
 problem the best swizzled tile against the best padded one.
@@ -132,7 +133,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     ap.add_argument("--m", nargs="+", type=int, default=[1024, 4096])
     ap.add_argument("--dtypes", nargs="+", default=["f16", "bf16"], choices=["f16", "bf16"])
-    ap.add_argument("--tokens", nargs="+", type=int, default=[1024, 8192], help="bench.moe token counts (grouped)")
+    ap.add_argument("--tokens", nargs="*", type=int, default=[1024, 8192],
+                    help="bench.moe token counts (grouped); none: no grouped problems")
     ap.add_argument("--build", type=Path, help="an existing build of tests/sm80_xor_kernels.build(with_twins=True)")
     ap.add_argument("--build-only", type=Path, metavar="WORK",
                     help="build the swizzled kernels and their twins under WORK (the build: WORK/build) and stop")
@@ -152,7 +154,8 @@ def main() -> None:
         launch_once(gemm, args.launch_once[0], *(int(x) for x in args.launch_once[1:]))
         return
     dense(gemm, layer_problems(args.models, args.m), args.dtypes)
-    grouped(gemm, args.tokens)
+    if args.tokens:
+        grouped(gemm, args.tokens)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 # session), from the repository root, logs and tables under $OUT:
 #
 #   bash bench/experiments/sm80_xor_device.sh tests    # ~5 min: default build, the GPU suite
-#   bash bench/experiments/sm80_xor_device.sh bench    # ~3 min: swizzled vs padded twins, cuBLAS
+#   bash bench/experiments/sm80_xor_device.sh bench    # ~5 min: swizzled vs padded twins, cuBLAS (fp16,
+#                                                      # and the grouped bf16 tiles)
+#   bash bench/experiments/sm80_xor_device.sh bench-bf16  # ~4 min: the bf16 dense tiles
 #   bash bench/experiments/sm80_xor_device.sh cutlass  # ~9 min, carry .whl: CUTLASS 2.x's SM80
 #                                                      # table with the swizzled tiles in our build
 #   bash bench/experiments/sm80_xor_device.sh ncu      # ~2 min: 128x128x32 s5, swizzled and padded,
@@ -28,8 +30,13 @@ tests)
     tail -15 "$OUT/gpu_tests.log"
     ;;
 bench)
-    timeout 540 python3 -m bench.experiments.sm80_xor > "$OUT/sm80_xor.md" 2>&1
+    # Rows are printed as they are timed, so a timeout keeps what was measured.
+    timeout 560 python3 -m bench.experiments.sm80_xor --dtypes f16 > "$OUT/sm80_xor.md" 2>&1
     tail -40 "$OUT/sm80_xor.md"
+    ;;
+bench-bf16)
+    timeout 560 python3 -m bench.experiments.sm80_xor --dtypes bf16 --tokens > "$OUT/sm80_xor_bf16.md" 2>&1
+    tail -40 "$OUT/sm80_xor_bf16.md"
     ;;
 cutlass)
     # shellcheck source=/dev/null
@@ -57,7 +64,7 @@ ncu)
     done
     ;;
 *)
-    echo "usage: bash bench/experiments/sm80_xor_device.sh tests|bench|cutlass|ncu" >&2
+    echo "usage: bash bench/experiments/sm80_xor_device.sh tests|bench|bench-bf16|cutlass|ncu" >&2
     exit 2
     ;;
 esac

@@ -33,7 +33,7 @@ def spec_of(tmp_path: Path, **overrides: Any):
 
 def test_the_experiment_yaml_loads_and_stays_out_of_the_default_set() -> None:
     loaded = load_configs([YAML])
-    assert len(loaded) == 16 and {k.spec.mainloop for k in loaded} == {XOR}
+    assert len(loaded) == 22 and {k.spec.mainloop for k in loaded} == {XOR}
     assert {k.spec.cta[2] for k in loaded} == {32} and any(k.spec.grouped for k in loaded)
     assert XOR.experimental
     assert not {k.spec.name for k in loaded} & {k.spec.name for k in load_configs(default_config_paths())}
