@@ -396,6 +396,25 @@ def _bias_pointer(bias: object, n: int, dtype: DataType, device: torch.device, e
     return bias.data_ptr()
 
 
+def arch_limit(key: ProblemKey) -> str | None:
+    """Why no kernel of any build serves ``key`` on its GPU's arch, or None. These are
+    the GPU's limits and the families' arch ranges, not a build's choice of tiles, so an
+    UnsupportedProblemError leads with them: a bf16 call on a T4 should read as the T4's
+    limit, not as a build that lacks kernels. tests/codegen/test_default_configs.py checks
+    that the default set serves every problem this does not refuse, on every arch."""
+    if not key.arch:
+        return None
+    gpu = f"this GPU is sm_{key.arch}"
+    if key.a_type is DataType.BF16 and key.arch < 80:
+        return f"bf16 needs compute capability 8.0 or later (its tensor-core MMA), and {gpu}; fp16 runs here"
+    if key.quant != "none" and key.arch < 75:
+        return (f"quantized weights need compute capability 7.5 or later (their packed layout is the m16n8 MMA "
+                f"fragment's, which Volta's m8n8k4 MMA does not have), and {gpu}")  # fmt: skip
+    if key.experts and key.arch < 80:
+        return f"grouped GEMMs need compute capability 8.0 or later (no sm70-family grouped kernels), and {gpu}"
+    return None
+
+
 def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
     """Why ``spec`` cannot compute ``key``, or None if it can."""
     if spec.grouped and not key.experts:

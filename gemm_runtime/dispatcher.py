@@ -15,7 +15,7 @@ from typing import Protocol
 
 from codegen.spec import KernelSpec
 from gemm_runtime import whole_weight
-from gemm_runtime.context import ProblemKey, describe, infeasible_reason
+from gemm_runtime.context import ProblemKey, arch_limit, describe, infeasible_reason
 from gemm_runtime.cost_model import DeviceModel, rank, resident_ctas
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport, PathOrFile
 from gemm_runtime.errors import UnsupportedProblemError
@@ -90,7 +90,7 @@ class Dispatcher:
             for k in self._kernels:
                 r = infeasible_reason(k.spec, key) or "?"
                 reasons[r] = reasons.get(r, 0) + 1
-            raise UnsupportedProblemError(describe(key), reasons)
+            raise UnsupportedProblemError(describe(key), reasons, arch_limit(key))
         return ranking
 
     def _rank(self, kernels: list[DispatchKernel], key: ProblemKey, workspace: WorkspaceSizes | None):

@@ -20,12 +20,13 @@ class GemmArgumentError(GemmError, ValueError):
 class UnsupportedProblemError(GemmError, ValueError):
     """The arguments are valid, but no kernel in the registry can serve this problem."""
 
-    def __init__(self, problem: str, reasons: dict[str, int] | None = None) -> None:
+    def __init__(self, problem: str, reasons: dict[str, int] | None = None, limit: str | None = None) -> None:
         self.problem = problem
         self.reasons = dict(reasons or {})
+        self.limit = limit  # what no build can change on this GPU (context.arch_limit), if that is why
         detail = "; ".join(f"{n} kernel(s): {r}" for r, n in sorted(self.reasons.items(), key=lambda x: -x[1]))
         super().__init__(
-            f"no kernel can serve {problem}" + (f" ({detail})" if detail else "")
+            f"no kernel can serve {problem}" + (f": {limit}" if limit else "") + (f" ({detail})" if detail else "")
             + "; docs/PROBLEMS.md lists what the default kernel set serves"
         )
 

@@ -2,7 +2,7 @@
 # The GPU-machine calls that decide the sm80_xor family (docs/NOTES.md, twenty-ninth
 # session), from the repository root, logs and tables under $OUT:
 #
-#   bash bench/experiments/sm80_xor_device.sh tests    # ~5 min: default build, the GPU suite
+#   bash bench/experiments/sm80_xor_device.sh tests    # ~7 min: default build, the GPU suite
 #   bash bench/experiments/sm80_xor_device.sh bench    # ~5 min: swizzled vs padded twins, cuBLAS (fp16,
 #                                                      # and the grouped bf16 tiles)
 #   bash bench/experiments/sm80_xor_device.sh bench-bf16  # ~4 min: the bf16 dense tiles
@@ -11,8 +11,10 @@
 #   bash bench/experiments/sm80_xor_device.sh ncu      # ~2 min: 128x128x32 s5, swizzled and padded,
 #                                                      # per SASS instruction (LDGSTS, LDSM)
 #
-# `tests` builds the default set (make SYSTEM=1 generate build ARCH=90) and runs the whole
-# `pytest -m gpu`, tests/gpu/test_sm80_xor.py among it. `bench` runs
+# `tests` builds the default set (make SYSTEM=1 generate build ARCH=90 WITH_EMULATED=1) and
+# runs the whole `pytest -m gpu`: tests/gpu/test_sm80_xor.py and test_sm80_100k.py among it
+# (the thirtieth session's kernels: the 100 KB GPUs' prefill tiles, Turing's and Volta's
+# fallbacks, none yet run on a GPU). `bench` runs
 # bench.experiments.sm80_xor. `cutlass` builds the SM80 prefill tiles with the candidates
 # and the swizzled ones (bench.experiments.sm80_variants --build-only --with-candidates
 # --with-xor) and runs bench.cutlass_peer --family sm80 on the llama3 shapes at M = 1024,
@@ -25,8 +27,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt
 
 case "${1:-}" in
 tests)
-    make SYSTEM=1 generate build ARCH=90 > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-    timeout 420 python3 -m pytest -q -m gpu tests -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+    # WITH_EMULATED: the m8n8k4 kernels (Volta's and Turing's, emulated on sm_90) are in the
+    # build, so the suite runs them too (tests/gpu/conftest.py registers them).
+    make SYSTEM=1 generate build ARCH=90 WITH_EMULATED=1 > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+    timeout 480 python3 -m pytest -q -m gpu tests -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
     tail -15 "$OUT/gpu_tests.log"
     ;;
 bench)

@@ -141,3 +141,14 @@ def test_emulated_kernels_are_absent_from_normal_dispatch(gemm, gemm_all):
             assert k.name not in normal
             assert "emulated" in gemm.registry.filtered[k.name]
     assert any(k.spec.mainloop.value == "sm70" for k in gemm.kernels), "SM70-mainloop kernels must dispatch natively"
+
+
+def cases_for(names: list[str]):
+    """The checks above as parameters for kernels outside the default set (an experimental
+    family's, another arch's tiles): (check, kernel, the check's further arguments), each
+    run by the caller on its own Gemm as ``check(gemm, name, *args)``."""
+    for name in names:
+        for m in M_VALUES:
+            yield pytest.param(test_kernel_matches_fp32_reference, name, (m,), id=f"{name}-fp32-M{m}")
+        yield pytest.param(test_kernel_long_k_on_interior_ctas, name, (), id=f"{name}-long-k")
+        yield pytest.param(test_kernel_alpha_beta_and_c_aliasing_d, name, (), id=f"{name}-alpha-beta")

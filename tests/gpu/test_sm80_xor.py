@@ -24,11 +24,7 @@ _GROUPED = [n for n in kernel_names() if n.endswith("_grouped")]
 
 def _cases():
     """(the default set's check, a kernel, the check's further arguments) for each."""
-    for name in _DENSE:
-        for m in dense.M_VALUES:
-            yield pytest.param(dense.test_kernel_matches_fp32_reference, name, (m,), id=f"{name}-fp32-M{m}")
-        yield pytest.param(dense.test_kernel_long_k_on_interior_ctas, name, (), id=f"{name}-long-k")
-        yield pytest.param(dense.test_kernel_alpha_beta_and_c_aliasing_d, name, (), id=f"{name}-alpha-beta")
+    yield from dense.cases_for(_DENSE)
     for name in _GROUPED:
         for routing in grouped.ROUTINGS:
             yield pytest.param(grouped.test_grouped_kernel_matches_the_reference, name, (routing,),

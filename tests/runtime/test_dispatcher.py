@@ -11,7 +11,7 @@ import pytest
 
 from codegen.spec import KernelSpec
 from codegen.vocabulary import BOrder, DataType
-from gemm_runtime.context import make_key
+from gemm_runtime.context import ProblemKey, arch_limit, make_key
 from gemm_runtime.cost_model import DeviceModel
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
 from gemm_runtime.dispatcher import Dispatcher
@@ -76,6 +76,33 @@ def test_no_feasible_kernel_says_why():
     with pytest.raises(UnsupportedProblemError, match="operand type is not bf16") as info:
         dispatcher(F16_NK8, THIN).ranked(bf16_kn2(1))
     assert info.value.reasons == {"operand type is not bf16": 2}
+
+
+def test_a_problem_the_gpu_cannot_run_says_so_first():
+    """bf16 on a Turing GPU: the GPU's limit leads the message, not the kernels' reasons
+    (which would read as a build that lacks kernels)."""
+    turing = Dispatcher((F16_NK8, THIN), DeviceModel.of(75, 40, 1590000, 5001000, 4096), DispatchCache(75, "fake"),
+                        WORKSPACE)  # fmt: skip
+    key = make_key(DataType.BF16, BOrder.NK, DataType.BF16, 16, 4096, 4096, arch=75)
+    with pytest.raises(UnsupportedProblemError, match=r"bf16 needs compute capability 8\.0 or later .* sm_75") as info:
+        turing.ranked(key)
+    assert info.value.limit.startswith("bf16 needs") and info.value.reasons == {"operand type is not bf16": 2}
+    # The same kernels on sm_90 give no limit: there it is the build's choice of kernels.
+    with pytest.raises(UnsupportedProblemError) as info:
+        dispatcher(F16_NK8, THIN).ranked(make_key(DataType.BF16, BOrder.NK, DataType.BF16, 16, 4096, 4096, arch=ARCH))
+    assert info.value.limit is None and "compute capability" not in str(info.value)
+
+
+def test_arch_limits():
+    def key(arch, a_type=DataType.F16, quant="none", experts=0):
+        return ProblemKey(arch, a_type, a_type if quant == "none" else DataType.U4, BOrder.NK, a_type, 8, quant, "none",
+                          4096, 4096, 16, experts)  # fmt: skip
+
+    assert arch_limit(key(75, DataType.BF16)) and arch_limit(key(70, DataType.BF16))
+    assert arch_limit(key(80, DataType.BF16)) is None and arch_limit(key(0, DataType.BF16)) is None
+    assert "Volta" in arch_limit(key(70, quant="u4g128")) and arch_limit(key(75, quant="u4g128")) is None
+    assert "grouped" in arch_limit(key(75, experts=8)) and arch_limit(key(80, experts=8)) is None
+    assert arch_limit(key(70)) is None  # fp16 dense runs everywhere
 
 
 # --- no cached decision launches the wrong kernel -------------------------------------------
