@@ -35,11 +35,25 @@ ENTRIES = {
     (torch.bfloat16, 8): "gemm_unpack_bf16_u8",
 }
 _TYPES = {torch.float16: "gemm::Half", torch.bfloat16: "gemm::BFloat16"}
-SOURCE = '#include "gemm/unpack.cuh"\n' + "".join(
-    f"extern \"C\" __global__ void __launch_bounds__({THREADS}) {name}(const gemm::UnpackParams p) "
-    f"{{ gemm::unpack_weight<{_TYPES[dtype]}, {bits}>(p); }}\n"
-    for (dtype, bits), name in ENTRIES.items()
-)
+BF16_MIN_ARCH = 80  # bf16x2 arithmetic (and the bf16 MMA its kernels feed) needs sm_80
+
+
+def entries(arch: int) -> dict[tuple[torch.dtype, int], str]:
+    """The entry points that compile for ``sm_{arch}``: no bf16 ones before sm_80, so that
+    a Gemm on a Turing or Volta GPU (which loads these when it is made) can be made."""
+    return {key: name for key, name in ENTRIES.items() if key[0] is torch.float16 or arch >= BF16_MIN_ARCH}
+
+
+def source(arch: int) -> str:
+    """The kernels' source for ``sm_{arch}``: one entry point per entries(arch)."""
+    return '#include "gemm/unpack.cuh"\n' + "".join(
+        f"extern \"C\" __global__ void __launch_bounds__({THREADS}) {name}(const gemm::UnpackParams p) "
+        f"{{ gemm::unpack_weight<{_TYPES[dtype]}, {bits}>(p); }}\n"
+        for (dtype, bits), name in entries(arch).items()
+    )
+
+
+SOURCE = source(BF16_MIN_ARCH)  # every entry point
 # UnpackParams: B, V, D; ldb, ldv, ldd; N, K, groups, group_shift.
 _PARAMS = struct.Struct("<QQQqqqiiii")
 _CHUNK = 8  # kUnpackChunk: k32 blocks a warp converts per trip
@@ -65,9 +79,9 @@ def _function(device: torch.device, entry: str, cache_dir: Path | None):
     key = (device.index, entry)
     with _lock:
         if key not in _loaded:
-            major, minor = torch.cuda.get_device_capability(device)
+            arch = _arch(device)
             cache = cache_dir if cache_dir is not None else settings().build_dir / ".cache"
-            compile_one = functools.partial(compile_cubin, SOURCE, name="gemm_unpack", arch=10 * major + minor,
+            compile_one = functools.partial(compile_cubin, source(arch), name="gemm_unpack", arch=arch,
                                             include_dirs=[INCLUDE_DIR])  # fmt: skip
             try:
                 result = compile_one(cache_dir=cache)
@@ -78,10 +92,15 @@ def _function(device: torch.device, entry: str, cache_dir: Path | None):
         return _loaded[key]
 
 
+def _arch(device: torch.device) -> int:
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
 def preload(device: torch.device, cache_dir: Path | None = None) -> None:
     """Load the unpack kernels on ``device`` now (Gemm does when it is made), so that a
     first whole-weight plan inside a CUDA-graph capture compiles and loads no module."""
-    for entry in ENTRIES.values():
+    for entry in entries(_arch(device)).values():
         _function(device, entry, cache_dir)
 
 
@@ -97,6 +116,10 @@ def unpack_weight(packed: PackedWeight, *, out: torch.Tensor | None = None,
     entry = ENTRIES.get((packed.dtype, packed.bits))
     if entry is None:
         raise GemmArgumentError("packed", f"{packed.dtype}, {packed.bits}-bit", "fp16 or bf16 scales, 4 or 8 bits")
+    arch = _arch(packed.b.device)
+    if (packed.dtype, packed.bits) not in entries(arch):
+        raise GemmArgumentError("packed", f"{packed.dtype} scales on sm_{arch}",
+                                f"fp16 scales (bf16 needs sm_{BF16_MIN_ARCH} or later)")  # fmt: skip
     n, k = packed.n, packed.k
     if out is None:
         out = torch.empty(n, row_pitch(k), dtype=packed.dtype, device=packed.b.device)[:, :k]

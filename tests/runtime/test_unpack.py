@@ -1,6 +1,7 @@
-"""gemm_runtime.unpack on the CPU: its kernels compile for sm_80 and sm_90 without
-spills, one entry per (activation type, bits), and arguments it cannot serve are
-refused by name (its results: tests/gpu/test_unpack.py)."""
+"""gemm_runtime.unpack on the CPU: its kernels compile for every arch from sm_70 without
+spills (a Gemm compiles them for its GPU when it is made; no bf16 before sm_80), one
+entry per (activation type, bits), and arguments it cannot serve are refused by name
+(its results: tests/gpu/test_unpack.py)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,28 @@ from gemm_runtime.compiler import compile_cubin
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
-from gemm_runtime.unpack import ENTRIES, SOURCE, unpack_weight
+from gemm_runtime.unpack import ENTRIES, SOURCE, entries, source, unpack_weight
 
 
-@pytest.mark.parametrize("arch", [80, 90])
+@pytest.mark.parametrize("arch", [70, 75, 80, 86, 90])
 def test_the_kernels_compile_without_spills(arch):
-    result = compile_cubin(SOURCE, name="gemm_unpack", arch=arch, include_dirs=[INCLUDE_DIR], cache_dir=None)
+    from gemm_runtime import nvrtc_legacy
+
+    if arch == 70 and not nvrtc_legacy.installed():
+        pytest.skip("sm_70 needs the [volta] extra's NVRTC")
+    result = compile_cubin(source(arch), name="gemm_unpack", arch=arch, include_dirs=[INCLUDE_DIR], cache_dir=None)
     assert result.spill_stores == result.spill_loads == 0, result.log
-    for entry in ENTRIES.values():
+    for entry in entries(arch).values():
         assert entry.encode() in result.cubin
 
 
 def test_every_activation_type_and_width_has_an_entry():
     assert set(ENTRIES) == {(d, b) for d in (torch.float16, torch.bfloat16) for b in (4, 8)}
     assert len(set(ENTRIES.values())) == 4
+    assert source(80) == SOURCE and entries(80) == entries(90) == ENTRIES
+    # Turing and Volta: fp16 only (bf16x2 needs sm_80; the source with them fails to compile there).
+    assert entries(75) == entries(70) == {k: v for k, v in ENTRIES.items() if k[0] is torch.float16}
+    assert "BFloat16" not in source(75)
 
 
 def test_refuses_what_is_not_a_packed_weight_on_a_gpu():
