@@ -18,16 +18,17 @@ def shared_gemm(allow_emulated: bool = False):
     return Gemm(allow_emulated=allow_emulated)
 
 
-def experimental_gemm(tmp_path_factory, family: str, build):
+def experimental_gemm(tmp_path_factory, family: str, build, min_arch: int = 80):
     """A Gemm over an experimental family's kernels (no default ones), built for this GPU
-    by ``build(work_dir, arch)`` into a temporary directory; skips without an sm_80+ GPU."""
+    by ``build(work_dir, arch)`` into a temporary directory; skips without a GPU of
+    ``min_arch`` or later."""
     import pytest
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     major, minor = torch.cuda.get_device_capability()
-    if major < 8:
-        pytest.skip(f"the {family} family needs sm_80 or later")
+    if 10 * major + minor < min_arch:
+        pytest.skip(f"the {family} kernels need sm_{min_arch} or later")
     from gemm_runtime import Gemm
 
     torch.backends.cuda.matmul.allow_tf32 = False
