@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codegen.spec import KernelSpec
+from codegen.vocabulary import KNOWN_ARCHS
 from gemm_runtime import build_manifest
 from gemm_runtime.cuda_driver import LoadedFunction, device_attribute, ensure_context
 from gemm_runtime.errors import NoKernelsError
@@ -108,6 +109,12 @@ class Registry:
         device = DeviceInfo.query(device_index)
         available = [a for a, _ in build_manifest.arch_dirs(build_dir)]
         archs = compatible_cubin_archs(device.arch, available)
+        if not archs and device.arch not in KNOWN_ARCHS:
+            # NOTE: `make build` would skip it too: say so, not "run make build".
+            raise NoKernelsError(
+                f"this GPU (sm_{device.arch}) is not an arch this project builds kernels for "
+                f"({', '.join(f'sm_{a}' for a in KNOWN_ARCHS)}); cubins of another major version do not run on it"
+            )
         if not archs:
             raise NoKernelsError(
                 f"{build_dir} holds no cubins for this GPU (sm_{device.arch}); it has "
