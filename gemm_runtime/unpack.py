@@ -36,11 +36,15 @@ ENTRIES = {
 }
 _TYPES = {torch.float16: "gemm::Half", torch.bfloat16: "gemm::BFloat16"}
 BF16_MIN_ARCH = 80  # bf16x2 arithmetic (and the bf16 MMA its kernels feed) needs sm_80
+PACKED_MIN_ARCH = 75  # no quantized kernels before Turing (context.arch_limit), so no unpack
 
 
 def entries(arch: int) -> dict[tuple[torch.dtype, int], str]:
-    """The entry points that compile for ``sm_{arch}``: no bf16 ones before sm_80, so that
-    a Gemm on a Turing or Volta GPU (which loads these when it is made) can be made."""
+    """The entry points ``sm_{arch}`` has: no bf16 ones before sm_80 (they do not compile
+    there), none before sm_75 (nothing there takes packed weights), so that a Gemm on a
+    Turing or Volta GPU, which loads these when it is made, can be made."""
+    if arch < PACKED_MIN_ARCH:
+        return {}
     return {key: name for key, name in ENTRIES.items() if key[0] is torch.float16 or arch >= BF16_MIN_ARCH}
 
 
@@ -119,7 +123,8 @@ def unpack_weight(packed: PackedWeight, *, out: torch.Tensor | None = None,
     arch = _arch(packed.b.device)
     if (packed.dtype, packed.bits) not in entries(arch):
         raise GemmArgumentError("packed", f"{packed.dtype} scales on sm_{arch}",
-                                f"fp16 scales (bf16 needs sm_{BF16_MIN_ARCH} or later)")  # fmt: skip
+                                f"a weight on sm_{PACKED_MIN_ARCH} or later, with bf16 scales on sm_{BF16_MIN_ARCH} "
+                                "or later")  # fmt: skip
     n, k = packed.n, packed.k
     if out is None:
         out = torch.empty(n, row_pitch(k), dtype=packed.dtype, device=packed.b.device)[:, :k]
