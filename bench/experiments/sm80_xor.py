@@ -7,7 +7,7 @@ at each M, and 4096^3), unsplit, rasterization group 2^3, L2 flushed, medians; e
 grouped one beside its twin on bench.moe's routed problems (sorted rows):
 
     python -m bench.experiments.sm80_xor [--m 1024 4096] [--models llama3-8b llama3-70b] [--dtypes f16 bf16]
-        [--tokens 1024 8192]
+        [--tiles 128x128x32s5 ...] [--tokens 1024 8192]
 
 Prints TFLOP/s per problem and the median swizzled / padded time per tile, and per
 problem the best swizzled tile against the best padded one.
@@ -57,14 +57,14 @@ def pairs(gemm: Gemm, grouped: bool) -> list[tuple[str, str, object]]:
     return sorted(found, key=lambda p: p[0])
 
 
-def dense(gemm: Gemm, problems, dtypes: list[str]) -> None:
+def dense(gemm: Gemm, problems, dtypes: list[str], tiles: list[str] | None = None) -> None:
     print("| tile | types | B | problem | M | N | K | padded TFLOP/s | swizzled TFLOP/s | cuBLAS TFLOP/s | "
           "swizzled / padded time |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     best: dict[tuple, list[float]] = {}
     for xor, twin, spec in pairs(gemm, grouped=False):
         dtype = torch.float16 if spec.a_type.value == "f16" else torch.bfloat16
-        if spec.a_type.value not in dtypes:
+        if spec.a_type.value not in dtypes or (tiles and tile_of(spec) not in tiles):
             continue
         ratios = []
         for label, m, n, k in problems:
@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["f16", "bf16"], choices=["f16", "bf16"])
     ap.add_argument("--tokens", nargs="*", type=int, default=[1024, 8192],
                     help="bench.moe token counts (grouped); none: no grouped problems")
+    ap.add_argument("--tiles", nargs="+", metavar="TILE", help="only these dense tiles, e.g. 128x128x32s5 (default: all)")
     ap.add_argument("--build", type=Path, help="an existing build of tests/sm80_xor_kernels.build(with_twins=True)")
     ap.add_argument("--build-only", type=Path, metavar="WORK",
                     help="build the swizzled kernels and their twins under WORK (the build: WORK/build) and stop")
@@ -153,7 +154,7 @@ def main() -> None:
     if args.launch_once:
         launch_once(gemm, args.launch_once[0], *(int(x) for x in args.launch_once[1:]))
         return
-    dense(gemm, layer_problems(args.models, args.m), args.dtypes)
+    dense(gemm, layer_problems(args.models, args.m), args.dtypes, args.tiles)
     if args.tokens:
         grouped(gemm, args.tokens)
 

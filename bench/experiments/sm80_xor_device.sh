@@ -2,6 +2,11 @@
 # The GPU-machine calls that decide the sm80_xor family (docs/NOTES.md, twenty-ninth
 # session), from the repository root, logs and tables under $OUT:
 #
+#   bash bench/experiments/sm80_xor_device.sh first    # ~6 min: default build, the GPU tests of the
+#                                                      # kernels no GPU has run yet, and the two
+#                                                      # swizzled tiles that decide issue 17's bar
+#                                                      # timed beside their twins (a session whose
+#                                                      # lending stops after one call has these)
 #   bash bench/experiments/sm80_xor_device.sh tests    # ~7 min: default build, the GPU suite
 #   bash bench/experiments/sm80_xor_device.sh bench    # ~5 min: swizzled vs padded twins, cuBLAS (fp16,
 #                                                      # and the grouped bf16 tiles)
@@ -26,6 +31,16 @@ export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 
 case "${1:-}" in
+first)
+    make SYSTEM=1 generate build ARCH=90 WITH_EMULATED=1 > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+    timeout 300 python3 -m pytest -q -m gpu tests/gpu/test_sm80_xor.py tests/gpu/test_sm80_100k.py \
+        tests/gpu/test_sm70_fallbacks.py tests/gpu/test_dense_kernels.py -k "xor or 100k or fallback or sm70" \
+        -p no:cacheprovider > "$OUT/new_kernels.log" 2>&1
+    tail -8 "$OUT/new_kernels.log"
+    timeout 150 python3 -m bench.experiments.sm80_xor --dtypes f16 --m 1024 --models llama3-8b llama3-70b \
+        --tiles 128x128x32s5 128x256x32s3 --tokens > "$OUT/sm80_xor_first.md" 2>&1
+    tail -25 "$OUT/sm80_xor_first.md"
+    ;;
 tests)
     # WITH_EMULATED: the m8n8k4 kernels (Volta's and Turing's, emulated on sm_90) are in the
     # build, so the suite runs them too (tests/gpu/conftest.py registers them).
@@ -68,7 +83,7 @@ ncu)
     done
     ;;
 *)
-    echo "usage: bash bench/experiments/sm80_xor_device.sh tests|bench|bench-bf16|cutlass|ncu" >&2
+    echo "usage: bash bench/experiments/sm80_xor_device.sh first|tests|bench|bench-bf16|cutlass|ncu" >&2
     exit 2
     ;;
 esac
