@@ -408,10 +408,12 @@ def test_default_configs() -> None:
         "sm90_quant.yaml",
     ]
     loaded = load_configs(paths)
-    # 254, then (thirtieth session) 8 prefill tiles for sm_86 / sm_89 and 16 fallbacks for
-    # sm_75 and sm_70 (fp32 outputs, unaligned rows, packed weights at any alignment).
-    assert len(loaded) == 278
+    # 254, then (thirtieth session) 8 prefill tiles for sm_86 / sm_89, 16 fallbacks for
+    # sm_75 and sm_70 (fp32 outputs, unaligned rows, packed weights at any alignment) and 6
+    # prefill tiles of the sm80_xor family.
+    assert len(loaded) == 284
     assert sum(k.spec.family.endswith("_100k") for k in loaded) == 8
+    assert sum(k.spec.mainloop.value == "sm80_xor" for k in loaded) == 6
     # Register-cap twins (a tile's ctas_per_sm): sm_90 only, the bf16 4-bit decode tiles
     # that spill under the family's cap, each beside its capped form.
     twins = [k.spec for k in loaded if k.spec.ctas_per_sm]

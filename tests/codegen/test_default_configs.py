@@ -113,16 +113,19 @@ def _prefill_tiles(specs) -> set[tuple]:
 
 
 def test_gpus_of_100_kb_get_8_warp_prefill_tiles():
-    """sm_86 / sm_89 (A10, L4, L40S, RTX 30 / 40) hold 99 KB a CTA: the K-64 prefill tiles
-    do not fit there, so the ``*_100k`` families give them 8 warps and 3 stages in 90 KB,
-    for both types and B orders, and only them (elsewhere the K-64 tiles serve); and the
-    cost model takes them for prefill on such a GPU (one like an L40S: 142 SMs, 100 KB an
-    SM, 1536 threads)."""
+    """sm_86 / sm_89 (A10, L4, L40S, RTX 30 / 40) hold 99 KB a CTA: the padded K-64
+    prefill tiles do not fit there, so the ``*_100k`` families give them 8 warps and 3
+    stages in 90 KB, for both types and B orders (the swizzled 128x256x32 s4 of the
+    sm80_xor family, 96 KB, serves "nk" B too), and only them (elsewhere the K-64 tiles
+    serve); and the cost model takes one of them for prefill on such a GPU (one like an
+    L40S: 142 SMs, 100 KB an SM, 1536 threads)."""
     every = {(t, o) for t in (DataType.F16, DataType.BF16) for o in BOrder}
     for arch in (86, 89):
         specs = _dispatchable(arch)
         assert _prefill_tiles(specs) == every
-        assert _prefill_tiles([s for s in specs if not s.family.endswith("_100k")]) == set()
+        swizzled = {(t, BOrder.NK) for t in (DataType.F16, DataType.BF16)}
+        assert _prefill_tiles([s for s in specs if not s.family.endswith("_100k")]) == swizzled
+        assert _prefill_tiles([s for s in specs if s.family.endswith("_100k")]) == every
     for arch in (80, 90):
         assert not any(s.family.endswith("_100k") for s in _dispatchable(arch))
 
@@ -137,7 +140,7 @@ def test_gpus_of_100_kb_get_8_warp_prefill_tiles():
             key = ProblemKey(89, a_type, a_type, BOrder.NK, a_type, 8, "none", "none", n, k, 4096)
             feasible = [x for x in kernels if infeasible_reason(x.spec, key) is None]
             best = rank(feasible, key, device, max_splits=8, barriers_bytes=1 << 20, partials_bytes=32 << 20)[0][1]
-            assert best.kernel.startswith(f"gemm_sm80_{a_type.value}_100k_"), (n, k, best)
+            assert best.kernel.startswith((f"gemm_sm80_{a_type.value}_100k_", f"gemm_sm80_{a_type.value}_xor_")), best
 
 
 def test_fuzz_cases_cover_every_alignment_and_feature():

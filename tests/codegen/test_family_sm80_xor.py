@@ -31,12 +31,16 @@ def spec_of(tmp_path: Path, **overrides: Any):
     return load_configs([cfg.write(tmp_path, {"families": [family(**overrides)]})])[0].spec
 
 
-def test_the_experiment_yaml_loads_and_stays_out_of_the_default_set() -> None:
+def test_the_experiment_yaml_loads_beside_the_default_set() -> None:
+    """The experiment's kernels are named apart from the default set's swizzled tiles
+    (sm80_f16.yaml, sm80_bf16.yaml), which are the family's "nk" prefill tiles."""
     loaded = load_configs([YAML])
     assert len(loaded) == 22 and {k.spec.mainloop for k in loaded} == {XOR}
     assert {k.spec.cta[2] for k in loaded} == {32} and any(k.spec.grouped for k in loaded)
-    assert XOR.experimental
-    assert not {k.spec.name for k in loaded} & {k.spec.name for k in load_configs(default_config_paths())}
+    assert not XOR.experimental
+    default = [k.spec for k in load_configs(default_config_paths()) if k.spec.mainloop is XOR]
+    assert not {k.spec.name for k in loaded} & {s.name for s in default}
+    assert len(default) == 6 and {(s.b_order.value, s.cta[2], s.grouped) for s in default} == {("nk", 32, False)}
     assert kernel_names() == [k.spec.name for k in loaded]
 
 
@@ -62,8 +66,9 @@ def test_what_a_kernel_implies(tmp_path: Path) -> None:
     # "kn" B keeps its padded rows of N: only A is swizzled.
     kn = spec_of(tmp_path, b_orders=["kn"], tiles=[{"cta": [128, 128, 32], "warps": [2, 2, 1], "stages": 4}])
     assert kn.smem_bytes == 4 * (128 * 64 + 32 * (128 + 8) * 2)
-    # The same tile otherwise: the cost model prices the two alike until measured.
-    assert XOR.mma_efficiency(spec) == Mainloop.SM80.mma_efficiency(padded)
+    # The cost model: the padded twin's MMA rate at 0.8 / 1.04 of the swizzled one's
+    # (measured on the H100: 0.66 of the time for this tile, 0.85 for 128x256x32 s3).
+    assert Mainloop.SM80.mma_efficiency(padded) == pytest.approx(0.8 / 1.04 * XOR.mma_efficiency(spec))
 
 
 @pytest.mark.parametrize("arch", [80, 90])

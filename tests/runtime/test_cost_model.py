@@ -5,6 +5,8 @@ the sm80 and sm70 predictions as they were. Fake kernels (real specs), no GPU.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import math
 from types import SimpleNamespace
@@ -89,40 +91,51 @@ def test_the_sm90_rate_term() -> None:
 
 def _old_efficiency(spec) -> float:
     """cost_model.predict's tile term before it moved into the families, times the
-    family factor of then (sm80: 0.7 at 2 stages, else 1; sm70: 0.85)."""
-    cm, cn, _ = spec.cta
+    family factor of then (sm80: 0.7 at 2 stages, else 1; sm70: 0.85), and since the
+    thirtieth session 0.8 for a dense sm80 tile of K 32 on padded rows and 1.04 for the
+    sm80_xor family's swizzled rows."""
+    cm, cn, ck = spec.cta
     rows_per_b = spec.warp_tile[0] if spec.quantized else cm
     intensity = rows_per_b * cn / (rows_per_b + cn)
     tile = intensity / (intensity + 48.0)
     if spec.mainloop is Mainloop.SM70:
         return tile * 0.85
-    return tile * (0.7 if spec.stages < 3 else 1.0)
+    padded_k32 = 0.8 if spec.mainloop is Mainloop.SM80 and ck == 32 and not spec.quantized else 1.0
+    swizzled = 1.04 if spec.mainloop is Mainloop.SM80_XOR else 1.0
+    return tile * (0.7 if spec.stages < 3 else 1.0) * padded_k32 * swizzled
 
 
 def test_sm80_and_sm70_rates_are_unchanged() -> None:
-    specs = [s for s in _default_specs() if s.mainloop in (Mainloop.SM80, Mainloop.SM70)]
-    assert {s.mainloop for s in specs} == {Mainloop.SM80, Mainloop.SM70}
+    specs = [s for s in _default_specs() if s.mainloop in (Mainloop.SM80, Mainloop.SM70, Mainloop.SM80_XOR)]
+    assert {s.mainloop for s in specs} == {Mainloop.SM80, Mainloop.SM70, Mainloop.SM80_XOR}
     assert any(s.quantized for s in specs) and any(s.stages == 2 for s in specs if s.mainloop is Mainloop.SM80)
     for s in specs:
         assert s.mainloop.mma_efficiency(s) == pytest.approx(_old_efficiency(s), rel=1e-12), s.name
-    # Hand-checked values: 128 x 128 at 3 stages, the same at 2, and sm70's.
-    assert Mainloop.SM80.mma_efficiency(spec_for(stages=3)) == pytest.approx(64 / 112)
-    assert Mainloop.SM80.mma_efficiency(spec_for(stages=2)) == pytest.approx(64 / 112 * 0.7)
+    # Hand-checked values: 128 x 128 at 3 stages, the same at 2, and sm70's; K 32 padded, K 64.
+    assert Mainloop.SM80.mma_efficiency(spec_for(stages=3)) == pytest.approx(64 / 112 * 0.8)
+    assert Mainloop.SM80.mma_efficiency(spec_for(stages=2)) == pytest.approx(64 / 112 * 0.7 * 0.8)
+    assert Mainloop.SM80.mma_efficiency(spec_for(cta=(128, 128, 64), stages=3)) == pytest.approx(64 / 112)
+    assert Mainloop.SM80_XOR.mma_efficiency(spec_for(mainloop=Mainloop.SM80_XOR, stages=3)) == pytest.approx(
+        64 / 112 * 1.04)
     assert Mainloop.SM70.mma_efficiency(spec_for(mainloop=Mainloop.SM70, stages=2)) == pytest.approx(64 / 112 * 0.85)
 
 
 def test_an_sm80_prediction_is_the_formula_of_before() -> None:
     """One whole prediction against the formula of before the move (compute-bound)."""
-    spec = spec_for(cta=(128, 128, 32), warps=(2, 2, 1), stages=3)
+    spec = spec_for(mainloop=Mainloop.SM80_XOR, cta=(128, 128, 32), warps=(2, 2, 1), stages=3)
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 16384, 16384, 16384, arch=90)
     tiles, k_tiles = (16384 // 128) ** 2, 16384 // 32
     waves = math.ceil(tiles / (132 * 2))
     intensity = 128 * 128 / (128 + 128)
-    t_mma = waves * 2 * 2.0 * 128 * 128 * k_tiles * 32 / (H200.mma_flops_per_sm * intensity / (intensity + 48))
+    t_mma = waves * 2 * 2.0 * 128 * 128 * k_tiles * 32 / (H200.mma_flops_per_sm * intensity / (intensity + 48) * 1.04)
     t_dram = (3 * 16384 * 16384 * 2) / H200.dram_bytes_per_s
     t_sm = waves * 2 * (128 * 16 + 128 * 16) * k_tiles * 32 / 8 / (H200.dram_bytes_per_s / (0.3 * 132))
     assert t_mma > max(t_dram, t_sm)
     assert predict(spec, 2, H200, key) == pytest.approx(t_mma + 0.2 * max(t_dram, t_sm) + 3e-6, rel=1e-12)
+    # The padded twin: the MMA term at 0.8 of the padded K-64 rate, the swizzled one at 1.04.
+    padded = dataclasses.replace(spec, mainloop=Mainloop.SM80)
+    t_padded = t_mma * 1.04 / 0.8
+    assert predict(padded, 2, H200, key) == pytest.approx(t_padded + 0.2 * max(t_dram, t_sm) + 3e-6, rel=1e-12)
 
 
 def test_a_persistent_kernels_split_cost_recurs_per_round(monkeypatch: pytest.MonkeyPatch) -> None:
