@@ -13,6 +13,9 @@
 #   bash bench/experiments/sm80_xor_device.sh bench-bf16  # ~4 min: the bf16 dense tiles
 #   bash bench/experiments/sm80_xor_device.sh cutlass  # ~9 min, carry .whl: CUTLASS 2.x's SM80
 #                                                      # table with the swizzled tiles in our build
+#   bash bench/experiments/sm80_xor_device.sh cutlass-shipped  # ~3 min, carry .whl: the same table
+#                                                      # over the default set as it ships, fp16 / bf16,
+#                                                      # M = 1024 and 4096
 #   bash bench/experiments/sm80_xor_device.sh ncu      # ~2 min: 128x128x32 s5, swizzled and padded,
 #                                                      # per SASS instruction (LDGSTS, LDSM)
 #
@@ -68,6 +71,20 @@ cutlass)
         > "$OUT/cutlass.log" 2>&1
     tail -40 "$OUT/cutlass.log"
     ;;
+cutlass-shipped)
+    # The SM80 family as it ships (the default set's sm80-class fp16 / bf16 "nk" kernels,
+    # the swizzled prefill tiles among them), default dispatch and tuned, beside CUTLASS
+    # 2.x's best SM80 tile: issue 17's table, all 32 llama3 problems (carry .whl).
+    # shellcheck source=/dev/null
+    source bench/cutlass_env.sh || exit 1
+    python3 -m bench.experiments.sm80_variants --build-only /tmp/sm80_shipped > "$OUT/shipped_build.log" 2>&1 \
+        || { tail -40 "$OUT/shipped_build.log"; exit 1; }
+    shapes=$(python3 -c "from bench.cutlass_peer import LLAMA3_NK; print(','.join(f'{m}x{n}x{k}' for m in (1024, 4096) for n, k in LLAMA3_NK))")
+    timeout 500 python3 -m bench.cutlass_peer --family sm80 --shapes "$shapes" --dtype fp16,bf16 --jobs 16 \
+        --ours-build /tmp/sm80_shipped --ours-tuned --interleave --allow-fail --out "$OUT/cutlass_sm80_shipped.json" \
+        > "$OUT/cutlass_shipped.log" 2>&1
+    tail -8 "$OUT/cutlass_shipped.log"
+    ;;
 ncu)
     # One launch of each at 1024 x 10240 x 8192 (CUTLASS's 128x128x32 s5 problem of the
     # twenty-seventh session), source counters, then the copies' and fragment loads'
@@ -83,7 +100,7 @@ ncu)
     done
     ;;
 *)
-    echo "usage: bash bench/experiments/sm80_xor_device.sh first|tests|bench|bench-bf16|cutlass|ncu" >&2
+    echo "usage: bash bench/experiments/sm80_xor_device.sh first|tests|bench|bench-bf16|cutlass|cutlass-shipped|ncu" >&2
     exit 2
     ;;
 esac
