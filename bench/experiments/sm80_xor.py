@@ -46,15 +46,15 @@ def tile_of(spec) -> str:
 
 
 def pairs(gemm: Gemm, grouped: bool) -> list[tuple[str, str, object]]:
-    """(swizzled kernel, its padded twin, spec) for every swizzled kernel of the build."""
+    """(swizzled kernel, its padded twin, spec) for every swizzled tile of the build, once
+    (the default set's swizzled tiles are built beside the experiment's of the same key)."""
     by_key = {twin_key(k.spec.to_json()): k.name for k in gemm.kernels if k.spec.mainloop.value == "sm80"}
-    found = []
-    for k in gemm.kernels:
-        if k.spec.mainloop.value == "sm80_xor" and k.spec.grouped == grouped:
-            twin = by_key.get(twin_key(k.spec.to_json()))
-            if twin:
-                found.append((k.name, twin, k.spec))
-    return sorted(found, key=lambda p: p[0])
+    found: dict[tuple, tuple[str, str, object]] = {}
+    for k in sorted(gemm.kernels, key=lambda k: k.name):
+        key = twin_key(k.spec.to_json())
+        if k.spec.mainloop.value == "sm80_xor" and k.spec.grouped == grouped and key in by_key:
+            found.setdefault(key, (k.name, by_key[key], k.spec))
+    return sorted(found.values(), key=lambda p: p[0])
 
 
 def dense(gemm: Gemm, problems, dtypes: list[str], tiles: list[str] | None = None) -> None:
