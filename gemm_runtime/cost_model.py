@@ -286,14 +286,23 @@ def predict(
     # MMA time: the resident CTAs of a wave share their SM, at the rate the family's
     # mainloop sustains on this tile (codegen.families: MainloopFamily.mma_efficiency).
     per_sm = min(resident, math.ceil(ctas / device.sms))
-    efficiency = spec.mainloop.mma_efficiency(spec)
+    # CTA-lengths of work on the busiest SM. Where several CTAs share an SM, the next wave's
+    # start as this wave's end, one by one, so a grid of several waves costs the busiest
+    # SM's CTAs, not whole waves of resident CTAs (H100, sm80 128x128x32 s5 at two CTAs an
+    # SM: llama3-70b qkv at M = 1024, 640 CTAs, 2.42 waves of 264, ran in 0.91 of one CTA an
+    # SM's 128x256 over 2.42 waves of 132; docs/NOTES.md, thirty-first session). Persistent
+    # and stream-K grids keep their family's rounds.
+    busiest = waves * per_sm
+    if resident > 1 and not spec.mainloop.persistent and isinstance(waves, int):
+        busiest = min(busiest, math.ceil(ctas / device.sms))
+    efficiency = spec.mainloop.mma_efficiency(spec) * spec.mainloop.shared_sm_rate(spec, per_sm)
     if spec.quantized and resident == 1:
         # A lone CTA's tile-end barrier idles its SM, and the dequantizing warps' uneven
         # progress makes those waits long (W4, M = 128 on the H200: 128x128x64 at one
         # CTA per SM 15-18% slower than 64x128x64 at two, with the same warp tiles).
         efficiency *= _QUANT_LONE_CTA
     efficiency /= _ALIGN_PENALTY[spec.align]
-    t_mma = waves * per_sm * 2.0 * cm * cn * per_split * ck / (device.mma_flops_per_sm * efficiency)
+    t_mma = busiest * 2.0 * cm * cn * per_split * ck / (device.mma_flops_per_sm * efficiency)
     # Every warp along M dequantizes the same weights for its own rows.
     t_deq = dequant_time(spec, ctas, resident, device, spec.warps[0] * cn * per_split * ck, rows=key.m,
                          spills=spills)  # fmt: skip
@@ -319,17 +328,22 @@ def predict(
     # A CTA's first K loop streams cold operands: a slice, or whole tiles where the
     # family runs some unsplit (sm90's whole rounds).
     first = per_split if split_tiles == tm * tn else k_tiles
+    hot_a = hot_a_seconds(spec, key, ctas * per_split * ck, device)
+    t_bandwidth = max(t_dram, t_sm) + hot_a
     t_mem = max(t_dram, t_sm, latency_time(spec, first, waves * per_split * min(1.0, unique / (ctas * cta_bytes))))
-    t_mem += hot_a_seconds(spec, key, ctas * per_split * ck, device)
-    # NOTE: copies and MMAs overlap, but not perfectly: the smaller term still shows,
-    # which also ranks the leaner kernel first among memory-bound ties.
+    t_mem += hot_a
+    # NOTE: copies and MMAs overlap, but not perfectly: the smaller term's bytes still
+    # show, which also ranks the leaner kernel first among memory-bound ties. Not its
+    # round trips: where the MMAs are the longer term they hide the ring's latency (the
+    # latency bound had split K where one-wave tiles ran faster unsplit: H100, sm80 at
+    # M = 1024, llama3-8b qkv and o; docs/NOTES.md, thirty-first session).
     # NOTE: a persistent kernel's CTAs hand their K slices over once per round of the
     # grid, so its split cost recurs per wave (sm90, H200: llama3-8b qkv at M = 1024 ran
     # 2 splits of 128x256 over 3 rounds at 0.6x the unsplit 128x192).
     handovers = (splits - 1) * handover_waves
     handover = spec.mainloop.split_seconds(spec, min(cm, key.m))
     fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + handovers * handover
-    return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_mem) + fixed
+    return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_bandwidth) + fixed
 
 
 def hot_a_seconds(spec: KernelSpec, key: ProblemKey, k_read: int, device: DeviceModel) -> float:

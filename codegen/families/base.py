@@ -220,6 +220,11 @@ class MainloopFamily:
         intensity = rows_per_b * cn / (rows_per_b + cn)
         return intensity / (intensity + 48.0)
 
+    def shared_sm_rate(self, spec: KernelSpec, resident: int) -> float:
+        """A factor on mma_efficiency where ``resident`` CTAs of the kernel share an SM
+        (1: the tile's own rate holds)."""
+        return 1.0
+
     def rounds(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> tuple[int, int]:
         """(waves of CTAs, each running a 1/splits-long K slice of a tile, and the waves
         that hand K slices over) for ``tiles`` output tiles split ``splits`` ways on

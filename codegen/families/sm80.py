@@ -16,9 +16,14 @@ _PADDED_K32_RATE = 0.8
 # A swizzled tile's rate against the padded K-64 tile of its CTA shape (Sm80XorRowsFamily.
 # mma_efficiency): the few percent the tuner's plans gained (same docs).
 _XOR_RATE = 1.04
+# The swizzled tiles' knee of the intensity curve where CTAs share an SM (Sm80XorRowsFamily.
+# shared_sm_rate): 128x128 at 0.96 of 128x256's rate, as measured within a few percent.
+_XOR_SHARED_SM_KNEE = 12.0
 # The staged tiles' MMA rate against the dense tile's (Sm80StagedFamily.mma_efficiency):
 # NORM / (1 + ROWS / CTA M).
 _STAGED_DEQUANT_ROWS = 37.6
+# An SM's rate through L2 for split-K partials (Sm80Family.split_seconds; sm90's value).
+_HANDOVER_BYTES_PER_S = 50e9
 _STAGED_DEQUANT_NORM = 1.048
 
 if TYPE_CHECKING:
@@ -100,6 +105,25 @@ class Sm80Family(MainloopFamily):
         if arch >= 90 and spec.min_ctas_per_sm_hopper > spec.min_ctas_per_sm:
             return 128  # min_ctas_per_sm_hopper: up to 92 / 116 bytes (bf16 16x32x512, NVRTC 13.5)
         return 16 if capped_w4 and arch < 90 else 0
+
+    def rounds(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> tuple[int, int]:
+        """A split grid of prefill tiles (128 rows or more) hands over in each of its waves:
+        a slice's CTA holds its slot while it waits for the slice before it and its 64-128
+        KiB of partials (H100, llama3-8b qkv at M = 1024: 128x256x32 split 2 over 2.9 waves
+        ran in 1.11x the time of the unsplit 128x128x32 that the model, charging one
+        hand-over, put 3% behind; docs/NOTES.md, thirty-first session). Decode tiles keep
+        one hand-over a grid, what the base split_seconds was fitted to."""
+        waves, handover_waves = super().rounds(spec, tiles, splits, slots)
+        if splits > 1 and spec.cta[0] >= 128:
+            return waves, waves
+        return waves, handover_waves
+
+    def split_seconds(self, spec: KernelSpec, rows: int) -> float:
+        """The base hand-over, fitted to decode tiles of at most 16 rows with their
+        partials, plus the fp32 partials of the rows beyond, out and back in at an SM's L2
+        rate (the sm90 family's): 4.6 us more for a whole 128x256 tile."""
+        beyond_decode = max(0, rows - 16)
+        return super().split_seconds(spec, rows) + 2 * beyond_decode * spec.cta[1] * 4 / _HANDOVER_BYTES_PER_S
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
         # Two stages leave no copy in flight across the wait.
@@ -285,6 +309,24 @@ class Sm80XorRowsFamily(Sm80Family):
 
     def xor_rows(self, spec: KernelSpec) -> bool:
         return True
+
+    def shared_sm_rate(self, spec: KernelSpec, resident: int) -> float:
+        """Where CTAs of 4 warps share an SM in twos or more, the SM's rate, not the
+        CTA's: the intensity curve's knee at _XOR_SHARED_SM_KNEE, not 48, the two curves
+        meeting at 128x256. On swizzled rows 128x128 at two CTAs an SM ran as fast as
+        128x256 at one where both filled their waves (H100, thirtieth session: 443 TFLOP/s
+        each at 4096^3, 445 / 450 on llama3-8b gate_up at M = 1024); alone, 4 warps an SM
+        do not (not measured; the padded curve is kept)."""
+        if resident * spec.threads < 256:
+            return 1.0
+        cm, cn, _ = spec.cta
+        intensity, anchor = cm * cn / (cm + cn), 128 * 256 / (128 + 256)
+
+        def curve(x: float, knee: float) -> float:
+            return x / (x + knee)
+
+        shared = curve(intensity, _XOR_SHARED_SM_KNEE) / curve(anchor, _XOR_SHARED_SM_KNEE)
+        return max(1.0, shared / (curve(intensity, 48.0) / curve(anchor, 48.0)))
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
         """The sm80 tile's rate, a little above it: on the H100 the tuner took these tiles

@@ -121,27 +121,49 @@ def test_sm80_and_sm70_rates_are_unchanged() -> None:
 
 
 def test_an_sm80_prediction_is_the_formula_of_before() -> None:
-    """One whole prediction against the formula of before the move (compute-bound)."""
+    """One whole prediction against the formula of before the move (compute-bound), with
+    the thirty-first session's terms: the busiest SM's CTAs, ceil(16384 / 132) = 125 for
+    two resident CTAs where whole waves of 264 counted 126, and the swizzled tile's rate
+    where two of its CTAs share an SM."""
     spec = spec_for(mainloop=Mainloop.SM80_XOR, cta=(128, 128, 32), warps=(2, 2, 1), stages=3)
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 16384, 16384, 16384, arch=90)
     tiles, k_tiles = (16384 // 128) ** 2, 16384 // 32
-    waves = math.ceil(tiles / (132 * 2))
+    busiest = math.ceil(tiles / 132)
+    assert busiest == 125 < math.ceil(tiles / (132 * 2)) * 2
     intensity = 128 * 128 / (128 + 128)
-    t_mma = waves * 2 * 2.0 * 128 * 128 * k_tiles * 32 / (H200.mma_flops_per_sm * intensity / (intensity + 48) * 1.04)
+    shared = Mainloop.SM80_XOR.shared_sm_rate(spec, 2)
+    t_mma = busiest * 2.0 * 128 * 128 * k_tiles * 32 / (
+        H200.mma_flops_per_sm * intensity / (intensity + 48) * 1.04 * shared)
     t_dram = (3 * 16384 * 16384 * 2) / H200.dram_bytes_per_s
-    t_sm = waves * 2 * (128 * 16 + 128 * 16) * k_tiles * 32 / 8 / (H200.dram_bytes_per_s / (0.3 * 132))
+    t_sm = math.ceil(tiles / (132 * 2)) * 2 * (128 * 16 + 128 * 16) * k_tiles * 32 / 8 / (
+        H200.dram_bytes_per_s / (0.3 * 132))
     assert t_mma > max(t_dram, t_sm)
     assert predict(spec, 2, H200, key) == pytest.approx(t_mma + 0.2 * max(t_dram, t_sm) + 3e-6, rel=1e-12)
-    # The padded twin: the MMA term at 0.8 of the padded K-64 rate, the swizzled one at 1.04.
+    # The padded twin: the MMA term at 0.8 of the padded K-64 rate, the swizzled one at 1.04
+    # and its shared-SM factor.
     padded = dataclasses.replace(spec, mainloop=Mainloop.SM80)
-    t_padded = t_mma * 1.04 / 0.8
+    t_padded = t_mma * 1.04 * shared / 0.8
     assert predict(padded, 2, H200, key) == pytest.approx(t_padded + 0.2 * max(t_dram, t_sm) + 3e-6, rel=1e-12)
+
+
+def test_swizzled_ctas_sharing_an_sm_run_at_the_wide_tiles_rate() -> None:
+    """sm80_xor's 128x128 at two CTAs an SM ran as fast as its 128x256 at one (H100,
+    thirtieth session); alone, or on the padded rows, the tile keeps its own rate."""
+    narrow = spec_for(mainloop=Mainloop.SM80_XOR, cta=(128, 128, 32), warps=(2, 2, 1), stages=5)
+    wide = spec_for(mainloop=Mainloop.SM80_XOR, cta=(128, 256, 32), warps=(2, 4, 1), stages=4)
+    rate = Mainloop.SM80_XOR.mma_efficiency
+    assert rate(narrow) * Mainloop.SM80_XOR.shared_sm_rate(narrow, 2) / rate(wide) == pytest.approx(0.96, abs=0.005)
+    assert Mainloop.SM80_XOR.shared_sm_rate(narrow, 1) == 1.0
+    assert Mainloop.SM80_XOR.shared_sm_rate(wide, 1) == Mainloop.SM80_XOR.shared_sm_rate(wide, 2) == 1.0
+    padded = dataclasses.replace(narrow, mainloop=Mainloop.SM80)
+    assert Mainloop.SM80.shared_sm_rate(padded, 2) == 1.0
 
 
 def test_a_persistent_kernels_split_cost_recurs_per_round(monkeypatch: pytest.MonkeyPatch) -> None:
     """A persistent CTA hands a K slice over in every round of the grid it splits in,
     and the sm90 kernel splits only the tiles beyond whole rounds; a one-CTA-per-tile
-    kernel's split cost is the family's constant."""
+    sm80 grid of prefill tiles (128 rows or more) hands over in each wave (thirty-first
+    session), one of decode tiles once."""
     from codegen.vocabulary import MmaAtom
 
     sm90 = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1), stages=4,
@@ -153,11 +175,16 @@ def test_a_persistent_kernels_split_cost_recurs_per_round(monkeypatch: pytest.Mo
     # 100 tiles, 3 splits: fewer tiles than SMs, so all split: 300 units, 3 rounds.
     assert Mainloop.SM90.rounds(sm90, 100, 3, 132) == (3, 3)
     assert Mainloop.SM90.rounds(sm90, 192, 1, 132) == (2, 2)  # unsplit: plain waves
-    assert Mainloop.SM80.rounds(sm80, 100, 3, 264) == (2, 1)
+    decode = spec_for(cta=(16, 64, 128), warps=(1, 2, 2))
+    assert Mainloop.SM80.rounds(sm80, 100, 3, 264) == (2, 2)
+    assert Mainloop.SM80.rounds(sm80, 100, 1, 264) == (1, 1)
+    assert Mainloop.SM80.rounds(decode, 100, 3, 264) == (2, 1)
     cases = (
         (sm90, make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 6144, 4096, arch=90), 2, 1),
         (sm90, make_key(DataType.F16, BOrder.NK, DataType.F16, 1280, 2560, 4096, arch=90), 3, 3),
-        (sm80, make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 6144, 4096, arch=90), 3, 1),
+        # 8 x 48 tiles of 128 x 128, 3 splits: 1152 CTAs in 9 waves of 132.
+        (sm80, make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 6144, 4096, arch=90), 3, 9),
+        (decode, make_key(DataType.F16, BOrder.NK, DataType.F16, 16, 6144, 4096, arch=90), 3, 1),
     )
     for spec, key, splits, handovers in cases:
         monkeypatch.setattr(type(spec.mainloop), "split_seconds", lambda self, s, rows: 1.0)
