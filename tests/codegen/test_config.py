@@ -413,7 +413,9 @@ def test_default_configs() -> None:
     # prefill tiles of the sm80_xor family.
     assert len(loaded) == 284
     assert sum(k.spec.family.endswith("_100k") for k in loaded) == 8
-    assert sum(k.spec.mainloop.value == "sm80_xor" for k in loaded) == 6
+    # Swizzled: the dense prefill tiles (3 a type) and the grouped 128x128x32 (one a type).
+    assert sum(k.spec.mainloop.value == "sm80_xor" for k in loaded) == 8
+    assert sum(k.spec.mainloop.value == "sm80_xor" and k.spec.grouped for k in loaded) == 2
     # Register-cap twins (a tile's ctas_per_sm): sm_90 only, the bf16 4-bit decode tiles
     # that spill under the family's cap, each beside its capped form.
     twins = [k.spec for k in loaded if k.spec.ctas_per_sm]
@@ -427,7 +429,7 @@ def test_default_configs() -> None:
     # nn.Linear weights; 16-row tiles for decode, 128-row wgmma tiles for prefill; quantized
     # experts (4- and 8-bit, both activation types) on the sm80 and sm90_quant families.
     assert len(grouped) == 51 and {(s.mainloop.value, s.b_order.value) for s in grouped} == {
-        ("sm80", "nk"), ("sm90", "nk"), ("sm90_quant", "nk")}
+        ("sm80", "nk"), ("sm80_xor", "nk"), ("sm90", "nk"), ("sm90_quant", "nk")}
     assert {(s.a_type.value, s.b_type.value) for s in grouped if s.quantized} == {
         (a, b) for a in ("f16", "bf16") for b in ("u4", "u8")}
     assert {s.mainloop.value for s in grouped if s.quantized} == {"sm80", "sm90_quant"}
