@@ -530,3 +530,38 @@ def test_a_grouped_launch_covers_every_routing_of_its_rows_and_no_more(cta_m) ->
     # Decode: one row an expert takes a tile row each, nothing past them.
     key = make_key(DataType.F16, BOrder.NK, DataType.F16, 6, 2048, 1408, arch=90)._replace(experts=64)
     assert tiles_of(SimpleNamespace(cta=(16, 128, 256)), key) == (6, 16)
+
+
+def test_sm80_prefill_dispatch_takes_a_timed_plan_at_m_1024() -> None:
+    """On an H100 device model, default dispatch over the sm80-class "nk" kernels of the
+    default set (the build of `sm80_xor_device.sh cutlass-shipped`) picks, for every llama3
+    problem at M = 1024 in docs/perf/cutlass_sm80_shipped.json, a tile and split that call
+    timed (its default or tuned plan), at most 2% slower than the faster of them. The
+    thirtieth session's model split three one-wave problems there, 10-16% slower than the
+    tuner's unsplit 128x128x32 s5 (docs/NOTES.md, thirty-first session). Occupancy stands
+    in for the driver's with the registers: 255 a thread for 64x64 warp tiles."""
+    import json
+    from pathlib import Path
+
+    h100 = DeviceModel.of(90, 132, 1980000, 2619000, 5120)
+    table = json.loads((Path(__file__).resolve().parents[2] / "docs/perf/cutlass_sm80_shipped.json").read_text())
+    assert table["device"].startswith("NVIDIA H100")
+
+    def occupancy(spec) -> int:
+        regs = 255 if spec.warp_tile[0] * spec.warp_tile[1] >= 64 * 64 else 168
+        return max(1, min(ARCH_SMEM_LIMIT[90] // spec.smem_bytes, 65536 // (spec.threads * regs), 2048 // spec.threads))
+
+    kernels = [SimpleNamespace(spec=s, name=s.name, ctas_per_sm=occupancy(s)) for s in _default_specs()
+               if s.name.startswith("gemm_sm80_") and not s.grouped and s.b_order is BOrder.NK
+               and filter_reason(s, 90, ARCH_SMEM_LIMIT[90], allow_emulated=False) is None]  # fmt: skip
+    problems = [r for r in table["results"] if r["m"] == 1024]
+    assert len(problems) == 16
+    for r in problems:
+        dtype = {"fp16": DataType.F16, "bf16": DataType.BF16}[r["dtype"]]
+        key = make_key(dtype, BOrder.NK, dtype, r["m"], r["n"], r["k"], arch=90)
+        feasible = [x for x in kernels if infeasible_reason(x.spec, key) is None]
+        pick = rank(feasible, key, h100, **WORKSPACE)[0][1]
+        timed = {(r[p]["plan"]["kernel"], r[p]["plan"]["splits"]): r["interleaved"][p]["ms"]
+                 for p in ("ours", "ours_tuned")}  # fmt: skip
+        assert (pick.kernel, pick.splits) in timed, (r["n"], r["k"], pick)
+        assert timed[pick.kernel, pick.splits] <= 1.02 * min(timed.values()), (r["n"], r["k"], pick)
