@@ -112,18 +112,21 @@ def grouped(gemm: Gemm, tokens: list[int]) -> None:
                   f"{times[1] / times[0]:.3f} |", flush=True)  # fmt: skip
 
 
-def launch_once(gemm: Gemm, tile: str, m: int, n: int, k: int) -> None:
-    """One launch of each of the fp16 "nk" pair of ``tile``, for a profiler to catch."""
+def launch_once(gemm: Gemm, tile: str, m: int, n: int, k: int, order: str = "nk") -> None:
+    """One launch of each of the fp16 pair of ``tile`` with B in ``order``, for a profiler
+    to catch."""
     found = [p for p in pairs(gemm, grouped=False)
-             if tile_of(p[2]) == tile and p[2].a_type.value == "f16" and p[2].b_order.value == "nk"]  # fmt: skip
+             if tile_of(p[2]) == tile and p[2].a_type.value == "f16" and p[2].b_order.value == order]  # fmt: skip
     if not found:
-        raise SystemExit(f"no fp16 'nk' swizzled kernel of tile {tile} with a twin in this build")
+        raise SystemExit(f"no fp16 {order!r} swizzled kernel of tile {tile} with a twin in this build")
     xor, twin, _ = found[0]
     a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.float16)
+    # "nk": nn.Linear's weight, transposed as a view; "kn": a contiguous K x N matrix.
+    b = torch.randn(n, k, device="cuda", dtype=torch.float16).t() if order == "nk" else torch.randn(
+        k, n, device="cuda", dtype=torch.float16)
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
     for name in (twin, xor):
-        gemm.matmul(a, w.t(), out=out, kernel=LaunchSpec(name, 1, SWIZZLE))
+        gemm.matmul(a, b, out=out, kernel=LaunchSpec(name, 1, SWIZZLE))
         print(name, flush=True)
     torch.cuda.synchronize()
 
@@ -140,8 +143,9 @@ def main() -> None:
     ap.add_argument("--build-only", type=Path, metavar="WORK",
                     help="build the swizzled kernels and their twins under WORK (the build: WORK/build) and stop")
     ap.add_argument("--launch-once", nargs=4, metavar=("TILE", "M", "N", "K"),
-                    help="launch the fp16 'nk' swizzled kernel of TILE (e.g. 128x128x32s5) and its twin once each, "
+                    help="launch the fp16 swizzled kernel of TILE (e.g. 128x128x32s5) for --order's B and its twin once each, "
                          "unsplit, swizzle 3 (for ncu -k regex:... -c 1 on either)")  # fmt: skip
+    ap.add_argument("--order", choices=["nk", "kn"], default="nk", help="B's order for --launch-once")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     major, minor = torch.cuda.get_device_capability()
@@ -152,7 +156,7 @@ def main() -> None:
         args.build = build(Path(tempfile.mkdtemp(prefix="sm80_xor_")), 10 * major + minor, with_twins=True)
     gemm = Gemm(build_dir=args.build)
     if args.launch_once:
-        launch_once(gemm, args.launch_once[0], *(int(x) for x in args.launch_once[1:]))
+        launch_once(gemm, args.launch_once[0], *(int(x) for x in args.launch_once[1:]), order=args.order)
         return
     dense(gemm, layer_problems(args.models, args.m), args.dtypes, args.tiles)
     if args.tokens:

@@ -18,6 +18,10 @@
 #                                                      # M = 1024 and 4096
 #   bash bench/experiments/sm80_xor_device.sh ncu      # ~2 min: 128x128x32 s5, swizzled and padded,
 #                                                      # per SASS instruction (LDGSTS, LDSM)
+#   bash bench/experiments/sm80_xor_device.sh ncu-kn   # ~3 min: the same for "kn" B (128x128x32 s4 at
+#                                                      # 1024 x 6144 x 4096, where swizzling A alone
+#                                                      # ran 1.23x the padded time), with the warp
+#                                                      # stall reasons beside the "nk" pair's
 #
 # `tests` builds the default set (make SYSTEM=1 generate build ARCH=90 WITH_EMULATED=1) and
 # runs the whole `pytest -m gpu`: tests/gpu/test_sm80_xor.py and test_sm80_100k.py among it
@@ -99,8 +103,29 @@ ncu)
         python3 -m bench.experiments.ncu_sass_table "$OUT/ncu_$layout.ncu-rep" --opcodes LDGSTS LDSM
     done
     ;;
+ncu-kn)
+    # Where the "kn" tiles' time goes (0.40 of cuBLAS against 0.58 for the "nk" swizzled
+    # ones; padded rows of N have no bank conflicts by tests/templates/test_smem_layout.py's
+    # count): per SASS instruction for LDGSTS / LDSM, and the stall reasons, of the padded
+    # "kn" 128x128x32 s4, its swizzled-A form and the "nk" pair, one launch each.
+    python3 -m bench.experiments.sm80_xor --build-only /tmp/sm80_xor_ncu > "$OUT/ncu_build.log" 2>&1 \
+        || { tail -40 "$OUT/ncu_build.log"; exit 1; }
+    for order in kn nk; do
+        for layout in sm80_xor sm80; do
+            tag=${order}_$layout
+            timeout 120 ncu --section SourceCounters --section WarpStateStats --section MemoryWorkloadAnalysis_Tables \
+                -k "regex:_${layout}_m16n8k16_af16_bf16_accf32_df16_128x128x32_w2x2x1_s4_${order}" -c 1 -f \
+                -o "$OUT/ncu_$tag" python3 -m bench.experiments.sm80_xor --build /tmp/sm80_xor_ncu/build \
+                --launch-once 128x128x32s4 1024 6144 4096 --order "$order" > "$OUT/ncu_$tag.log" 2>&1
+            echo "== $tag"
+            python3 -m bench.experiments.ncu_sass_table "$OUT/ncu_$tag.ncu-rep" --opcodes LDGSTS LDSM
+            ncu --import "$OUT/ncu_$tag.ncu-rep" --page details --section WarpStateStats 2>/dev/null \
+                | grep -iE "stall|cycles per" | head -12
+        done
+    done
+    ;;
 *)
-    echo "usage: bash bench/experiments/sm80_xor_device.sh first|tests|bench|bench-bf16|cutlass|cutlass-shipped|ncu" >&2
+    echo "usage: bash bench/experiments/sm80_xor_device.sh first|tests|bench|bench-bf16|cutlass|cutlass-shipped|ncu|ncu-kn" >&2
     exit 2
     ;;
 esac
