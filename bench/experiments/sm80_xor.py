@@ -143,7 +143,8 @@ def main() -> None:
     ap.add_argument("--build-only", type=Path, metavar="WORK",
                     help="build the swizzled kernels and their twins under WORK (the build: WORK/build) and stop")
     ap.add_argument("--launch-once", nargs=4, metavar=("TILE", "M", "N", "K"),
-                    help="launch the fp16 swizzled kernel of TILE (e.g. 128x128x32s5) for --order's B and its twin once each, "
+                    help="launch the fp16 swizzled kernel of TILE (e.g. 128x128x32s5) for --order's B and its "
+                         "twin once each, "
                          "unsplit, swizzle 3 (for ncu -k regex:... -c 1 on either)")  # fmt: skip
     ap.add_argument("--order", choices=["nk", "kn"], default="nk", help="B's order for --launch-once")
     args = ap.parse_args()
