@@ -22,9 +22,9 @@ _XOR_SHARED_SM_KNEE = 12.0
 # The staged tiles' MMA rate against the dense tile's (Sm80StagedFamily.mma_efficiency):
 # NORM / (1 + ROWS / CTA M).
 _STAGED_DEQUANT_ROWS = 37.6
+_STAGED_DEQUANT_NORM = 1.048
 # An SM's rate through L2 for split-K partials (Sm80Family.split_seconds; sm90's value).
 _HANDOVER_BYTES_PER_S = 50e9
-_STAGED_DEQUANT_NORM = 1.048
 
 if TYPE_CHECKING:
     from codegen.spec import KernelSpec
