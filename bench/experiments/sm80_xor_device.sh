@@ -113,14 +113,14 @@ ncu-kn)
     for order in kn nk; do
         for layout in sm80_xor sm80; do
             tag=${order}_$layout
-            timeout 120 ncu --section SourceCounters --section WarpStateStats --section MemoryWorkloadAnalysis_Tables \
+            timeout 120 ncu --section SourceCounters --section WarpStateStats --section MemoryWorkloadAnalysis_Tables --section LaunchStats --section Occupancy \
                 -k "regex:_${layout}_m16n8k16_af16_bf16_accf32_df16_128x128x32_w2x2x1_s4_${order}" -c 1 -f \
                 -o "$OUT/ncu_$tag" python3 -m bench.experiments.sm80_xor --build /tmp/sm80_xor_ncu/build \
                 --launch-once 128x128x32s4 1024 6144 4096 --order "$order" > "$OUT/ncu_$tag.log" 2>&1
             echo "== $tag"
             python3 -m bench.experiments.ncu_sass_table "$OUT/ncu_$tag.ncu-rep" --opcodes LDGSTS LDSM
             ncu --import "$OUT/ncu_$tag.ncu-rep" --page details --section WarpStateStats 2>/dev/null \
-                | grep -iE "stall|cycles per" | head -12
+                | grep -iE "stall|cycles per|registers per|block limit|achieved occupancy|waves per" | head -20
         done
     done
     ;;
