@@ -119,7 +119,7 @@ ncu-kn)
                 --launch-once 128x128x32s4 1024 6144 4096 --order "$order" > "$OUT/ncu_$tag.log" 2>&1
             echo "== $tag"
             python3 -m bench.experiments.ncu_sass_table "$OUT/ncu_$tag.ncu-rep" --opcodes LDGSTS LDSM
-            ncu --import "$OUT/ncu_$tag.ncu-rep" --page details --section WarpStateStats 2>/dev/null \
+            ncu --import "$OUT/ncu_$tag.ncu-rep" --page details 2>/dev/null \
                 | grep -iE "stall|cycles per|registers per|block limit|achieved occupancy|waves per" | head -20
         done
     done
