@@ -6,6 +6,9 @@ the same problems beside cuBLAS, L2 flushed, medians:
 
     python -m bench.experiments.sm80_variants [--variants base no_epilogue ...] [--swizzles 1 2 3]
 
+With --order kn, the "kn" kernels (B stored K x N) instead, e.g. `--order kn --variants base
+kn_general`: the lean copies for "kn" B against the general ones.
+
 With --decode, the dense decode tiles (CTA M of 32 or less) instead, unsplit, on llama3-8b
 layers at M = 1 and 16, in microseconds.
 """
@@ -38,6 +41,7 @@ VARIANTS = {
     "l2_256": ("-DGEMM_CP_ASYNC_PREFETCH=256",),
     "direct_epilogue": ("-DGEMM_STAGED_EPILOGUE=0",),
     "general_copies": ("-DGEMM_SM80_LEAN_COPIES=0",),
+    "kn_general": ("-DGEMM_SM80_LEAN_KN=0",),  # "kn" B on the general copies
     "late_barrier": ("-DGEMM_SM80_EARLY_BARRIER=0",),
     "stage_index": ("-DGEMM_SM80_STAGE_BASES=0",),
     "one_body": ("-DGEMM_SM80_LEAN_LOOP=0", "-DGEMM_SM80_INSIDE_LOOP=0"),
@@ -49,23 +53,24 @@ PROBLEMS = [(4096, 4096, 4096), (4096, 28672, 4096), (1024, 8192, 8192)]
 DECODE_PROBLEMS = [(1, 6144, 4096), (1, 4096, 14336), (16, 6144, 4096), (16, 4096, 4096)]
 
 
-def is_dense_sm80(name: str, spec: dict) -> bool:
-    """An sm80-family fp16 or bf16 kernel with 16-bit output and "nk" B (the sm80_xor
-    family's included, where the build generated them)."""
+def is_dense_sm80(name: str, spec: dict, order: str = "nk") -> bool:
+    """An sm80-family fp16 or bf16 kernel with 16-bit output and B in ``order`` (the
+    sm80_xor family's included, where the build generated them)."""
     dense_16bit = any(f"_{family}_m16n8k16_{types}_" in name for family in ("sm80", "sm80_xor")
                       for types in ("af16_bf16", "abf16_bbf16"))  # fmt: skip
-    return dense_16bit and "_nk_" in name and "f32" not in spec["d_type"] and not spec.get("grouped")
+    return dense_16bit and f"_{order}_" in name and "f32" not in spec["d_type"] and not spec.get("grouped")
 
 
-def is_prefill_sm80(name: str, spec: dict) -> bool:
-    return is_dense_sm80(name, spec) and spec["cta"][0] >= 128
+def is_prefill_sm80(name: str, spec: dict, order: str = "nk") -> bool:
+    return is_dense_sm80(name, spec, order) and spec["cta"][0] >= 128
 
 
-def is_decode_sm80(name: str, spec: dict) -> bool:
-    return is_dense_sm80(name, spec) and spec["cta"][0] <= 32
+def is_decode_sm80(name: str, spec: dict, order: str = "nk") -> bool:
+    return is_dense_sm80(name, spec, order) and spec["cta"][0] <= 32
 
 
-def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor: bool = False) -> Path:
+def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor: bool = False,
+                  order: str = "nk") -> Path:
     """The default set (and with ``candidates`` prefill_tiles.yaml, with ``xor`` the
     sm80_xor family's sm80_xor.yaml) generated under ``work``, then the manifest of its
     sm80 fp16 and bf16 "nk" kernels, the prefill tiles only with ``candidates``, the decode
@@ -75,7 +80,7 @@ def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor
     extra = ["--with-defaults", "--config", *map(str, configs)] if configs else []
     subprocess.run([sys.executable, "-m", "codegen", *extra, "--out", str(work / "all")], check=True, cwd=ROOT)
     keep = is_decode_sm80 if decode else is_prefill_sm80 if candidates else is_dense_sm80
-    subset_manifest(work / "all", work / "gen", keep)
+    subset_manifest(work / "all", work / "gen", lambda name, spec: keep(name, spec, order))
     return work / "gen"
 
 
@@ -93,16 +98,17 @@ def main() -> None:
                     help="with --build-only: the sm80_xor family's tiles too (bench/experiments/sm80_xor.yaml)")
     ap.add_argument("--decode", action="store_true", help="the decode tiles on decode problems (us), not prefill")
     ap.add_argument("--problems", nargs="+", help="MxNxK problems to time (default: PROBLEMS, or DECODE_PROBLEMS)")
+    ap.add_argument("--order", choices=["nk", "kn"], default="nk", help="B's order: the kernels and tensors timed")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm80_variants_"))
     if args.build_only:
         gen = sm80_manifest(work, candidates=args.with_candidates, xor=args.with_xor)
         build_mod.build(gen, args.build_only, archs=[90], progress=False)
         return
-    gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode)
+    gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode, order=args.order)
     problems = [tuple(int(x) for x in p.split("x")) for p in args.problems] if args.problems else \
         DECODE_PROBLEMS if args.decode else PROBLEMS
-    tensors = problem_tensors(problems, torch.float16)
+    tensors = problem_tensors(problems, torch.float16, b_order=args.order)
     gemms = {}
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]

@@ -46,13 +46,15 @@ def subset_manifest(generated: Path, out: Path, keep) -> None:
     (out / "manifest.json").write_text(json.dumps(data))
 
 
-def problem_tensors(problems, dtype: torch.dtype) -> dict:
-    """(A, B as the transposed N x K weight, D) per (M, N, K), after printing cuBLAS's rate on each."""
+def problem_tensors(problems, dtype: torch.dtype, b_order: str = "nk") -> dict:
+    """(A, B, D) per (M, N, K), B the transposed N x K weight ("nk") or a K x N matrix
+    ("kn"), after printing cuBLAS's rate on each."""
     tensors = {}
     for m, n, k in problems:
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         w = torch.randn(n, k, device="cuda", dtype=dtype)
-        tensors[m, n, k] = (a, w.t(), torch.empty(m, n, device="cuda", dtype=dtype))
+        b = w.t() if b_order == "nk" else w.t().contiguous()
+        tensors[m, n, k] = (a, b, torch.empty(m, n, device="cuda", dtype=dtype))
     for (m, n, k), (a, b, out) in tensors.items():
         t = median_ms(lambda: torch.matmul(a, b, out=out))
         print(f"cublas {m}x{n}x{k}: {2 * m * n * k / t / 1e9:.0f} TFLOP/s ({t * 1e3:.1f} us)", flush=True)
