@@ -135,6 +135,11 @@ class KernelSpec:
         return self.mainloop.xor_rows(self)
 
     @property
+    def lean_kn(self) -> bool:
+        """"kn" B copies its K tiles from a carried pointer, as "nk" B does."""
+        return self.mainloop.lean_kn(self)
+
+    @property
     def min_ctas_per_sm(self) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return self.ctas_per_sm or self.mainloop.min_ctas_per_sm(self)

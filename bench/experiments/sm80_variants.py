@@ -7,7 +7,7 @@ the same problems beside cuBLAS, L2 flushed, medians:
     python -m bench.experiments.sm80_variants [--variants base no_epilogue ...] [--swizzles 1 2 3]
 
 With --order kn, the "kn" kernels (B stored K x N) instead, e.g. `--order kn --variants base
-kn_general`: the lean copies for "kn" B against the general ones.
+kn_general kn_lean_all`: the lean copies for "kn" B against the general ones.
 
 With --decode, the dense decode tiles (CTA M of 32 or less) instead, unsplit, on llama3-8b
 layers at M = 1 and 16, in microseconds.
@@ -42,6 +42,7 @@ VARIANTS = {
     "direct_epilogue": ("-DGEMM_STAGED_EPILOGUE=0",),
     "general_copies": ("-DGEMM_SM80_LEAN_COPIES=0",),
     "kn_general": ("-DGEMM_SM80_LEAN_KN=0",),  # "kn" B on the general copies
+    "kn_lean_all": ("-DGEMM_SM80_LEAN_KN=2",),  # and on the lean ones where they spill too
     "late_barrier": ("-DGEMM_SM80_EARLY_BARRIER=0",),
     "stage_index": ("-DGEMM_SM80_STAGE_BASES=0",),
     "one_body": ("-DGEMM_SM80_LEAN_LOOP=0", "-DGEMM_SM80_INSIDE_LOOP=0"),

@@ -111,6 +111,11 @@ class MainloopFamily:
         (gemm/smem_layout.cuh's XorRows64), not padded (GemmConfig::kXorRows)."""
         return False
 
+    def lean_kn(self, spec: KernelSpec) -> bool:
+        """"kn" B's K tiles inside the matrix copy from a pointer carried from tile to
+        tile, as "nk" B's do, not by the general copies (GemmConfig::kLeanKN)."""
+        return False
+
     def min_ctas_per_sm(self, spec: KernelSpec) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return 1

@@ -57,6 +57,24 @@ class Sm80Family(MainloopFamily):
             return 1
         return None
 
+    def lean_kn(self, spec: KernelSpec) -> bool:
+        """Dense "kn" tiles but the four-warp 64x64 ones of K 64 (128x128x64 w2x2). H100,
+        two runs (bench.experiments.sm80_variants --order kn, TFLOP/s on M = 1024 llama3
+        shapes and 4096^3, lean against general copies): 128x256x64 s3 301-402 against
+        237-332 and 256x128x64 s3 297-398 against 250-351, though both spill on sm_90
+        (spill_budget); 128x128x64 w2x4 s2 209-218 against 167-172; 128x128x32 s4 3-5%
+        faster on four problems, 7% slower on 1024 x 6144 x 4096. 128x128x64 w2x2 s3 spills
+        80 bytes with them, ten stores and ten loads a K tile at two CTAs an SM, and ran
+        3-16% slower (docs/NOTES.md, thirty-second session)."""
+        if spec.quantized or spec.b_order is not BOrder.KN:
+            return False
+        return not (self._warp_tile_64x64_k64(spec) and spec.threads == 128)
+
+    @staticmethod
+    def _warp_tile_64x64_k64(spec: KernelSpec) -> bool:
+        m, n, k = spec.cta
+        return m // spec.warps[0] >= 64 and n // spec.warps[1] >= 64 and k >= 64
+
     def direct_b(self, spec: KernelSpec) -> bool:
         """Tiles whose quantized weights each feed one warp (one warp along M, <= 32
         rows) load them straight into registers, one K tile ahead (weight_stream.cuh)."""
@@ -100,10 +118,14 @@ class Sm80Family(MainloopFamily):
         """The register-capped 4-bit direct-B tiles (min_ctas_per_sm) spill 16 bytes on
         sm_80 (NVRTC 13): the row-sum MMA's constant operand, in the loop for 9-16 rows
         only; the loop for at most 8 rows, which decode runs, spills nothing. Uncapped,
-        sm_80 would run 3 (4-warp) or 1 (8-warp) CTAs per SM instead of 4 or 2."""
+        sm_80 would run 3 (4-warp) or 1 (8-warp) CTAs per SM instead of 4 or 2. The
+        8-warp 64x64 "kn" tiles of K 64 spill with their lean copies (lean_kn) and ran
+        13-23% faster with them than without."""
         capped_w4 = spec.min_ctas_per_sm > 1 and spec.b_type.bits == 4
         if arch >= 90 and spec.min_ctas_per_sm_hopper > spec.min_ctas_per_sm:
             return 128  # min_ctas_per_sm_hopper: up to 92 / 116 bytes (bf16 16x32x512, NVRTC 13.5)
+        if self.lean_kn(spec) and self._warp_tile_64x64_k64(spec):
+            return 72  # lean "kn" copies, 128x256x64 on sm_90: 64 bytes (NVRTC 13.5), 72 (13.0)
         return 16 if capped_w4 and arch < 90 else 0
 
     def rounds(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> tuple[int, int]:

@@ -57,7 +57,7 @@ def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
         text = render_kernel(k.spec, k.source)
         grouped = "true" if k.spec.grouped else "false"
         # Direct B, the grouped flag, B not staged in shared memory, no decode ring, padded rows.
-        assert re.search(rf", {k.spec.align}, true, {grouped},\s+false, false, false>;", text), text
+        assert re.search(rf", {k.spec.align}, true, {grouped},\s+false, false, false,\s+false>;", text), text
         low, hopper = k.spec.min_ctas_per_sm, k.spec.min_ctas_per_sm_hopper
         if low == hopper:
             bounds = f"{k.spec.threads}, {low}" if low > 1 else f"{k.spec.threads}"
@@ -69,9 +69,9 @@ def test_rendered_direct_b_kernel(default_set: list[LoadedKernel]) -> None:
             assert f"__launch_bounds__({k.spec.threads}, GEMM_MIN_CTAS_PER_SM) {k.spec.name}(" in text
     assert any(k.spec.min_ctas_per_sm_hopper != k.spec.min_ctas_per_sm for k in direct)
     dense = render_kernel(default_set[0].spec, default_set[0].source)
-    assert re.search(rf", {default_set[0].spec.align}, false, false,\s+false, false, false>;", dense)
+    assert re.search(rf", {default_set[0].spec.align}, false, false,\s+false, false, false,\s+false>;", dense)
     grouped = dataclasses.replace(default_set[0].spec, grouped=True)
-    assert re.search(rf", {grouped.align}, false, true,\s+false, false, false>;",
+    assert re.search(rf", {grouped.align}, false, true,\s+false, false, false,\s+false>;",
                      render_kernel(grouped, default_set[0].source))
 
 
@@ -81,7 +81,7 @@ def test_rendered_staged_b_kernel() -> None:
 
     k = load_configs([YAML])[0]
     assert k.spec.staged_b
-    assert re.search(rf", {k.spec.align}, false, false,\s+true, false, false>;", render_kernel(k.spec, k.source))
+    assert re.search(rf", {k.spec.align}, false, false,\s+true, false, false,\s+false>;", render_kernel(k.spec, k.source))
 
 
 def test_rendered_decode_ring_kernel() -> None:
@@ -90,11 +90,11 @@ def test_rendered_decode_ring_kernel() -> None:
     assert kernels
     for k in kernels:
         assert k.spec.decode_ring and not k.spec.direct_b and not k.spec.staged_b
-        assert re.search(rf", {k.spec.align}, false, false,\s+false, true, false>;", render_kernel(k.spec, k.source))
+        assert re.search(rf", {k.spec.align}, false, false,\s+false, true, false,\s+false>;", render_kernel(k.spec, k.source))
 
 
 def test_rendered_xor_rows_kernel() -> None:
-    # The sm80_xor family's kernels: the swizzled rows' flag last, whether grouped or not.
+    # The sm80_xor family's kernels: the swizzled rows' flag (before the "kn" lean flag), grouped or not.
     from tests.sm80_xor_kernels import YAML
 
     kernels = load_configs([YAML])
@@ -102,7 +102,24 @@ def test_rendered_xor_rows_kernel() -> None:
     for k in kernels:
         grouped = "true" if k.spec.grouped else "false"
         text = render_kernel(k.spec, k.source)
-        assert re.search(rf", {k.spec.align}, false, {grouped},\s+false, false, true>;", text), text
+        lean_kn = "true" if k.spec.lean_kn else "false"  # the experiment's "kn" tiles
+        assert re.search(rf", {k.spec.align}, false, {grouped},\s+false, false, true,\s+{lean_kn}>;", text), text
+
+
+def test_rendered_lean_kn_kernel(default_set: list[LoadedKernel]) -> None:
+    # The "kn" lean-copies flag last: on the dense "kn" sm80 tiles but 128x128x64 w2x2,
+    # never on "nk" B (whose copies are lean without it).
+    kn = [k for k in default_set if k.spec.b_order.value == "kn" and k.spec.mainloop.value == "sm80"]
+    lean = {k.spec.name for k in kn if k.spec.lean_kn}
+    assert lean and not any(k.spec.lean_kn for k in default_set if k.spec.b_order.value == "nk")
+    assert {(k.spec.cta, k.spec.warps) for k in kn if not k.spec.lean_kn} == {((128, 128, 64), (2, 2, 1))}
+    # The 8-warp 64x64 tiles of K 64 spill with them on sm_90 (a budget there); no other does.
+    budget = {k.spec.name for k in kn if k.spec.spill_budget(90) > 0 and not k.spec.quantized}
+    assert {(k.spec.cta, k.spec.warps) for k in kn if k.spec.name in budget} == {
+        ((128, 256, 64), (2, 4, 1)), ((256, 128, 64), (4, 2, 1))}
+    for k in kn:
+        flag = "true" if k.spec.name in lean else "false"
+        assert re.search(rf", false,\s+{flag}>;", render_kernel(k.spec, k.source)), k.spec.name
 
 
 def test_write_generated(tmp_path: Path, default_set: list[LoadedKernel]) -> None:

@@ -19,7 +19,7 @@ enum class OrderB { kNK, kKN };
 
 template <class Atom_, class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
           int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_, bool Grouped_ = false,
-          bool StagedB_ = false, bool DecodeRing_ = false, bool XorRows_ = false>
+          bool StagedB_ = false, bool DecodeRing_ = false, bool XorRows_ = false, bool LeanKN_ = false>
 struct GemmConfig {
   using Atom = Atom_;
   using TA = TA_;
@@ -70,6 +70,9 @@ struct GemmConfig {
   // the sm80_xor family) the 64-byte rows of A and of an N x K B unpadded and
   // XOR-swizzled, so that a quarter warp's copies fill whole 128-byte lines.
   static constexpr bool kXorRows = XorRows_;
+  // "kn" B's K tiles inside the matrix copy as "nk" B's do, from a pointer carried from
+  // tile to tile (MainloopSm80's LeanCopies; codegen: Sm80Family.lean_kn says which tiles).
+  static constexpr bool kLeanKN = LeanKN_;
   using LayoutA = typename SmemRowsOf<kTileACols, kXorRows>::Type;
   using LayoutB = typename SmemRowsOf<kTileBCols, kXorRows && kOrderB == OrderB::kNK>::Type;
   using LayoutV = PaddedRows<kCtaN>;

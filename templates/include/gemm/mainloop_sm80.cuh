@@ -47,6 +47,11 @@
 #ifndef GEMM_SM80_LEAN_COPIES
 #define GEMM_SM80_LEAN_COPIES 1
 #endif
+// 1 in every build: 0 keeps "kn" B (K x N) on the general copies (kLeanKN below); 2 (for
+// timing) takes the lean copies for the tiles that spill with them too.
+#ifndef GEMM_SM80_LEAN_KN
+#define GEMM_SM80_LEAN_KN 1
+#endif
 // 1 in every build: 0 keeps the dense tiles' barrier after the last step (kEarlyBarrier).
 #ifndef GEMM_SM80_EARLY_BARRIER
 #define GEMM_SM80_EARLY_BARRIER 1
@@ -148,13 +153,17 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   using StepWords = typename Cursor::StepWords;
   using TileWords = StepWords[kSteps];
 
+  // "kn" B (K x N: a K tile is kCtaK whole rows of B) copies by LeanCopies on the tiles
+  // codegen names (Cfg::kLeanKN, Sm80Family.lean_kn, with the timings). The general
+  // copies' refill is a block of ~230 instructions a K tile beside the lean loop's 128
+  // (128x128x32 s4, sm_90): ptxas moves it out of the loop and rebuilds each copy's
+  // address and predicates from the parameters.
+  static constexpr bool kLeanKN = GEMM_SM80_LEAN_KN == 2 || (GEMM_SM80_LEAN_KN == 1 && Cfg::kLeanKN);
   // Dense 16-byte-aligned tiles, and staged B's (its packed tile a matrix of N / 8 rows
   // and ldb units), copy the K tiles inside the matrix by LeanCopies.
-  // NOTE: "nk" B only. With "kn" B (K x N, the tile advancing by whole rows of B) the
-  // 128x128x64 tile spilled 4-8 bytes on sm_90 (NVRTC 13.5), so it keeps the general copies.
   static constexpr bool kLean = GEMM_SM80_LEAN_COPIES && (!Cfg::kQuantB || Cfg::kStagedB) && !kDirectB &&
-                                !kWholeVectorCopies &&
-                                Cfg::kAlign == 8 && Cfg::kOrderB == OrderB::kNK;
+                                !kWholeVectorCopies && Cfg::kAlign == 8 &&
+                                (Cfg::kOrderB == OrderB::kNK || kLeanKN);
   using LeanA = LeanCopies<CopyA, typename Cfg::LayoutA>;
   using LeanB = LeanCopies<CopyB, typename Cfg::LayoutB>;
   // Dense tiles wait for the next K tile and pass the barrier one step before the last
@@ -484,9 +493,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     int read = 0;
     int write = S - 1;
     fragments(0, 0, 0, 0);
-    // NOTE: kLean is "nk" only, so the kBAlongRows branches of lean_b and b_step() are
-    // never taken; dropping them changed ptxas's allocation of the bf16 128x128x32
-    // kernel, so that waits for a GPU run to time it.
     LeanCursor lean_src = lean_cursor(k_tiles);
     if constexpr (kEarlyBarrier) {
       // The read and write stages' addresses, carried from tile to tile (a stage index
