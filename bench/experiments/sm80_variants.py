@@ -7,7 +7,10 @@ the same problems beside cuBLAS, L2 flushed, medians:
     python -m bench.experiments.sm80_variants [--variants base no_epilogue ...] [--swizzles 1 2 3]
 
 With --order kn, the "kn" kernels (B stored K x N) instead, e.g. `--order kn --variants base
-kn_general kn_lean_all`: the lean copies for "kn" B against the general ones.
+kn_general kn_lean_all`: the lean copies for "kn" B against the general ones. With
+--grouped TOKENS, the default set's grouped dense sm80-family bf16 kernels on bench.moe's
+routed problems (rows sorted by expert) at those token counts, in microseconds, e.g.
+`--grouped 1024 8192 --variants base grouped_late`.
 
 With --decode, the dense decode tiles (CTA M of 32 or less) instead, unsplit, on llama3-8b
 layers at M = 1 and 16, in microseconds.
@@ -43,6 +46,7 @@ VARIANTS = {
     "general_copies": ("-DGEMM_SM80_LEAN_COPIES=0",),
     "kn_general": ("-DGEMM_SM80_LEAN_KN=0",),  # "kn" B on the general copies
     "kn_lean_all": ("-DGEMM_SM80_LEAN_KN=2",),  # and on the lean ones where they spill too
+    "grouped_late": ("-DGEMM_SM80_GROUPED_EARLY=0",),  # grouped tiles: late barrier, one body
     "late_barrier": ("-DGEMM_SM80_EARLY_BARRIER=0",),
     "stage_index": ("-DGEMM_SM80_STAGE_BASES=0",),
     "one_body": ("-DGEMM_SM80_LEAN_LOOP=0", "-DGEMM_SM80_INSIDE_LOOP=0"),
@@ -70,8 +74,14 @@ def is_decode_sm80(name: str, spec: dict, order: str = "nk") -> bool:
     return is_dense_sm80(name, spec, order) and spec["cta"][0] <= 32
 
 
+def is_grouped_sm80(name: str, spec: dict, order: str = "nk") -> bool:
+    """A grouped dense sm80-family bf16 kernel (bench.moe's experts are bf16)."""
+    return (spec.get("grouped", False) and "_abf16_bbf16_" in name and "f32" not in spec["d_type"]
+            and any(f"_{family}_m16n8k16_" in name for family in ("sm80", "sm80_xor")))  # fmt: skip
+
+
 def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor: bool = False,
-                  order: str = "nk") -> Path:
+                  order: str = "nk", grouped: bool = False) -> Path:
     """The default set (and with ``candidates`` prefill_tiles.yaml, with ``xor`` the
     sm80_xor family's sm80_xor.yaml) generated under ``work``, then the manifest of its
     sm80 fp16 and bf16 "nk" kernels, the prefill tiles only with ``candidates``, the decode
@@ -80,7 +90,7 @@ def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor
                for name, wanted in (("prefill_tiles.yaml", candidates), ("sm80_xor.yaml", xor)) if wanted]
     extra = ["--with-defaults", "--config", *map(str, configs)] if configs else []
     subprocess.run([sys.executable, "-m", "codegen", *extra, "--out", str(work / "all")], check=True, cwd=ROOT)
-    keep = is_decode_sm80 if decode else is_prefill_sm80 if candidates else is_dense_sm80
+    keep = is_grouped_sm80 if grouped else is_decode_sm80 if decode else is_prefill_sm80 if candidates else is_dense_sm80
     subset_manifest(work / "all", work / "gen", lambda name, spec: keep(name, spec, order))
     return work / "gen"
 
@@ -100,11 +110,16 @@ def main() -> None:
     ap.add_argument("--decode", action="store_true", help="the decode tiles on decode problems (us), not prefill")
     ap.add_argument("--problems", nargs="+", help="MxNxK problems to time (default: PROBLEMS, or DECODE_PROBLEMS)")
     ap.add_argument("--order", choices=["nk", "kn"], default="nk", help="B's order: the kernels and tensors timed")
+    ap.add_argument("--grouped", nargs="+", type=int, metavar="TOKENS",
+                    help="the grouped dense kernels on bench.moe's problems at these token counts (us)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm80_variants_"))
     if args.build_only:
         gen = sm80_manifest(work, candidates=args.with_candidates, xor=args.with_xor)
         build_mod.build(gen, args.build_only, archs=[90], progress=False)
+        return
+    if args.grouped:
+        grouped_variants(sm80_manifest(work, candidates=False, grouped=True), work, args)
         return
     gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode, order=args.order)
     problems = [tuple(int(x) for x in p.split("x")) for p in args.problems] if args.problems else \
@@ -131,6 +146,30 @@ def main() -> None:
                         row.append(f"{t * 1e3:6.1f}" if args.decode else f"{2 * m * n * k / t / 1e9:5.0f}")
                     print(f"{tile:14s} w{s.warps[0]}x{s.warps[1]} sw{swizzle} r{r} {variant:16s}: " + " ".join(row)
                           + (" us" if args.decode else " TFLOP/s"), flush=True)  # fmt: skip
+
+
+def grouped_variants(gen: Path, work: Path, args) -> None:
+    """Each grouped kernel's variants on bench.moe's sorted problems, interleaved, unsplit."""
+    from bench.moe import sorted_problems
+    from gemm_runtime.timing import interleaved_medians_ms
+
+    gemms = {}
+    for variant in args.variants:
+        build_mod.BUILD_OPTIONS = VARIANTS[variant]
+        build_mod.build(gen, work / variant, archs=[90], progress=False)
+        gemms[variant] = Gemm(build_dir=work / variant)
+    names = sorted(k.name for k in gemms[args.variants[0]].kernels)
+    print("| kernel | config | tokens | projection | " + " | ".join(f"{v} us" for v in args.variants) + " |")
+    print("|---|---|---:|---|" + "---:|" * len(args.variants))
+    gen_cpu = torch.Generator(device="cpu").manual_seed(0)
+    for cfg_name, tokens, proj, routing, a, w, d in sorted_problems(args.grouped, gen_cpu):
+        for name in names:
+            tile = name.split("_m16n8k16_")[1].split("_nk_")[0].split("_", 4)[-1]
+            times = interleaved_medians_ms([
+                lambda g=g: g.grouped_matmul(a, w, routing.offsets, out=d, kernel=LaunchSpec(name, 1))
+                for g in gemms.values()])  # fmt: skip
+            print(f"| {tile} | {cfg_name} | {tokens} | {proj} | " + " | ".join(f"{t * 1e3:.1f}" for t in times) + " |",
+                  flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -56,6 +56,11 @@
 #ifndef GEMM_SM80_EARLY_BARRIER
 #define GEMM_SM80_EARLY_BARRIER 1
 #endif
+// 1 in every build: 0 keeps the grouped dense tiles on the barrier after the last step and
+// one loop body (kGroupedEarly).
+#ifndef GEMM_SM80_GROUPED_EARLY
+#define GEMM_SM80_GROUPED_EARLY 1
+#endif
 // 1 in every build: 0 rebuilds the early-barrier loop's stage addresses from stage indices.
 #ifndef GEMM_SM80_STAGE_BASES
 #define GEMM_SM80_STAGE_BASES 1
@@ -175,8 +180,18 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // the barrier with no MMA left to cover them; that LDSM was the kernel's most
   // stalled instruction (7% of samples). An even step count keeps the next tile's first
   // fragments out of the buffer the last step multiplies.
-  static constexpr bool kEarlyBarrier = GEMM_SM80_EARLY_BARRIER && !Cfg::kQuantB && !kDirectB && !Cfg::kGrouped &&
-                                        kSteps >= 2 && kSteps % 2 == 0;
+  // Grouped tiles too (their gathered or edge CTAs refill by the general copies, as
+  // dense edge CTAs do): H100, bench.moe's routed problems at 128 and 1024 tokens
+  // (sm80_variants --grouped, docs/NOTES.md thirty-second session), 128x128x32 s4 2-11%
+  // faster, 32x128x64 s5 and 16x64x128 s4 0-6%. Not 256x128x64, which spilled 48 bytes on
+  // sm_90 and 324 on sm_80 with the second loop body (NVRTC 13.5), nor two-step tiles
+  // of small warp tiles (64x64x32 w2x2: 8 MMAs a step, all the refill in the first), which
+  // ran 0-6% slower.
+  static constexpr bool kGroupedEarly =
+      GEMM_SM80_GROUPED_EARLY && !(Cfg::kWarpTileM >= 64 && Cfg::kWarpTileN >= 64 && Cfg::kCtaK >= 64) &&
+      !(kSteps == 2 && Cfg::kWarpTileM * Cfg::kWarpTileN < 64 * 64);
+  static constexpr bool kEarlyBarrier = GEMM_SM80_EARLY_BARRIER && !Cfg::kQuantB && !kDirectB &&
+                                        (!Cfg::kGrouped || kGroupedEarly) && kSteps >= 2 && kSteps % 2 == 0;
   // The steps of a tile over which its refilling copies are sliced.
   static constexpr int kCopySlices = kEarlyBarrier ? kSteps - 1 : kSteps;
   const char* lean_a;  // kLean: A at (m0, the split's first K), B at (n0, that K)
@@ -542,8 +557,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       // into basic blocks: ptxas then issued each step as its next fragments' ldmatrix,
       // the copies, and the step's 32 MMAs in a row, where CUTLASS 2.x's loop (one
       // branch a K tile) interleaves the three. The second body costs registers: no
-      // spills with NVRTC 13.5, 40 bytes on 128x128x64 w2x2 s3 with 13.0; the grouped
-      // and staged loops spilled with it, so they keep one body (docs/NOTES.md).
+      // spills with NVRTC 13.5, 40 bytes on 128x128x64 w2x2 s3 with 13.0; the staged loop
+      // and the grouped 256x128x64 spilled with it, so they keep one body (docs/NOTES.md).
       if constexpr (GEMM_SM80_LEAN_LOOP && kLean) {
         for (const int lean_tiles = lean_src.end - (S - 1); t < lean_tiles; ++t) tile(t, BoolConstant<true>{});
       } else if constexpr (GEMM_SM80_INSIDE_LOOP && kWholeVectorCopies && !Base::kBAlongRows) {
