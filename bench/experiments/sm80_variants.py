@@ -47,6 +47,7 @@ VARIANTS = {
     "kn_general": ("-DGEMM_SM80_LEAN_KN=0",),  # "kn" B on the general copies
     "kn_lean_all": ("-DGEMM_SM80_LEAN_KN=2",),  # and on the lean ones where they spill too
     "grouped_late": ("-DGEMM_SM80_GROUPED_EARLY=0",),  # grouped tiles: late barrier, one body
+    "kn_decode_lean": ("-DGEMM_SM80_KN_DECODE_LEAN=1",),  # "kn" decode tiles on the lean copies
     "late_barrier": ("-DGEMM_SM80_EARLY_BARRIER=0",),
     "stage_index": ("-DGEMM_SM80_STAGE_BASES=0",),
     "one_body": ("-DGEMM_SM80_LEAN_LOOP=0", "-DGEMM_SM80_INSIDE_LOOP=0"),

@@ -52,6 +52,13 @@
 #ifndef GEMM_SM80_LEAN_KN
 #define GEMM_SM80_LEAN_KN 1
 #endif
+// 0 in every build, for now: 1 gives the "kn" decode tiles (CTA M <= 32) the lean copies
+// in place of the general ones (their whole-vector copies are "nk"-only). Their K loops:
+// 106 / 86 instructions against 433 / 365 (32x128x64 s5, 16x64x128 s4, sm_90), at 124
+// registers against 96 / 80; not yet run on a GPU (docs/NOTES.md, thirty-second session).
+#ifndef GEMM_SM80_KN_DECODE_LEAN
+#define GEMM_SM80_KN_DECODE_LEAN 0
+#endif
 // 1 in every build: 0 keeps the dense tiles' barrier after the last step (kEarlyBarrier).
 #ifndef GEMM_SM80_EARLY_BARRIER
 #define GEMM_SM80_EARLY_BARRIER 1
@@ -138,6 +145,12 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   using typename Base::CopyB;
   static constexpr int kStepK = WarpMma<Cfg>::kStepK;
   static constexpr int kSteps = Cfg::kWarpTileK / kStepK;  // fragment steps per warp per tile
+  // "kn" B (K x N: a K tile is kCtaK whole rows of B) copies by LeanCopies on the tiles
+  // codegen names (Cfg::kLeanKN, Sm80Family.lean_kn, with the timings). The general
+  // copies' refill is a block of ~230 instructions a K tile beside the lean loop's 128
+  // (128x128x32 s4, sm_90): ptxas moves it out of the loop and rebuilds each copy's
+  // address and predicates from the parameters.
+  static constexpr bool kLeanKN = GEMM_SM80_LEAN_KN == 2 || (GEMM_SM80_LEAN_KN == 1 && Cfg::kLeanKN);
   // Copies of K tiles clear of the K edge as whole vectors from pinned per-thread state
   // (TileCopy::issue_inside_cols), for quantized B and decode tiles (up to 32 rows),
   // whose mainloops issue few MMAs per copy.
@@ -145,7 +158,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // them (and no faster at M = 128): those copy with LeanCopies (below).
   // Staged B (prefill tiles) copies with LeanCopies like the dense tiles.
   static constexpr bool kWholeVectorCopies =
-      Cfg::kAlign > 1 && ((Cfg::kQuantB && !Cfg::kStagedB) || Cfg::kCtaM <= 32);
+      Cfg::kAlign > 1 && ((Cfg::kQuantB && !Cfg::kStagedB) ||
+                          (Cfg::kCtaM <= 32 && !(Cfg::kOrderB == OrderB::kKN && kLeanKN && GEMM_SM80_KN_DECODE_LEAN)));
   // Quantized B straight from global memory into registers, one K tile ahead, for
   // tiles whose weights each feed one warp only (Cfg::kDirectB): no shared-memory
   // round trip, no per-copy address arithmetic, and nothing for other warps to wait for.
@@ -158,12 +172,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   using StepWords = typename Cursor::StepWords;
   using TileWords = StepWords[kSteps];
 
-  // "kn" B (K x N: a K tile is kCtaK whole rows of B) copies by LeanCopies on the tiles
-  // codegen names (Cfg::kLeanKN, Sm80Family.lean_kn, with the timings). The general
-  // copies' refill is a block of ~230 instructions a K tile beside the lean loop's 128
-  // (128x128x32 s4, sm_90): ptxas moves it out of the loop and rebuilds each copy's
-  // address and predicates from the parameters.
-  static constexpr bool kLeanKN = GEMM_SM80_LEAN_KN == 2 || (GEMM_SM80_LEAN_KN == 1 && Cfg::kLeanKN);
   // Dense 16-byte-aligned tiles, and staged B's (its packed tile a matrix of N / 8 rows
   // and ldb units), copy the K tiles inside the matrix by LeanCopies.
   static constexpr bool kLean = GEMM_SM80_LEAN_COPIES && (!Cfg::kQuantB || Cfg::kStagedB) && !kDirectB &&
