@@ -85,8 +85,9 @@ def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor
                   order: str = "nk", grouped: bool = False) -> Path:
     """The default set (and with ``candidates`` prefill_tiles.yaml, with ``xor`` the
     sm80_xor family's sm80_xor.yaml) generated under ``work``, then the manifest of its
-    sm80 fp16 and bf16 "nk" kernels, the prefill tiles only with ``candidates``, the decode
-    tiles only with ``decode``: the folder a build reads."""
+    sm80 fp16 and bf16 kernels with B in ``order``, the prefill tiles only with
+    ``candidates``, the decode tiles only with ``decode``, the grouped bf16 ones only with
+    ``grouped``: the folder a build reads."""
     configs = [ROOT / "bench/experiments" / name
                for name, wanted in (("prefill_tiles.yaml", candidates), ("sm80_xor.yaml", xor)) if wanted]
     extra = ["--with-defaults", "--config", *map(str, configs)] if configs else []
