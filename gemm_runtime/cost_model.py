@@ -330,8 +330,8 @@ def predict(
     first = per_split if split_tiles == tm * tn else k_tiles
     hot_a = hot_a_seconds(spec, key, ctas * per_split * ck, device)
     t_bandwidth = max(t_dram, t_sm) + hot_a
-    t_mem = max(t_dram, t_sm, latency_time(spec, first, waves * per_split * min(1.0, unique / (ctas * cta_bytes))))
-    t_mem += hot_a
+    t_latency = latency_time(spec, first, waves * per_split * min(1.0, unique / (ctas * cta_bytes)))
+    t_mem = max(t_bandwidth, t_latency + hot_a)
     # NOTE: copies and MMAs overlap, but not perfectly: the smaller term's bytes still
     # show, which also ranks the leaner kernel first among memory-bound ties. Not its
     # round trips: where the MMAs are the longer term they hide the ring's latency (the
