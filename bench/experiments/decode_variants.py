@@ -3,7 +3,7 @@ took 12.3 us where torch's int4 kernel took 9.0). Builds the default set's 16-ro
 sm80 tiles and the narrow candidates of bench/experiments/decode_narrow_tiles.yaml, each
 with one part of the kernel left out (templates/include/gemm/mainloop_sm80.cuh's
 GEMM_SM80_LEAVE_OUT: the MMAs, the epilogue, split-K's hand-over, the tile-end barrier;
-the sums are then wrong), then per layer at M = 1:
+the sums are then wrong), then per layer at M = 1 (or each of --m):
 
 * every base kernel at every split count (short medians), the fastest first;
 * the two fastest plans under every variant, interleaved, beside fp16 cuBLAS, torch's
@@ -11,7 +11,8 @@ the sums are then wrong), then per layer at M = 1:
 
 L2 emptied by a read before every call, medians, microseconds.
 
-    python -m bench.experiments.decode_variants [--layers 4096x4096 6144x4096 4096x14336]
+    python -m bench.experiments.decode_variants [--layers 4096x4096 6144x4096 4096x14336] [--m 1 16]
+        [--variants base no_mma]
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", nargs="+", default=["4096x4096", "6144x4096", "4096x14336"], help="N x K")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--m", nargs="+", type=int, default=[1], help="rows of A (tokens)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="decode_variants_"))
     subprocess.run([sys.executable, "-m", "codegen", "--with-defaults", "--config",
@@ -69,16 +71,16 @@ def main() -> None:
         gemms[variant] = Gemm(build_dir=work / variant)
     base = gemms[args.variants[0]]
     tiny = torch.zeros(1, device="cuda")
-    for layer in args.layers:
+    for layer, m in ((layer, m) for layer in args.layers for m in args.m):
         n, k = (int(x) for x in layer.split("x"))
         w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
         packed = pack_for_gemm(quantize(w, bits=4, group_size=GROUP))
         q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
         int4 = torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), INT4_INNER_K_TILES)
         sz = torch.randn(k // GROUP, n, 2, device="cuda", dtype=torch.bfloat16) * 0.01
-        a = torch.randn(1, k, device="cuda", dtype=torch.float16)
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
         a_bf = a.to(torch.bfloat16)
-        out = torch.empty(1, n, device="cuda", dtype=torch.float16)
+        out = torch.empty(m, n, device="cuda", dtype=torch.float16)
         plans = []
         for kern in base.kernels:
             for splits in (1, 2, 3, 4, 6, 8):
@@ -89,7 +91,7 @@ def main() -> None:
                     continue
                 plans.append((median_ms(lambda: base.matmul(a, packed, out=out, kernel=spec), reps=15, max_ms=50), spec))
         plans.sort(key=lambda p: p[0])
-        print(f"\n### {layer} (N x K), M = 1: every base plan, fastest first (us)\n")
+        print(f"\n### {layer} (N x K), M = {m}: every base plan, fastest first (us)\n")
         print(" | ".join(f"{short(s.kernel)} ({s.splits}) {t * 1e3:.1f}" for t, s in plans[:12]))
         refs = [lambda: tiny.add_(1), lambda: torch.matmul(a, w.t(), out=out),
                 lambda: torch._weight_int4pack_mm(a_bf, int4, GROUP, sz)]  # fmt: skip

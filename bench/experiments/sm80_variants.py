@@ -47,7 +47,7 @@ VARIANTS = {
     "kn_general": ("-DGEMM_SM80_LEAN_KN=0",),  # "kn" B on the general copies
     "kn_lean_all": ("-DGEMM_SM80_LEAN_KN=2",),  # and on the lean ones where they spill too
     "grouped_late": ("-DGEMM_SM80_GROUPED_EARLY=0",),  # grouped tiles: late barrier, one body
-    "kn_decode_lean": ("-DGEMM_SM80_KN_DECODE_LEAN=1",),  # "kn" decode tiles on the lean copies
+    "kn_decode_general": ("-DGEMM_SM80_KN_DECODE_LEAN=0",),  # "kn" decode tiles on the general copies
     "late_barrier": ("-DGEMM_SM80_EARLY_BARRIER=0",),
     "stage_index": ("-DGEMM_SM80_STAGE_BASES=0",),
     "one_body": ("-DGEMM_SM80_LEAN_LOOP=0", "-DGEMM_SM80_INSIDE_LOOP=0"),
@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--with-candidates", action="store_true",
                     help="with --build-only: the default set's prefill tiles and prefill_tiles.yaml's candidates")
     ap.add_argument("--with-xor", action="store_true",
-                    help="with --build-only: the sm80_xor family's tiles too (bench/experiments/sm80_xor.yaml)")
+                    help="the sm80_xor family's tiles too (bench/experiments/sm80_xor.yaml), built or timed")
     ap.add_argument("--decode", action="store_true", help="the decode tiles on decode problems (us), not prefill")
     ap.add_argument("--problems", nargs="+", help="MxNxK problems to time (default: PROBLEMS, or DECODE_PROBLEMS)")
     ap.add_argument("--order", choices=["nk", "kn"], default="nk", help="B's order: the kernels and tensors timed")
@@ -123,7 +123,7 @@ def main() -> None:
     if args.grouped:
         grouped_variants(sm80_manifest(work, candidates=False, grouped=True), work, args)
         return
-    gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode, order=args.order)
+    gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode, order=args.order, xor=args.with_xor)
     problems = [tuple(int(x) for x in p.split("x")) for p in args.problems] if args.problems else \
         DECODE_PROBLEMS if args.decode else PROBLEMS
     tensors = problem_tensors(problems, torch.float16, b_order=args.order)
@@ -139,6 +139,7 @@ def main() -> None:
         tile = f"{s.cta[0]}x{s.cta[1]}x{s.cta[2]}s{s.stages}"
         if s.a_type.value != "f16" or s.grouped or (args.tiles and tile not in args.tiles):
             continue
+        tile += "xor" if s.mainloop.value == "sm80_xor" else ""
         for swizzle in args.swizzles:
             for r in range(args.rounds):
                 for variant, gemm in gemms.items():
@@ -146,7 +147,7 @@ def main() -> None:
                     for (m, n, k), (a, b, out) in tensors.items():
                         t = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=LaunchSpec(kern.name, 1, swizzle)))
                         row.append(f"{t * 1e3:6.1f}" if args.decode else f"{2 * m * n * k / t / 1e9:5.0f}")
-                    print(f"{tile:14s} w{s.warps[0]}x{s.warps[1]} sw{swizzle} r{r} {variant:16s}: " + " ".join(row)
+                    print(f"{tile:17s} w{s.warps[0]}x{s.warps[1]} sw{swizzle} r{r} {variant:16s}: " + " ".join(row)
                           + (" us" if args.decode else " TFLOP/s"), flush=True)  # fmt: skip
 
 

@@ -65,7 +65,9 @@ class Sm80Family(MainloopFamily):
         (spill_budget); 128x128x64 w2x4 s2 209-218 against 167-172; 128x128x32 s4 3-5%
         faster on four problems, 7% slower on 1024 x 6144 x 4096. 128x128x64 w2x2 s3 spills
         80 bytes with them, ten stores and ten loads a K tile at two CTAs an SM, and ran
-        3-16% slower (docs/NOTES.md, thirty-second session)."""
+        3-16% slower (docs/NOTES.md, thirty-second session). The decode tiles (CTA M <= 32)
+        among them, on the lean copies since the thirty-third session (GEMM_SM80_KN_DECODE_LEAN):
+        16x64x128 s4 3-19% and 32x128x64 s5 6-10% faster on llama3-8b layers at M = 1 and 16."""
         if spec.quantized or spec.b_order is not BOrder.KN:
             return False
         return not (self._warp_tile_64x64_k64(spec) and spec.threads == 128)
@@ -306,10 +308,12 @@ class Sm80XorRowsFamily(Sm80Family):
 
     value = "sm80_xor"
     summary = "multi-stage cp.async pipeline, K tiles of 32 in XOR-swizzled shared rows"
-    # NOTE: the default set's prefill tiles of K 32 for "nk" B (sm80_f16.yaml, sm80_bf16.yaml):
-    # on the H100 (thirtieth session) 128x128x32 s5 ran in 0.66 of its padded twin's time and
-    # 128x256x32 s3 in 0.85, and the tuner's plans over them reached CUTLASS 2.x's best SM80
-    # tile per llama3 problem (1.01 in the median). bench/experiments/sm80_xor.yaml keeps
+    # NOTE: the default set's prefill tiles of K 32 (sm80_f16.yaml, sm80_bf16.yaml): on the
+    # H100 (thirtieth session) 128x128x32 s5 ran in 0.66 of its padded twin's time and
+    # 128x256x32 s3 in 0.85 ("nk" B), and the tuner's plans over them reached CUTLASS 2.x's
+    # best SM80 tile per llama3 problem (1.01 in the median). "kn" B (rows of N, padded;
+    # A swizzled) on the lean "kn" copies: 128x256x32 s4 and 256x128x32 s4 13-18% above the
+    # best padded "kn" tile (thirty-third session). bench/experiments/sm80_xor.yaml keeps
     # the other tiles measured beside their twins.
 
     def tile_error(

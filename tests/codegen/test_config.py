@@ -410,11 +410,13 @@ def test_default_configs() -> None:
     loaded = load_configs(paths)
     # 254, then (thirtieth session) 8 prefill tiles for sm_86 / sm_89, 16 fallbacks for
     # sm_75 and sm_70 (fp32 outputs, unaligned rows, packed weights at any alignment) and 6
-    # prefill tiles of the sm80_xor family.
-    assert len(loaded) == 284
+    # prefill tiles of the sm80_xor family; (thirty-third session) their "kn" forms, 6.
+    assert len(loaded) == 290
     assert sum(k.spec.family.endswith("_100k") for k in loaded) == 8
-    # Swizzled: the dense prefill tiles (3 a type) and the grouped 128x128x32 (one a type).
-    assert sum(k.spec.mainloop.value == "sm80_xor" for k in loaded) == 8
+    # Swizzled: the dense prefill tiles (3 an a type and B order) and the grouped 128x128x32
+    # (one an a type).
+    assert sum(k.spec.mainloop.value == "sm80_xor" for k in loaded) == 14
+    assert sum(k.spec.mainloop.value == "sm80_xor" and k.spec.b_order.value == "kn" for k in loaded) == 6
     assert sum(k.spec.mainloop.value == "sm80_xor" and k.spec.grouped for k in loaded) == 2
     # Register-cap twins (a tile's ctas_per_sm): sm_90 only, the bf16 4-bit decode tiles
     # that spill under the family's cap, each beside its capped form.

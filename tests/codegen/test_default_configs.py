@@ -116,15 +116,14 @@ def test_gpus_of_100_kb_get_8_warp_prefill_tiles():
     """sm_86 / sm_89 (A10, L4, L40S, RTX 30 / 40) hold 99 KB a CTA: the padded K-64
     prefill tiles do not fit there, so the ``*_100k`` families give them 8 warps and 3
     stages in 90 KB, for both types and B orders (the swizzled 128x256x32 s4 of the
-    sm80_xor family, 96 KB, serves "nk" B too), and only them (elsewhere the K-64 tiles
+    sm80_xor family, 96 KB, serves them too), and only them (elsewhere the K-64 tiles
     serve); and the cost model takes one of them for prefill on such a GPU (one like an
     L40S: 142 SMs, 100 KB an SM, 1536 threads)."""
     every = {(t, o) for t in (DataType.F16, DataType.BF16) for o in BOrder}
     for arch in (86, 89):
         specs = _dispatchable(arch)
         assert _prefill_tiles(specs) == every
-        swizzled = {(t, BOrder.NK) for t in (DataType.F16, DataType.BF16)}
-        assert _prefill_tiles([s for s in specs if not s.family.endswith("_100k")]) == swizzled
+        assert _prefill_tiles([s for s in specs if not s.family.endswith("_100k")]) == every
         assert _prefill_tiles([s for s in specs if s.family.endswith("_100k")]) == every
     for arch in (80, 90):
         assert not any(s.family.endswith("_100k") for s in _dispatchable(arch))

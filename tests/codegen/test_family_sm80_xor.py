@@ -33,16 +33,16 @@ def spec_of(tmp_path: Path, **overrides: Any):
 
 def test_the_experiment_yaml_loads_beside_the_default_set() -> None:
     """The experiment's kernels are named apart from the default set's swizzled tiles
-    (sm80_f16.yaml, sm80_bf16.yaml: the family's "nk" prefill tiles; sm80_grouped.yaml:
-    its grouped 128x128x32)."""
+    (sm80_f16.yaml, sm80_bf16.yaml: the family's prefill tiles, both B orders;
+    sm80_grouped.yaml: its grouped 128x128x32)."""
     loaded = load_configs([YAML])
-    assert len(loaded) == 22 and {k.spec.mainloop for k in loaded} == {XOR}
+    assert len(loaded) == 27 and {k.spec.mainloop for k in loaded} == {XOR}
     assert {k.spec.cta[2] for k in loaded} == {32} and any(k.spec.grouped for k in loaded)
     assert not XOR.experimental
     default = [k.spec for k in load_configs(default_config_paths()) if k.spec.mainloop is XOR]
     assert not {k.spec.name for k in loaded} & {s.name for s in default}
-    assert len(default) == 8 and {(s.b_order.value, s.cta[2], s.grouped) for s in default} == {
-        ("nk", 32, False), ("nk", 32, True)}
+    assert len(default) == 14 and {(s.b_order.value, s.cta[2], s.grouped) for s in default} == {
+        ("nk", 32, False), ("kn", 32, False), ("nk", 32, True)}
     assert kernel_names() == [k.spec.name for k in loaded]
 
 

@@ -52,12 +52,13 @@
 #ifndef GEMM_SM80_LEAN_KN
 #define GEMM_SM80_LEAN_KN 1
 #endif
-// 0 in every build, for now: 1 gives the "kn" decode tiles (CTA M <= 32) the lean copies
-// in place of the general ones (their whole-vector copies are "nk"-only). Their K loops:
-// 106 / 86 instructions against 433 / 365 (32x128x64 s5, 16x64x128 s4, sm_90), at 124
-// registers against 96 / 80; not yet run on a GPU (docs/NOTES.md, thirty-second session).
+// 1 in every build: the "kn" decode tiles (CTA M <= 32) copy by the lean copies too (their
+// whole-vector copies are "nk"-only); 0 keeps them on the general ones. K loops of 106 /
+// 86 instructions against 433 / 365 (32x128x64 s5, 16x64x128 s4, sm_90), 124 registers
+// against 96 / 80; H100, llama3-8b qkv / down at M = 1, qkv / o at M = 16: 16x64x128 s4
+// 3-19% faster, 32x128x64 s5 6-10% (docs/NOTES.md, thirty-third session).
 #ifndef GEMM_SM80_KN_DECODE_LEAN
-#define GEMM_SM80_KN_DECODE_LEAN 0
+#define GEMM_SM80_KN_DECODE_LEAN 1
 #endif
 // 1 in every build: 0 keeps the dense tiles' barrier after the last step (kEarlyBarrier).
 #ifndef GEMM_SM80_EARLY_BARRIER
