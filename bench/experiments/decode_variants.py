@@ -13,6 +13,10 @@ L2 emptied by a read before every call, medians, microseconds.
 
     python -m bench.experiments.decode_variants [--layers 4096x4096 6144x4096 4096x14336] [--m 1 16]
         [--variants base no_mma]
+    python -m bench.experiments.decode_variants --prefill --m 64 256 1024 --variants base quant_whole_vector
+
+With --prefill, the default set's W4 fp16 sm80 tiles of 32 rows or more instead (the A100
+class's quantized prefill path).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ VARIANTS = {
     "l2_64": ("-DGEMM_CP_ASYNC_PREFETCH=64",),  # cp.async's L2 prefetch size (ptx.cuh)
     "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),
     "l2_256": ("-DGEMM_CP_ASYNC_PREFETCH=256",),
+    "quant_whole_vector": ("-DGEMM_SM80_QUANT_LEAN=0",),  # --prefill: packed B on the whole-vector copies
 }
 
 
@@ -53,17 +58,23 @@ def is_decode_w4(name: str, spec: dict) -> bool:
     return "_sm80_m16n8k16_af16_bu4_" in name and spec["cta"][0] == 16 and not spec.get("grouped")
 
 
+def is_prefill_w4(name: str, spec: dict) -> bool:
+    """An sm80 W4 kernel of fp16 activations of 32 rows or more, not grouped (--prefill)."""
+    return "_sm80_m16n8k16_af16_bu4_" in name and spec["cta"][0] >= 32 and not spec.get("grouped")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", nargs="+", default=["4096x4096", "6144x4096", "4096x14336"], help="N x K")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--m", nargs="+", type=int, default=[1], help="rows of A (tokens)")
+    ap.add_argument("--prefill", action="store_true", help="the W4 tiles of 32 rows or more instead")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="decode_variants_"))
     subprocess.run([sys.executable, "-m", "codegen", "--with-defaults", "--config",
                     str(ROOT / "bench/experiments/decode_narrow_tiles.yaml"), "--out", str(work / "all")],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-    subset_manifest(work / "all", work / "gen", is_decode_w4)
+    subset_manifest(work / "all", work / "gen", is_prefill_w4 if args.prefill else is_decode_w4)
     gemms = {}
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]

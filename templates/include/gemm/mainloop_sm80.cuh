@@ -60,6 +60,14 @@
 #ifndef GEMM_SM80_KN_DECODE_LEAN
 #define GEMM_SM80_KN_DECODE_LEAN 1
 #endif
+// 1 in every build: the quantized tiles that copy packed B through the ring (not direct B,
+// not staged, not grouped) refill their K tiles by the lean copies, not the whole-vector
+// ones (kQuantLean); 0 keeps them there. H100, llama3-8b o / gate_up / down at M = 64, 256
+// and 1024: 64x128x64 w1x4 s4 5-9% faster (gate_up M = 1024 932 -> 851 us; docs/NOTES.md,
+// thirty-third session).
+#ifndef GEMM_SM80_QUANT_LEAN
+#define GEMM_SM80_QUANT_LEAN 1
+#endif
 // 1 in every build: 0 keeps the dense tiles' barrier after the last step (kEarlyBarrier).
 #ifndef GEMM_SM80_EARLY_BARRIER
 #define GEMM_SM80_EARLY_BARRIER 1
@@ -158,8 +166,13 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // NOTE: measured on the H200, the prefill tiles ran 8-12% slower at M = 1024 with
   // them (and no faster at M = 128): those copy with LeanCopies (below).
   // Staged B (prefill tiles) copies with LeanCopies like the dense tiles.
+  // Quantized tiles whose packed B rides the ring (prefill tiles of the register path)
+  // on the lean copies (GEMM_SM80_QUANT_LEAN). Not the grouped ones yet: not timed (their
+  // GPU checks have not run with them).
+  static constexpr bool kQuantLean = GEMM_SM80_QUANT_LEAN && Cfg::kQuantB && !Cfg::kStagedB && !Cfg::kDirectB &&
+                                     !Cfg::kDecodeRing && !Cfg::kGrouped;
   static constexpr bool kWholeVectorCopies =
-      Cfg::kAlign > 1 && ((Cfg::kQuantB && !Cfg::kStagedB) ||
+      Cfg::kAlign > 1 && ((Cfg::kQuantB && !Cfg::kStagedB && !kQuantLean) ||
                           (Cfg::kCtaM <= 32 && !(Cfg::kOrderB == OrderB::kKN && kLeanKN && GEMM_SM80_KN_DECODE_LEAN)));
   // Quantized B straight from global memory into registers, one K tile ahead, for
   // tiles whose weights each feed one warp only (Cfg::kDirectB): no shared-memory
@@ -175,7 +188,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 
   // Dense 16-byte-aligned tiles, and staged B's (its packed tile a matrix of N / 8 rows
   // and ldb units), copy the K tiles inside the matrix by LeanCopies.
-  static constexpr bool kLean = GEMM_SM80_LEAN_COPIES && (!Cfg::kQuantB || Cfg::kStagedB) && !kDirectB &&
+  static constexpr bool kLean = GEMM_SM80_LEAN_COPIES && (!Cfg::kQuantB || Cfg::kStagedB || kQuantLean) && !kDirectB &&
                                 !kWholeVectorCopies && Cfg::kAlign == 8 &&
                                 (Cfg::kOrderB == OrderB::kNK || kLeanKN);
   using LeanA = LeanCopies<CopyA, typename Cfg::LayoutA>;
@@ -596,6 +609,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
           const u32 sa = smem + write * Cfg::kStageBytes;
           issue_lean(sa, lean_src, step, kSteps);
+          if (step == 0) issue_group_rows(sa + Cfg::kStageBytesA, (t + S - 1) * Cfg::kCtaK);
         } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
           issue_tile(smem, write, t + S - 1, step);
         }
