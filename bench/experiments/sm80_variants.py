@@ -10,7 +10,8 @@ With --order kn, the "kn" kernels (B stored K x N) instead, e.g. `--order kn --v
 kn_general kn_lean_all`: the lean copies for "kn" B against the general ones. With
 --grouped TOKENS, the default set's grouped dense sm80-family bf16 kernels on bench.moe's
 routed problems (rows sorted by expert) at those token counts, in microseconds, e.g.
-`--grouped 1024 8192 --variants base grouped_late`.
+`--grouped 1024 8192 --variants base grouped_late`; with --grouped-bits 4, the grouped W4 tiles of
+more than 32 rows on the experts packed at 4 bits (`--variants base quant_lean_grouped`).
 
 With --decode, the dense decode tiles (CTA M of 32 or less) instead, unsplit, on llama3-8b
 layers at M = 1 and 16, in microseconds.
@@ -48,6 +49,7 @@ VARIANTS = {
     "kn_lean_all": ("-DGEMM_SM80_LEAN_KN=2",),  # and on the lean ones where they spill too
     "grouped_late": ("-DGEMM_SM80_GROUPED_EARLY=0",),  # grouped tiles: late barrier, one body
     "kn_decode_general": ("-DGEMM_SM80_KN_DECODE_LEAN=0",),  # "kn" decode tiles on the general copies
+    "quant_lean_grouped": ("-DGEMM_SM80_QUANT_LEAN=2",),  # grouped quantized tiles on the lean copies
     "late_barrier": ("-DGEMM_SM80_EARLY_BARRIER=0",),
     "stage_index": ("-DGEMM_SM80_STAGE_BASES=0",),
     "one_body": ("-DGEMM_SM80_LEAN_LOOP=0", "-DGEMM_SM80_INSIDE_LOOP=0"),
@@ -81,8 +83,13 @@ def is_grouped_sm80(name: str, spec: dict, order: str = "nk") -> bool:
             and any(f"_{family}_m16n8k16_" in name for family in ("sm80", "sm80_xor")))  # fmt: skip
 
 
+def is_grouped_w4_sm80(name: str, spec: dict, order: str = "nk") -> bool:
+    """A grouped sm80 W4 bf16 kernel of more than 32 rows (the register path's prefill tiles)."""
+    return spec.get("grouped", False) and "_sm80_m16n8k16_abf16_bu4_" in name and spec["cta"][0] > 32
+
+
 def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor: bool = False,
-                  order: str = "nk", grouped: bool = False) -> Path:
+                  order: str = "nk", grouped: bool = False, grouped_bits: int = 16) -> Path:
     """The default set (and with ``candidates`` prefill_tiles.yaml, with ``xor`` the
     sm80_xor family's sm80_xor.yaml) generated under ``work``, then the manifest of its
     sm80 fp16 and bf16 kernels with B in ``order``, the prefill tiles only with
@@ -92,7 +99,8 @@ def sm80_manifest(work: Path, candidates: bool = True, decode: bool = False, xor
                for name, wanted in (("prefill_tiles.yaml", candidates), ("sm80_xor.yaml", xor)) if wanted]
     extra = ["--with-defaults", "--config", *map(str, configs)] if configs else []
     subprocess.run([sys.executable, "-m", "codegen", *extra, "--out", str(work / "all")], check=True, cwd=ROOT)
-    keep = is_grouped_sm80 if grouped else is_decode_sm80 if decode else is_prefill_sm80 if candidates else is_dense_sm80
+    keep = (is_grouped_w4_sm80 if grouped_bits == 4 else is_grouped_sm80) if grouped else \
+        is_decode_sm80 if decode else is_prefill_sm80 if candidates else is_dense_sm80
     subset_manifest(work / "all", work / "gen", lambda name, spec: keep(name, spec, order))
     return work / "gen"
 
@@ -114,6 +122,8 @@ def main() -> None:
     ap.add_argument("--order", choices=["nk", "kn"], default="nk", help="B's order: the kernels and tensors timed")
     ap.add_argument("--grouped", nargs="+", type=int, metavar="TOKENS",
                     help="the grouped dense kernels on bench.moe's problems at these token counts (us)")
+    ap.add_argument("--grouped-bits", type=int, choices=[4, 16], default=16,
+                    help="with --grouped: 4 times the grouped W4 prefill tiles on the experts packed at 4 bits")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm80_variants_"))
     if args.build_only:
@@ -121,7 +131,7 @@ def main() -> None:
         build_mod.build(gen, args.build_only, archs=[90], progress=False)
         return
     if args.grouped:
-        grouped_variants(sm80_manifest(work, candidates=False, grouped=True), work, args)
+        grouped_variants(sm80_manifest(work, candidates=False, grouped=True, grouped_bits=args.grouped_bits), work, args)
         return
     gen = sm80_manifest(work, candidates=not args.decode, decode=args.decode, order=args.order, xor=args.with_xor)
     problems = [tuple(int(x) for x in p.split("x")) for p in args.problems] if args.problems else \
@@ -165,7 +175,8 @@ def grouped_variants(gen: Path, work: Path, args) -> None:
     print("| kernel | config | tokens | projection | " + " | ".join(f"{v} us" for v in args.variants) + " |")
     print("|---|---|---:|---|" + "---:|" * len(args.variants))
     gen_cpu = torch.Generator(device="cpu").manual_seed(0)
-    for cfg_name, tokens, proj, routing, a, w, d in sorted_problems(args.grouped, gen_cpu):
+    w4_group = 128 if args.grouped_bits == 4 else None
+    for cfg_name, tokens, proj, routing, a, w, d in sorted_problems(args.grouped, gen_cpu, w4_group=w4_group):
         for name in names:
             tile = name.split("_m16n8k16_")[1].split("_nk_")[0].split("_", 4)[-1]
             times = interleaved_medians_ms([

@@ -64,7 +64,7 @@
 // not staged, not grouped) refill their K tiles by the lean copies, not the whole-vector
 // ones (kQuantLean); 0 keeps them there. H100, llama3-8b o / gate_up / down at M = 64, 256
 // and 1024: 64x128x64 w1x4 s4 5-9% faster (gate_up M = 1024 932 -> 851 us; docs/NOTES.md,
-// thirty-third session).
+// thirty-third session). 2 (for timing): the grouped ones too.
 #ifndef GEMM_SM80_QUANT_LEAN
 #define GEMM_SM80_QUANT_LEAN 1
 #endif
@@ -167,10 +167,11 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // them (and no faster at M = 128): those copy with LeanCopies (below).
   // Staged B (prefill tiles) copies with LeanCopies like the dense tiles.
   // Quantized tiles whose packed B rides the ring (prefill tiles of the register path)
-  // on the lean copies (GEMM_SM80_QUANT_LEAN). Not the grouped ones yet: not timed (their
-  // GPU checks have not run with them).
+  // on the lean copies (GEMM_SM80_QUANT_LEAN). Not the grouped ones: correct with them,
+  // but bench.moe's routed W4 problems at 128 tokens ran 12-18% slower (at 1024 tokens
+  // -5% to +13%; H100, docs/perf/sm80_quant_lean.md).
   static constexpr bool kQuantLean = GEMM_SM80_QUANT_LEAN && Cfg::kQuantB && !Cfg::kStagedB && !Cfg::kDirectB &&
-                                     !Cfg::kDecodeRing && !Cfg::kGrouped;
+                                     !Cfg::kDecodeRing && (!Cfg::kGrouped || GEMM_SM80_QUANT_LEAN == 2);
   static constexpr bool kWholeVectorCopies =
       Cfg::kAlign > 1 && ((Cfg::kQuantB && !Cfg::kStagedB && !kQuantLean) ||
                           (Cfg::kCtaM <= 32 && !(Cfg::kOrderB == OrderB::kKN && kLeanKN && GEMM_SM80_KN_DECODE_LEAN)));
