@@ -67,7 +67,7 @@ class Sm80Family(MainloopFamily):
         80 bytes with them, ten stores and ten loads a K tile at two CTAs an SM, and ran
         3-16% slower (docs/NOTES.md, thirty-second session). The decode tiles (CTA M <= 32)
         among them, on the lean copies since the thirty-third session (GEMM_SM80_KN_DECODE_LEAN):
-        16x64x128 s4 3-19% and 32x128x64 s5 6-10% faster on llama3-8b layers at M = 1 and 16."""
+        16x64x128 s4 2-19% and 32x128x64 s5 6-10% faster on llama3-8b layers at M = 1 and 16."""
         if spec.quantized or spec.b_order is not BOrder.KN:
             return False
         return not (self._warp_tile_64x64_k64(spec) and spec.threads == 128)

@@ -56,7 +56,7 @@
 // whole-vector copies are "nk"-only); 0 keeps them on the general ones. K loops of 106 /
 // 86 instructions against 433 / 365 (32x128x64 s5, 16x64x128 s4, sm_90), 124 registers
 // against 96 / 80; H100, llama3-8b qkv / down at M = 1, qkv / o at M = 16: 16x64x128 s4
-// 3-19% faster, 32x128x64 s5 6-10% (docs/NOTES.md, thirty-third session).
+// 2-19% faster, 32x128x64 s5 6-10% (docs/NOTES.md, thirty-third session).
 #ifndef GEMM_SM80_KN_DECODE_LEAN
 #define GEMM_SM80_KN_DECODE_LEAN 1
 #endif
