@@ -160,18 +160,18 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // (128x128x32 s4, sm_90): ptxas moves it out of the loop and rebuilds each copy's
   // address and predicates from the parameters.
   static constexpr bool kLeanKN = GEMM_SM80_LEAN_KN == 2 || (GEMM_SM80_LEAN_KN == 1 && Cfg::kLeanKN);
-  // Copies of K tiles clear of the K edge as whole vectors from pinned per-thread state
-  // (TileCopy::issue_inside_cols), for quantized B and decode tiles (up to 32 rows),
-  // whose mainloops issue few MMAs per copy.
-  // NOTE: measured on the H200, the prefill tiles ran 8-12% slower at M = 1024 with
-  // them (and no faster at M = 128): those copy with LeanCopies (below).
-  // Staged B (prefill tiles) copies with LeanCopies like the dense tiles.
   // Quantized tiles whose packed B rides the ring (prefill tiles of the register path)
   // on the lean copies (GEMM_SM80_QUANT_LEAN). Not the grouped ones: correct with them,
   // but bench.moe's routed W4 problems at 128 tokens ran 12-18% slower (at 1024 tokens
-  // -5% to +13%; H100, docs/perf/sm80_quant_lean.md).
+  // from 5% faster to 13% slower; H100, docs/perf/sm80_quant_lean.md).
   static constexpr bool kQuantLean = GEMM_SM80_QUANT_LEAN && Cfg::kQuantB && !Cfg::kStagedB && !Cfg::kDirectB &&
                                      !Cfg::kDecodeRing && (!Cfg::kGrouped || GEMM_SM80_QUANT_LEAN == 2);
+  // Copies of K tiles clear of the K edge as whole vectors from pinned per-thread state
+  // (TileCopy::issue_inside_cols), for the other quantized tiles and decode tiles (up to
+  // 32 rows), whose mainloops issue few MMAs per copy.
+  // NOTE: measured on the H200, the prefill tiles ran 8-12% slower at M = 1024 with
+  // them (and no faster at M = 128): those copy with LeanCopies (below).
+  // Staged B (prefill tiles) copies with LeanCopies like the dense tiles.
   static constexpr bool kWholeVectorCopies =
       Cfg::kAlign > 1 && ((Cfg::kQuantB && !Cfg::kStagedB && !kQuantLean) ||
                           (Cfg::kCtaM <= 32 && !(Cfg::kOrderB == OrderB::kKN && kLeanKN && GEMM_SM80_KN_DECODE_LEAN)));
