@@ -281,11 +281,13 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     return c;
   }
 
-  // Slice `slice` of `slices` of the lean copies of the tile at `c` into the stage at `sa`.
-  __device__ __forceinline__ void issue_lean(u32 sa, const LeanCursor& c, int slice, int slices) const {
+  // Slice `slice` of `slices` of the lean copies of K tile `tile` (its sources at `c`)
+  // into the stage at `sa`; the first slice brings quantized B's scale and zero rows too.
+  __device__ __forceinline__ void issue_lean(u32 sa, const LeanCursor& c, int tile, int slice, int slices) const {
     LeanA::issue(sa, c.a, lda_bytes, slice * CopyA::kIters / slices, (slice + 1) * CopyA::kIters / slices);
     LeanB::issue(sa + Cfg::kStageBytesA, c.b, ldb_bytes, slice * CopyB::kIters / slices,
                  (slice + 1) * CopyB::kIters / slices);
+    if (slice == 0) issue_group_rows(sa + Cfg::kStageBytesA, tile * Cfg::kCtaK);
   }
 
   __device__ __forceinline__ void advance(LeanCursor& c) const {
@@ -452,8 +454,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (kSplit && ahead && GEMM_SM80_LEAVE_OUT != 5) load_inputs(next, step, inputs);
         if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
           const u32 sa = smem + write * Cfg::kStageBytes;
-          issue_lean(sa, lean_src, step, kSteps);
-          if (step == 0) issue_group_rows(sa + Cfg::kStageBytesA, (t + S - 1) * Cfg::kCtaK);
+          issue_lean(sa, lean_src, t + S - 1, step, kSteps);
         } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
           issue_tile(smem, write, t + S - 1, step);
         }
@@ -557,7 +558,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
               issue_tile<true>(smem, write, t + S - 1, step, kCopySlices);
             } else if (refill_lean) {
               const u32 sa = GEMM_SM80_STAGE_BASES ? write_base : smem + write * Cfg::kStageBytes;
-              issue_lean(sa, lean_src, step, kCopySlices);
+              issue_lean(sa, lean_src, t + S - 1, step, kCopySlices);
             } else if (refill) {
               issue_tile(smem, write, t + S - 1, step, kCopySlices);
             }
@@ -609,8 +610,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
         if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
           const u32 sa = smem + write * Cfg::kStageBytes;
-          issue_lean(sa, lean_src, step, kSteps);
-          if (step == 0) issue_group_rows(sa + Cfg::kStageBytesA, (t + S - 1) * Cfg::kCtaK);
+          issue_lean(sa, lean_src, t + S - 1, step, kSteps);
         } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
           issue_tile(smem, write, t + S - 1, step);
         }
