@@ -16,7 +16,8 @@ L2 emptied by a read before every call, medians, microseconds.
     python -m bench.experiments.decode_variants --prefill --m 64 256 1024 --variants base quant_whole_vector
 
 With --prefill, the default set's W4 fp16 sm80 tiles of 32 rows or more instead (the A100
-class's quantized prefill path).
+class's quantized prefill path); --bits 8 for the W8 ones, --match to keep the kernels whose
+name holds a substring. torch's int4 kernel is timed on a 4-bit weight of its own either way.
 """
 
 from __future__ import annotations
@@ -53,14 +54,14 @@ VARIANTS = {
 }
 
 
-def is_decode_w4(name: str, spec: dict) -> bool:
-    """A 16-row sm80 W4 kernel of fp16 activations, not grouped."""
-    return "_sm80_m16n8k16_af16_bu4_" in name and spec["cta"][0] == 16 and not spec.get("grouped")
+def is_decode(name: str, spec: dict, bits: int = 4) -> bool:
+    """A 16-row sm80 kernel of fp16 activations and ``bits``-bit weights, not grouped."""
+    return f"_sm80_m16n8k16_af16_bu{bits}_" in name and spec["cta"][0] == 16 and not spec.get("grouped")
 
 
-def is_prefill_w4(name: str, spec: dict) -> bool:
-    """An sm80 W4 kernel of fp16 activations of 32 rows or more, not grouped (--prefill)."""
-    return "_sm80_m16n8k16_af16_bu4_" in name and spec["cta"][0] >= 32 and not spec.get("grouped")
+def is_prefill(name: str, spec: dict, bits: int = 4) -> bool:
+    """The same of 32 rows or more (--prefill)."""
+    return f"_sm80_m16n8k16_af16_bu{bits}_" in name and spec["cta"][0] >= 32 and not spec.get("grouped")
 
 
 def main() -> None:
@@ -69,12 +70,15 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--m", nargs="+", type=int, default=[1], help="rows of A (tokens)")
     ap.add_argument("--prefill", action="store_true", help="the W4 tiles of 32 rows or more instead")
+    ap.add_argument("--bits", type=int, choices=[4, 8], default=4, help="the packed weights' bits (and kernels')")
+    ap.add_argument("--match", default="", help="only the kernels whose name holds this, e.g. 128x128x64")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="decode_variants_"))
     subprocess.run([sys.executable, "-m", "codegen", "--with-defaults", "--config",
                     str(ROOT / "bench/experiments/decode_narrow_tiles.yaml"), "--out", str(work / "all")],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-    subset_manifest(work / "all", work / "gen", is_prefill_w4 if args.prefill else is_decode_w4)
+    tiles = is_prefill if args.prefill else is_decode
+    subset_manifest(work / "all", work / "gen", lambda name, spec: tiles(name, spec, args.bits) and args.match in name)
     gemms = {}
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]
@@ -85,7 +89,7 @@ def main() -> None:
     for layer, m in ((layer, m) for layer in args.layers for m in args.m):
         n, k = (int(x) for x in layer.split("x"))
         w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
-        packed = pack_for_gemm(quantize(w, bits=4, group_size=GROUP))
+        packed = pack_for_gemm(quantize(w, bits=args.bits, group_size=GROUP))
         q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
         int4 = torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), INT4_INNER_K_TILES)
         sz = torch.randn(k // GROUP, n, 2, device="cuda", dtype=torch.bfloat16) * 0.01
