@@ -51,6 +51,7 @@ VARIANTS = {
     "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),
     "l2_256": ("-DGEMM_CP_ASYNC_PREFETCH=256",),
     "quant_whole_vector": ("-DGEMM_SM80_QUANT_LEAN=0",),  # --prefill: packed B on the whole-vector copies
+    "quant_lean_all": ("-DGEMM_SM80_QUANT_LEAN=2",),  # --prefill: on the lean copies, 128x128x64 too
 }
 
 
