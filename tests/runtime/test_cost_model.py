@@ -532,14 +532,27 @@ def test_a_grouped_launch_covers_every_routing_of_its_rows_and_no_more(cta_m) ->
     assert tiles_of(SimpleNamespace(cta=(16, 128, 256)), key) == (6, 16)
 
 
+def _sm80_class_kernels_h100(order: BOrder) -> list:
+    """The default set's sm80-class dense kernels (sm80 and sm80_xor families, not grouped)
+    with B in ``order`` that an sm_90 build holds. Occupancy stands in for the driver's
+    with the registers: 255 a thread for 64x64 warp tiles, 168 otherwise."""
+
+    def occupancy(spec) -> int:
+        regs = 255 if spec.warp_tile[0] * spec.warp_tile[1] >= 64 * 64 else 168
+        return max(1, min(ARCH_SMEM_LIMIT[90] // spec.smem_bytes, 65536 // (spec.threads * regs), 2048 // spec.threads))
+
+    return [SimpleNamespace(spec=s, name=s.name, ctas_per_sm=occupancy(s)) for s in _default_specs()
+            if s.name.startswith("gemm_sm80_") and not s.grouped and s.b_order is order
+            and filter_reason(s, 90, ARCH_SMEM_LIMIT[90], allow_emulated=False) is None]  # fmt: skip
+
+
 def test_sm80_prefill_dispatch_takes_a_timed_plan_at_m_1024() -> None:
     """On an H100 device model, default dispatch over the sm80-class "nk" kernels of the
     default set (the build of `sm80_xor_device.sh cutlass-shipped`) picks, for every llama3
     problem at M = 1024 in docs/perf/cutlass_sm80_shipped.json, a tile and split that call
     timed (its default or tuned plan), at most 2% slower than the faster of them. The
     thirtieth session's model split three one-wave problems there, 10-16% slower than the
-    tuner's unsplit 128x128x32 s5 (docs/NOTES.md, thirty-first session). Occupancy stands
-    in for the driver's with the registers: 255 a thread for 64x64 warp tiles."""
+    tuner's unsplit 128x128x32 s5 (docs/NOTES.md, thirty-first session)."""
     import json
     from pathlib import Path
 
@@ -547,13 +560,7 @@ def test_sm80_prefill_dispatch_takes_a_timed_plan_at_m_1024() -> None:
     table = json.loads((Path(__file__).resolve().parents[2] / "docs/perf/cutlass_sm80_shipped.json").read_text())
     assert table["device"].startswith("NVIDIA H100")
 
-    def occupancy(spec) -> int:
-        regs = 255 if spec.warp_tile[0] * spec.warp_tile[1] >= 64 * 64 else 168
-        return max(1, min(ARCH_SMEM_LIMIT[90] // spec.smem_bytes, 65536 // (spec.threads * regs), 2048 // spec.threads))
-
-    kernels = [SimpleNamespace(spec=s, name=s.name, ctas_per_sm=occupancy(s)) for s in _default_specs()
-               if s.name.startswith("gemm_sm80_") and not s.grouped and s.b_order is BOrder.NK
-               and filter_reason(s, 90, ARCH_SMEM_LIMIT[90], allow_emulated=False) is None]  # fmt: skip
+    kernels = _sm80_class_kernels_h100(BOrder.NK)
     problems = [r for r in table["results"] if r["m"] == 1024]
     assert len(problems) == 16
     for r in problems:
@@ -572,16 +579,9 @@ def test_sm80_kn_prefill_dispatch_takes_a_swizzled_tile() -> None:
     default set picks a swizzled K-32 tile, unsplit, for every problem of
     docs/perf/sm80_kn_xor.md (llama3 shapes at M = 1024 and 4096, 4096^3), where the best
     swizzled tile ran 15-31% above the best padded one on each (thirty-third session, H100,
-    unsplit as timed there). Occupancy as the test above."""
+    unsplit as timed there)."""
     h100 = DeviceModel.of(90, 132, 1980000, 2619000, 5120)
-
-    def occupancy(spec) -> int:
-        regs = 255 if spec.warp_tile[0] * spec.warp_tile[1] >= 64 * 64 else 168
-        return max(1, min(ARCH_SMEM_LIMIT[90] // spec.smem_bytes, 65536 // (spec.threads * regs), 2048 // spec.threads))
-
-    kernels = [SimpleNamespace(spec=s, name=s.name, ctas_per_sm=occupancy(s)) for s in _default_specs()
-               if s.name.startswith("gemm_sm80_") and not s.grouped and s.b_order is BOrder.KN
-               and filter_reason(s, 90, ARCH_SMEM_LIMIT[90], allow_emulated=False) is None]  # fmt: skip
+    kernels = _sm80_class_kernels_h100(BOrder.KN)
     assert sum(x.spec.mainloop is Mainloop.SM80_XOR for x in kernels) == 6
     problems = [(4096, 4096, 4096), (4096, 28672, 4096), (1024, 8192, 8192), (1024, 6144, 4096),
                 (1024, 4096, 14336), (1024, 10240, 8192)]  # fmt: skip
