@@ -11,8 +11,13 @@ beside the llama3-8b gate_up shape at M = 4096. With --bits 4 the same grouped p
 with the experts quantized (4 bits, group 128, as bench.moe's W4A16 columns) and dense
 W4A16 problems whose last token tile is short against 256 (M % 256 in 1..128), beside
 whole ones (or the dense problems given by --dense-w4, e.g. ones that dispatch takes to
-stream-K), each at the plan the tree's default dispatch picks (the dense ones as
-`Gemm.matmul` picks it in each build: the same registry and cost model).
+stream-K, or by --layers: bench/shapes.yaml's layers of the models at each --m), each at
+the plan the tree's default dispatch picks (the dense ones as `Gemm.matmul` picks it in
+each build: the same registry and cost model). --bits 8 and --dtype f16 take those dense
+quantized problems with 8-bit weights or fp16 activations; with them, and with
+--layers, no grouped rows:
+
+    python -m bench.experiments.build_ab --base BUILD --bits 4 --dtype f16 --layers llama3-8b llama3-70b --m 64 128 256
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ from pathlib import Path
 
 import torch
 
+import yaml
+
 from bench.dense import _problem_key
 from bench.moe import key_of, sorted_problems
+from bench.quant import describe_choice
 from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
@@ -33,6 +41,7 @@ DENSE = [(4096, 28672, 4096), (4160, 28672, 4096), (192, 28672, 4096), (1088, 81
 DENSE_W4 = [(4096, 28672, 4096), (4096 + 100, 28672, 4096), (1024 + 60, 8192, 8192), (300, 28672, 4096),
             (1024, 57344, 8192), (1024 + 120, 57344, 8192)]
 W4_GROUP = 128
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:
@@ -41,9 +50,16 @@ def main() -> None:
     ap.add_argument("--tokens", nargs="*", type=int, default=[1024, 8192],
                     help="the grouped problems' tokens; none: no grouped rows")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved measurements per problem (each gives a pair)")
-    ap.add_argument("--bits", type=int, choices=[16, 4], default=16, help="16: bf16 problems; 4: W4A16 ones")
-    ap.add_argument("--dense-w4", nargs="+", metavar="MxNxK", help="with --bits 4: these dense problems instead")
+    ap.add_argument("--bits", type=int, choices=[16, 4, 8], default=16,
+                    help="16: bf16 problems; 4: W4A16 ones; 8: W8A16 dense ones")
+    ap.add_argument("--dtype", choices=["bf16", "f16"], default="bf16", help="the quantized dense rows' activations")
+    ap.add_argument("--dense-w4", nargs="+", metavar="MxNxK", help="with --bits 4 or 8: these dense problems instead")
+    ap.add_argument("--layers", nargs="+", metavar="MODEL", help="with --bits 4 or 8: the models' layers "
+                    "(bench/shapes.yaml) at each --m instead")
+    ap.add_argument("--m", nargs="+", type=int, default=[64, 128, 256], help="the M of --layers")
     args = ap.parse_args()
+    if args.bits == 8 or args.dtype == "f16" or args.layers:
+        args.tokens = []
     tree, base = Gemm(), Gemm(build_dir=args.base)
     rows = ["| problem | plan | tree µs | base µs | base / tree |", "|---|---|---:|---:|---:|"]
 
@@ -57,22 +73,29 @@ def main() -> None:
 
     gen = torch.Generator().manual_seed(0)
     w4_group = W4_GROUP if args.bits == 4 else None
+    dtype = torch.float16 if args.dtype == "f16" else torch.bfloat16
     for cfg_name, tokens, proj, routing, a, w, d in sorted_problems(args.tokens, gen, w4_group=w4_group):
         plan = tree.select(key_of(tree, a, w, routing))
         compare(f"{cfg_name} {tokens} {proj}", plan,
                 lambda: tree.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan),
                 lambda: base.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan))  # fmt: skip
-    if args.bits == 4:
+    if args.bits in (4, 8):
         dense_w4 = [tuple(int(v) for v in p.split("x")) for p in args.dense_w4] if args.dense_w4 else DENSE_W4
+        if args.layers:
+            models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+            dense_w4 = [(m, n, k) for m in args.m for model in args.layers for n, k in models[model].values()]
         for m, n, k in dense_w4:
-            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            packed = pack_for_gemm(quantize(torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02, bits=4,
+            a = torch.randn(m, k, device="cuda", dtype=dtype)
+            packed = pack_for_gemm(quantize(torch.randn(n, k, device="cuda", dtype=dtype) * 0.02, bits=args.bits,
                                             group_size=W4_GROUP))  # fmt: skip
-            d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            d = torch.empty(m, n, device="cuda", dtype=dtype)
+            before = {key for key, _ in tree.cache.entries()}
+            tree.matmul(a, packed, out=d)
+            plan = describe_choice(tree, before)
             pairs = [interleaved_medians_ms([lambda: tree.matmul(a, packed, out=d), lambda: base.matmul(a, packed, out=d)])
                      for _ in range(args.rounds)]  # fmt: skip
             t, b = min(p[0] for p in pairs), min(p[1] for p in pairs)
-            rows.append(f"| W4 {m}x{n}x{k} | default | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
+            rows.append(f"| W{args.bits} {args.dtype} {m}x{n}x{k} | {plan} | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
             print(rows[-1], flush=True)
         print("\n".join(rows))
         return

@@ -61,10 +61,12 @@
 #define GEMM_SM80_KN_DECODE_LEAN 1
 #endif
 // 1 in every build: the quantized tiles that copy packed B through the ring (not direct B,
-// not staged, not grouped; one warp along M) refill their K tiles by the lean copies, not
-// the whole-vector ones (kQuantLean); 0 keeps them there. H100, llama3-8b o / gate_up /
-// down at M = 64, 256 and 1024: 64x128x64 w1x4 s4 5-9% faster (gate_up M = 1024 932 -> 851
-// us; docs/NOTES.md, thirty-third session). 2 (for timing): every such tile, grouped too.
+// not staged, not grouped) refill their K tiles by the lean copies, not the whole-vector
+// ones (kQuantLean); 0 keeps them there. H100, llama3-8b o / gate_up / down at M = 64, 256
+// and 1024: 64x128x64 w1x4 s4 5-9% faster (gate_up M = 1024 932 -> 851 us; docs/NOTES.md,
+// thirty-third session), 128x128x64 w2x4 s3 7-13% faster from M = 256 (W4 and W8) and 3-11%
+// slower at M = 64, where the 64-row tiles serve (thirty-fourth). 2 (for timing): every
+// such tile, grouped too.
 #ifndef GEMM_SM80_QUANT_LEAN
 #define GEMM_SM80_QUANT_LEAN 1
 #endif
@@ -161,13 +163,11 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   // address and predicates from the parameters.
   static constexpr bool kLeanKN = GEMM_SM80_LEAN_KN == 2 || (GEMM_SM80_LEAN_KN == 1 && Cfg::kLeanKN);
   // Quantized tiles whose packed B rides the ring (prefill tiles of the register path)
-  // on the lean copies (GEMM_SM80_QUANT_LEAN): those of one warp along M, the shape
-  // timed (64x128x64 w1x4). Not the grouped ones: correct with them, but bench.moe's
-  // routed W4 problems at 128 tokens ran 12-18% slower (at 1024 tokens from 5% faster to
-  // 13% slower; H100, docs/perf/sm80_quant_lean.md). 128x128x64 w2x4 waits for a timing.
-  static constexpr bool kQuantLean =
-      GEMM_SM80_QUANT_LEAN && Cfg::kQuantB && !Cfg::kStagedB && !Cfg::kDirectB && !Cfg::kDecodeRing &&
-      (GEMM_SM80_QUANT_LEAN == 2 || (!Cfg::kGrouped && Cfg::kWarpsM == 1));
+  // on the lean copies (GEMM_SM80_QUANT_LEAN). Not the grouped ones: correct with them,
+  // but bench.moe's routed W4 problems at 128 tokens ran 12-18% slower (at 1024 tokens
+  // from 5% faster to 13% slower; H100, docs/perf/sm80_quant_lean.md).
+  static constexpr bool kQuantLean = GEMM_SM80_QUANT_LEAN && Cfg::kQuantB && !Cfg::kStagedB && !Cfg::kDirectB &&
+                                     !Cfg::kDecodeRing && (GEMM_SM80_QUANT_LEAN == 2 || !Cfg::kGrouped);
   // Copies of K tiles clear of the K edge as whole vectors from pinned per-thread state
   // (TileCopy::issue_inside_cols), for the other quantized tiles and decode tiles (up to
   // 32 rows), whose mainloops issue few MMAs per copy.
