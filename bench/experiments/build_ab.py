@@ -14,8 +14,8 @@ whole ones (or the dense problems given by --dense-w4, e.g. ones that dispatch t
 stream-K, or by --layers: bench/shapes.yaml's layers of the models at each --m), each at
 the plan the tree's default dispatch picks (the dense ones as `Gemm.matmul` picks it in
 each build: the same registry and cost model). --bits 8 and --dtype f16 take those dense
-quantized problems with 8-bit weights or fp16 activations; with them, and with
---layers, no grouped rows:
+quantized problems with 8-bit weights or fp16 activations, --group their group size
+(-1: per channel); with them, and with --layers, no grouped rows:
 
     python -m bench.experiments.build_ab --base BUILD --bits 4 --dtype f16 --layers llama3-8b llama3-70b --m 64 128 256
 """
@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--layers", nargs="+", metavar="MODEL", help="with --bits 4 or 8: the models' layers "
                     "(bench/shapes.yaml) at each --m instead")
     ap.add_argument("--m", nargs="+", type=int, default=[64, 128, 256], help="the M of --layers")
+    ap.add_argument("--group", type=int, default=W4_GROUP, help="the quantized dense rows' group size (-1: per "
+                    "channel)")
     args = ap.parse_args()
     if args.bits == 8 or args.dtype == "f16" or args.layers:
         args.tokens = []
@@ -87,7 +89,7 @@ def main() -> None:
         for m, n, k in dense_w4:
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             packed = pack_for_gemm(quantize(torch.randn(n, k, device="cuda", dtype=dtype) * 0.02, bits=args.bits,
-                                            group_size=W4_GROUP))  # fmt: skip
+                                            group_size=args.group))  # fmt: skip
             d = torch.empty(m, n, device="cuda", dtype=dtype)
             before = {key for key, _ in tree.cache.entries()}
             tree.matmul(a, packed, out=d)
@@ -95,7 +97,7 @@ def main() -> None:
             pairs = [interleaved_medians_ms([lambda: tree.matmul(a, packed, out=d), lambda: base.matmul(a, packed, out=d)])
                      for _ in range(args.rounds)]  # fmt: skip
             t, b = min(p[0] for p in pairs), min(p[1] for p in pairs)
-            rows.append(f"| W{args.bits} {args.dtype} {m}x{n}x{k} | {plan} | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
+            rows.append(f"| W{args.bits} {args.dtype} g{args.group} {m}x{n}x{k} | {plan} | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
             print(rows[-1], flush=True)
         print("\n".join(rows))
         return
