@@ -594,12 +594,13 @@ def test_sm80_kn_prefill_dispatch_takes_a_swizzled_tile() -> None:
             assert spec.mainloop is Mainloop.SM80_XOR and pick.splits == 1, (m, n, k, pick)
 
 
-def test_sm80_w8_prefill_dispatch_takes_the_64_row_tile() -> None:
+def test_sm80_w8_prefill_dispatch_takes_the_64_and_32_row_tiles() -> None:
     """On an A100 device model, default dispatch over the default set's sm80 W8 fp16
     kernels picks 64x128x64 w1x4 s4 for llama3-8b o, gate_up and down at M = 64, 256 and
     1024: the fastest W8 plan of the register path on each of those nine problems, where
-    the one W8 prefill tile before it, 128x128x64 w2x4 s3, took 1.07-2.6x its time (H100,
-    docs/perf/sm80_w8_prefill.md, thirty-fourth session)."""
+    the one W8 prefill tile before it, 128x128x64 w2x4 s3, took 1.07-2.6x its time; and
+    32x128x64 w1x4 s4 for gate_up at M = 24 and 32, 11-13% faster there than the best
+    16-row decode plan (H100, docs/perf/sm80_w8_prefill.md, thirty-fourth session)."""
     a100 = DeviceModel.of(80, 108, 1410000, 1593000, 5120)
 
     def occupancy(spec) -> int:
@@ -616,3 +617,9 @@ def test_sm80_w8_prefill_dispatch_takes_the_64_row_tile() -> None:
             pick = rank(feasible, key, a100, **WORKSPACE)[0][1]
             spec = next(x.spec for x in kernels if x.name == pick.kernel)
             assert (spec.cta, spec.warps, spec.stages) == ((64, 128, 64), (1, 4, 1), 4), (m, n, k, pick)
+    for m in (24, 32):
+        key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, 28672, 4096, arch=80)._replace(
+            b_type=DataType.U8, quant="u8g128")
+        pick = rank([x for x in kernels if infeasible_reason(x.spec, key) is None], key, a100, **WORKSPACE)[0][1]
+        spec = next(x.spec for x in kernels if x.name == pick.kernel)
+        assert (spec.cta, spec.warps, spec.stages) == ((32, 128, 64), (1, 4, 1), 4), (m, pick)
