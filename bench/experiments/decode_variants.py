@@ -16,8 +16,8 @@ L2 emptied by a read before every call, medians, microseconds.
     python -m bench.experiments.decode_variants --prefill --m 64 256 1024 --variants base quant_whole_vector
 
 With --prefill, the default set's W4 fp16 sm80 tiles of 32 rows or more instead (the A100
-class's quantized prefill path); --bits 8 for the W8 ones, --match to keep the kernels whose
-name holds a substring. torch's int4 kernel is timed on a 4-bit weight of its own either way.
+class's quantized prefill path); --bits 8 for the W8 ones, --dtype bf16 for bf16 activations
+(and bf16 cuBLAS), --match to keep the kernels whose name holds a substring. torch's int4 kernel is timed on a 4-bit weight of its own either way.
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ VARIANTS = {
 }
 
 
-def is_decode(name: str, spec: dict, bits: int = 4) -> bool:
-    """A 16-row sm80 kernel of fp16 activations and ``bits``-bit weights, not grouped."""
-    return f"_sm80_m16n8k16_af16_bu{bits}_" in name and spec["cta"][0] == 16 and not spec.get("grouped")
+def is_decode(name: str, spec: dict, bits: int = 4, dtype: str = "f16") -> bool:
+    """A 16-row sm80 kernel of ``dtype`` activations and ``bits``-bit weights, not grouped."""
+    return f"_sm80_m16n8k16_a{dtype}_bu{bits}_" in name and spec["cta"][0] == 16 and not spec.get("grouped")
 
 
-def is_prefill(name: str, spec: dict, bits: int = 4) -> bool:
+def is_prefill(name: str, spec: dict, bits: int = 4, dtype: str = "f16") -> bool:
     """The same of 32 rows or more (--prefill)."""
-    return f"_sm80_m16n8k16_af16_bu{bits}_" in name and spec["cta"][0] >= 32 and not spec.get("grouped")
+    return f"_sm80_m16n8k16_a{dtype}_bu{bits}_" in name and spec["cta"][0] >= 32 and not spec.get("grouped")
 
 
 def main() -> None:
@@ -73,13 +73,17 @@ def main() -> None:
     ap.add_argument("--prefill", action="store_true", help="the W4 tiles of 32 rows or more instead")
     ap.add_argument("--bits", type=int, choices=[4, 8], default=4, help="the packed weights' bits (and kernels')")
     ap.add_argument("--match", default="", help="only the kernels whose name holds this, e.g. 128x128x64")
+    ap.add_argument("--dtype", choices=["f16", "bf16"], default="f16",
+                    help="the activations' type (and the peer's: cuBLAS in that type)")
     args = ap.parse_args()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     work = Path(tempfile.mkdtemp(prefix="decode_variants_"))
     subprocess.run([sys.executable, "-m", "codegen", "--with-defaults", "--config",
                     str(ROOT / "bench/experiments/decode_narrow_tiles.yaml"), "--out", str(work / "all")],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
     tiles = is_prefill if args.prefill else is_decode
-    subset_manifest(work / "all", work / "gen", lambda name, spec: tiles(name, spec, args.bits) and args.match in name)
+    subset_manifest(work / "all", work / "gen",
+                    lambda name, spec: tiles(name, spec, args.bits, args.dtype) and args.match in name)
     gemms = {}
     for variant in args.variants:
         build_mod.BUILD_OPTIONS = VARIANTS[variant]
@@ -89,14 +93,14 @@ def main() -> None:
     tiny = torch.zeros(1, device="cuda")
     for layer, m in ((layer, m) for layer in args.layers for m in args.m):
         n, k = (int(x) for x in layer.split("x"))
-        w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
+        w = torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
         packed = pack_for_gemm(quantize(w, bits=args.bits, group_size=GROUP))
         q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
         int4 = torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), INT4_INNER_K_TILES)
         sz = torch.randn(k // GROUP, n, 2, device="cuda", dtype=torch.bfloat16) * 0.01
-        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
         a_bf = a.to(torch.bfloat16)
-        out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        out = torch.empty(m, n, device="cuda", dtype=dtype)
         plans = []
         for kern in base.kernels:
             for splits in (1, 2, 3, 4, 6, 8):
@@ -117,7 +121,7 @@ def main() -> None:
             for gemm in gemms.values():
                 fns.append(lambda gemm=gemm, spec=spec: gemm.matmul(a, packed, out=out, kernel=spec))
         t = [x * 1e3 for x in interleaved_medians_ms(fns, reps=30)]
-        print(f"\nfloor {t[0]:.1f}, fp16 cuBLAS {t[1]:.1f}, torch int4 {t[2]:.1f}\n")
+        print(f"\nfloor {t[0]:.1f}, {args.dtype} cuBLAS {t[1]:.1f}, torch int4 {t[2]:.1f}\n")
         print("| plan | " + " | ".join(gemms) + " |")
         print("|---|" + "---:|" * len(gemms))
         for i, spec in enumerate(top):
