@@ -26,12 +26,10 @@ import argparse
 from pathlib import Path
 
 import torch
-
 import yaml
 
 from bench.dense import _problem_key
 from bench.moe import key_of, sorted_problems
-from bench.quant import describe_choice
 from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
@@ -82,22 +80,19 @@ def main() -> None:
                 lambda: tree.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan),
                 lambda: base.grouped_matmul(a, w, routing.offsets, out=d, kernel=plan))  # fmt: skip
     if args.bits in (4, 8):
-        dense_w4 = [tuple(int(v) for v in p.split("x")) for p in args.dense_w4] if args.dense_w4 else DENSE_W4
+        dense = [tuple(int(v) for v in p.split("x")) for p in args.dense_w4] if args.dense_w4 else DENSE_W4
         if args.layers:
             models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
-            dense_w4 = [(m, n, k) for m in args.m for model in args.layers for n, k in models[model].values()]
-        for m, n, k in dense_w4:
+            dense = [(m, n, k) for m in args.m for model in args.layers for n, k in models[model].values()]
+        for m, n, k in dense:
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             packed = pack_for_gemm(quantize(torch.randn(n, k, device="cuda", dtype=dtype) * 0.02, bits=args.bits,
                                             group_size=args.group))  # fmt: skip
             d = torch.empty(m, n, device="cuda", dtype=dtype)
-            before = {key for key, _ in tree.cache.entries()}
-            tree.matmul(a, packed, out=d)
-            plan = describe_choice(tree, before)
             pairs = [interleaved_medians_ms([lambda: tree.matmul(a, packed, out=d), lambda: base.matmul(a, packed, out=d)])
                      for _ in range(args.rounds)]  # fmt: skip
             t, b = min(p[0] for p in pairs), min(p[1] for p in pairs)
-            rows.append(f"| W{args.bits} {args.dtype} g{args.group} {m}x{n}x{k} | {plan} | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
+            rows.append(f"| W{args.bits} {args.dtype} g{args.group} {m}x{n}x{k} | default | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
             print(rows[-1], flush=True)
         print("\n".join(rows))
         return
