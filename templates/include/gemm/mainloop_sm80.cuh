@@ -64,7 +64,7 @@
 // not staged, not grouped) refill their K tiles by the lean copies, not the whole-vector
 // ones (kQuantLean); 0 keeps them there. H100, llama3-8b o / gate_up / down at M = 64, 256
 // and 1024: 64x128x64 w1x4 s4 5-9% faster (gate_up M = 1024 932 -> 851 us; docs/NOTES.md,
-// thirty-third session), 128x128x64 w2x4 s3 7-13% faster from M = 256 (W4 and W8) and 3-11%
+// thirty-third session), 128x128x64 w2x4 s3 7-13% faster from M = 256 (W4 and W8) and 3-12%
 // slower at M = 64, where the 64-row tiles serve (thirty-fourth). 2 (for timing): every
 // such tile, grouped too.
 #ifndef GEMM_SM80_QUANT_LEAN
