@@ -13,6 +13,13 @@ the first holding "instructions executed"; the counters are every column holding
 "sectors" or "wavefronts" (with their "ideal" or "theoretical" forms where ncu gives
 them). Prints, per opcode, the instructions executed and each counter per instruction;
 with no such columns it lists the ones the report has.
+
+With --stalls N, the warp-state samples instead (collect with `--section SourceCounters
+--section WarpStateStats`): the N instructions with the most samples, in address order,
+each with its share of all samples, then the samples summed by opcode. The column read
+is the first whose name holds "stall sampling" and "all samples" (else "stall
+sampling"): where a loop's time goes, e.g. which instruction a consumer warp waits at
+between its wgmma and the next (docs/NOTES.md, thirty-fourth session).
 """
 
 from __future__ import annotations
@@ -63,11 +70,38 @@ def table(rows: list[dict[str, str]], opcodes: tuple[str, ...]) -> tuple[str, li
     return executed, counters, sums
 
 
+def stall_column(columns: list[str]) -> str | None:
+    """The warp-state sampling column of all samples, else any stall-sampling column."""
+    stalls = [c for c in columns if "stall sampling" in c.lower()]
+    return next((c for c in stalls if "all samples" in c.lower()), stalls[0] if stalls else None)
+
+
+def stall_lines(rows: list[dict[str, str]], top: int) -> tuple[str | None, float, list[tuple[str, str, float]],
+                                                                  dict[str, float]]:
+    """(the column, all samples, the ``top`` instructions with the most samples in the
+    report's order as (address, source, samples), {opcode: samples})."""
+    columns = list(rows[0]) if rows else []
+    column = stall_column(columns)
+    source = next((c for c in columns if c.strip().lower() == "source"), None)
+    address = next((c for c in columns if c.strip().lower() == "address"), None)
+    if column is None or source is None:
+        return None, 0.0, [], {}
+    lines, by_op = [], defaultdict(float)
+    for i, row in enumerate(rows):
+        samples = number(row.get(column, "")) or 0.0
+        lines.append((i, row.get(address, str(i)) if address else str(i), row.get(source, "").strip(), samples))
+        by_op[opcode_of(row.get(source, ""))] += samples
+    total = sum(line[3] for line in lines)
+    kept = sorted(sorted(lines, key=lambda line: -line[3])[:top])
+    return column, total, [(a, src, n) for _, a, src, n in kept], dict(by_op)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("report", nargs="?", help="an .ncu-rep file (ncu -i reads it)")
     ap.add_argument("--csv", help="the source page's CSV, already exported")
     ap.add_argument("--opcodes", nargs="+", default=list(DEFAULT_OPCODES))
+    ap.add_argument("--stalls", type=int, metavar="N", help="the N instructions with the most warp-state samples")
     args = ap.parse_args()
     if args.csv:
         with open(args.csv, newline="") as f:
@@ -81,6 +115,21 @@ def main() -> None:
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"')), 0)
     rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    if args.stalls:
+        column, total, kept, by_op = stall_lines(rows, args.stalls)
+        if column is None or not total:
+            print("no source or stall-sampling column (or no samples); the report has:")
+            for name in (list(rows[0]) if rows else []):
+                print(f"  {name}")
+            sys.exit(1)
+        print(f"{column}: {total:.0f} samples\n\n| address | instruction | samples | share |\n|---|---|---:|---:|")
+        for addr, src, n in kept:
+            print(f"| {addr} | `{src}` | {n:.0f} | {n / total:.1%} |")
+        print("\n| opcode | samples | share |\n|---|---:|---:|")
+        for op, n in sorted(by_op.items(), key=lambda item: -item[1]):
+            if n:
+                print(f"| {op} | {n:.0f} | {n / total:.1%} |")
+        return
     executed, counters, sums = table(rows, tuple(args.opcodes))
     if not executed:
         print("no source column, executed-instruction column or sector/wavefront columns; the report has:")

@@ -106,3 +106,28 @@ def test_ncu_sass_table_sums_counters_by_opcode():
     assert set(sums) == {"LDGSTS"}
     assert sums["LDGSTS"][executed] == 4000 and sums["LDGSTS"]["Shared Memory Wavefronts"] == 27000
     assert table([{"Source": "x", "Other": "1"}], ("LDGSTS",)) == ("", [], {"columns": ["Source", "Other"]})
+
+
+def test_ncu_sass_table_ranks_instructions_by_stall_samples():
+    """--stalls: the instructions with the most warp-state samples, kept in the report's
+    order, their shares of all samples and the samples by opcode; the all-samples column
+    is read where ncu gives the not-issued one beside it."""
+    from bench.experiments.ncu_sass_table import stall_column, stall_lines
+
+    columns = ["Address", "Source", "Warp Stall Sampling (Not-issued Samples)", "Warp Stall Sampling (All Samples)"]
+    assert stall_column(columns) == "Warp Stall Sampling (All Samples)"
+    assert stall_column(["Source", "Warp Stall Sampling"]) == "Warp Stall Sampling"
+    assert stall_column(["Source", "Other"]) is None
+    samples = [("HGMMA.64x64x16.F32 R24, R72, gdesc[UR16], R24 ;", "10"),
+               ("WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "1,200"),
+               ("@!P1 SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R0+URZ], RZ ;", "0"),
+               ("LDS R19, [R17+0x2000] ;", "300"),
+               ("HFMA2 R4, R5, R6, R7 ;", "490")]  # fmt: skip
+    rows = [{"Address": f"{16 * i:04x}", "Source": src, columns[2]: "0", columns[3]: n}
+            for i, (src, n) in enumerate(samples)]  # fmt: skip
+    column, total, kept, by_op = stall_lines(rows, 3)
+    assert column == columns[3] and total == 2000
+    assert [a for a, _, _ in kept] == ["0010", "0030", "0040"]
+    assert kept[0][2] == 1200 and kept[0][1].startswith("WARPGROUP.DEPBAR")
+    assert by_op["WARPGROUP"] == 1200 and by_op["HGMMA"] == 10 and by_op["SYNCS"] == 0
+    assert stall_lines([{"Source": "x"}], 3)[0] is None
