@@ -532,18 +532,24 @@ def test_a_grouped_launch_covers_every_routing_of_its_rows_and_no_more(cta_m) ->
     assert tiles_of(SimpleNamespace(cta=(16, 128, 256)), key) == (6, 16)
 
 
-def _sm80_class_kernels_h100(order: BOrder) -> list:
-    """The default set's sm80-class dense kernels (sm80 and sm80_xor families, not grouped)
-    with B in ``order`` that an sm_90 build holds. Occupancy stands in for the driver's
+def _sm80_class_kernels(arch: int, keep) -> list:
+    """The default set's sm80-class kernels (sm80 and sm80_xor families, not grouped) that
+    ``keep`` takes and a build for ``arch`` holds. Occupancy stands in for the driver's
     with the registers: 255 a thread for 64x64 warp tiles, 168 otherwise."""
 
     def occupancy(spec) -> int:
         regs = 255 if spec.warp_tile[0] * spec.warp_tile[1] >= 64 * 64 else 168
-        return max(1, min(ARCH_SMEM_LIMIT[90] // spec.smem_bytes, 65536 // (spec.threads * regs), 2048 // spec.threads))
+        return max(1, min(ARCH_SMEM_LIMIT[arch] // spec.smem_bytes, 65536 // (spec.threads * regs),
+                          2048 // spec.threads))
 
     return [SimpleNamespace(spec=s, name=s.name, ctas_per_sm=occupancy(s)) for s in _default_specs()
-            if s.name.startswith("gemm_sm80_") and not s.grouped and s.b_order is order
-            and filter_reason(s, 90, ARCH_SMEM_LIMIT[90], allow_emulated=False) is None]  # fmt: skip
+            if s.name.startswith("gemm_sm80_") and not s.grouped and keep(s)
+            and filter_reason(s, arch, ARCH_SMEM_LIMIT[arch], allow_emulated=False) is None]  # fmt: skip
+
+
+def _sm80_class_kernels_h100(order: BOrder) -> list:
+    """The dense sm80-class kernels with B in ``order`` that an sm_90 build holds."""
+    return _sm80_class_kernels(90, lambda s: s.b_order is order)
 
 
 def test_sm80_prefill_dispatch_takes_a_timed_plan_at_m_1024() -> None:
@@ -602,13 +608,7 @@ def test_sm80_w8_prefill_dispatch_takes_the_64_and_32_row_tiles() -> None:
     32x128x64 w1x4 s4 for gate_up at M = 24 and 32, 11-13% faster there than the best
     16-row decode plan (H100, docs/perf/sm80_w8_prefill.md, thirty-fourth session)."""
     a100 = DeviceModel.of(80, 108, 1410000, 1593000, 5120)
-
-    def occupancy(spec) -> int:
-        return max(1, min(ARCH_SMEM_LIMIT[80] // spec.smem_bytes, 65536 // (spec.threads * 255), 2048 // spec.threads))
-
-    kernels = [SimpleNamespace(spec=s, name=s.name, ctas_per_sm=occupancy(s)) for s in _default_specs()
-               if s.mainloop is Mainloop.SM80 and not s.grouped and s.b_type is DataType.U8
-               and s.a_type is DataType.F16 and filter_reason(s, 80, ARCH_SMEM_LIMIT[80], allow_emulated=False) is None]  # fmt: skip
+    kernels = _sm80_class_kernels(80, lambda s: s.b_type is DataType.U8 and s.a_type is DataType.F16)
     for m in (64, 256, 1024):
         for n, k in ((4096, 4096), (28672, 4096), (4096, 14336)):
             key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=80)._replace(
