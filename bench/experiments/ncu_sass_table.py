@@ -70,6 +70,15 @@ def table(rows: list[dict[str, str]], opcodes: tuple[str, ...]) -> tuple[str, li
     return executed, counters, sums
 
 
+def source_rows(text: str) -> list[dict[str, str]]:
+    """The source page's rows from `ncu -i R --page source --csv` output. ncu may print
+    lines before the CSV header (its own notes, and a "Kernel Name" line with the name on
+    the next): the header is the first quoted line naming a "Source" column."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"') and '"Source"' in line), 0)
+    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+
+
 def stall_column(columns: list[str]) -> str | None:
     """The warp-state sampling column of all samples, else any stall-sampling column."""
     stalls = [c for c in columns if "stall sampling" in c.lower()]
@@ -111,10 +120,7 @@ def main() -> None:
                               check=True, capture_output=True, text=True).stdout  # fmt: skip
     else:
         ap.error("give a report or --csv")
-    # ncu may print lines before the CSV header (its own notes): start at the first quoted one.
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"')), 0)
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    rows = source_rows(text)
     if args.stalls:
         column, total, kept, by_op = stall_lines(rows, args.stalls)
         if column is None or not total:

@@ -131,3 +131,40 @@ def test_ncu_sass_table_ranks_instructions_by_stall_samples():
     assert kept[0][2] == 1200 and kept[0][1].startswith("WARPGROUP.DEPBAR")
     assert by_op["WARPGROUP"] == 1200 and by_op["HGMMA"] == 10 and by_op["SYNCS"] == 0
     assert stall_lines([{"Source": "x"}], 3)[0] is None
+
+
+def test_ncu_sass_table_finds_the_header_after_the_kernel_name():
+    """ncu 2025's source page starts with a "Kernel Name" line, the name, and a blank line
+    before the header (the thirty-fifth session's first run read the name as the header):
+    the rows start at the first quoted line naming "Source"."""
+    from bench.experiments.ncu_sass_table import source_rows
+
+    text = ('"Kernel Name"\n"gemm_sm90_quant_x"\n\n"Address","Source","Warp Stall Sampling (All Samples)"\n'
+            '"0x10","HGMMA.64x64x16.F32 R24, R56, gdesc[UR16], R24","131"\n"0x20","LDS R18, [R17]","2"\n')
+    rows = source_rows(text)
+    assert [r["Source"] for r in rows] == ["HGMMA.64x64x16.F32 R24, R56, gdesc[UR16], R24", "LDS R18, [R17]"]
+    assert rows[0]["Warp Stall Sampling (All Samples)"] == "131"
+    # Notes before a header that starts the text directly are skipped as before.
+    assert source_rows('==PROF== note\n"Address","Source"\n"0x10","EXIT"\n') == [{"Address": "0x10", "Source": "EXIT"}]
+
+
+def test_sm90_quant_knobs_plans_and_variants():
+    """bench/experiments/sm90_quant_knobs.py: the plan is the cost model's among the default
+    set's register-A SM90 quantized kernels (two K groups on a small layer at 64 tokens,
+    as the model ranks them), and a variant's settings go to the tile, the split count or
+    the header's defines; a variant whose tile breaks the family's rules is None."""
+    from bench.experiments.sm90_quant_knobs import plan_for, sm90_quant_kernels, variant_of
+    from tests.sm90_quant_kernel import QuantKernel
+
+    kernels = sm90_quant_kernels(4, "f16")
+    assert kernels and all(k.spec.mainloop.value == "sm90_quant" and k.spec.d_type.value == "f16" for k in kernels)
+    tokens, rows, stages, blocks, k_groups, splits = plan_for(kernels, 64, 4096, 4096, 4, "f16")
+    assert (tokens, rows, stages, blocks, k_groups) == (64, 128, 8, 1, 2) and splits > 1
+    assert plan_for(kernels, 1024, 28672, 4096, 4, "f16")[:2] == (256, 128)
+    base = QuantKernel("f16", 4, "f16", 64, 128, 8)
+    kernel, s = variant_of(("k_groups=2", "splits=2", "GEMM_SM90Q_WGMMA_DEPTH=0"), base, 3)
+    assert (kernel.k_groups, kernel.stages, kernel.defines, s) == (2, 8, ("GEMM_SM90Q_WGMMA_DEPTH=0",), 2)
+    assert variant_of(("GEMM_SM90Q_LEAVE_OUT=3",), base, 3) == (QuantKernel("f16", 4, "f16", 64, 128, 8,
+                                                                           defines=("GEMM_SM90Q_LEAVE_OUT=3",)), 3)
+    assert variant_of(("k_groups=2", "stages=7"), base, 3)[0] is None  # an odd ring
+    assert variant_of(("k_groups=2",), QuantKernel("f16", 4, "f16", 128, 128, 6), 1)[0] is None  # 128 tokens
