@@ -416,7 +416,7 @@ struct HandoffTile {
 // them. The second barrier keeps group 1 from writing the next tile's sums over ones
 // not read yet.
 constexpr int kReduceBarrier = kSplitKBarrier + 3;  // kSplitKBarrier + 1, + 2: the shared-B form's
-constexpr int kHandOverBarrier = kSplitKBarrier + 4;  // stream-K's hand-over among group 0's threads
+constexpr int kHandOverBarrier = kSplitKBarrier + 4;  // stream-K's hand-over among group 0's threads (two groups)
 
 template <class Cfg>
 __device__ __forceinline__ void reduce_k_groups(float (&acc)[Cfg::kAcc], float4* buffer, int kgroup) {
@@ -749,8 +749,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 #pragma unroll
   for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
   const int warp = (threadIdx.x / 32) % 4;  // within the warpgroup
-  const int rb = wg % Cfg::kRowBlocks;      // the warpgroup's block of weight rows (64 kBlocks of them)
-  const int kgroup = wg / Cfg::kRowBlocks;  // its K group
+  // The warpgroup's block of weight rows (64 kBlocks of them) and its K group; with one
+  // K group a constant zero, so that the kernels without them keep their code.
+  const int rb = Cfg::kKGroups == 1 ? wg : wg % Cfg::kRowBlocks;
+  const int kgroup = Cfg::kKGroups == 1 ? 0 : wg / Cfg::kRowBlocks;
   // NOTE: unsigned: a power-of-two ring's stage and phase are then a mask and a shift.
   auto stage_of = [](int it) { return static_cast<int>(static_cast<u32>(it) % kStages); };
   auto wait_full = [&](int it) { mbar_wait(full(stage_of(it)), (static_cast<u32>(it) / kStages) & 1u); };
@@ -858,9 +860,9 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     const int narrow = rows <= Cfg::kTokens / 4 ? 2 : rows <= Cfg::kTokens / 2 ? 1 : 0;
     constexpr int kStride = Cfg::kKGroups;
     const int skip = kStride == 1 ? 0 : (kgroup ^ it) & 1;
-    const int mine = n > skip ? (n - skip + kStride - 1) / kStride : 0;
+    const int mine = kStride == 1 ? n : n > skip ? (n - skip + kStride - 1) / kStride : 0;  // a run has n >= 1
     const int it0 = it + skip;
-    if (mine == 0) {
+    if (kStride > 1 && mine == 0) {
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
       return;
@@ -941,6 +943,9 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     }
   };
   constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
+  // Stream-K's hand-over barrier: with two K groups the first group's threads meet apart
+  // from the epilogue's barrier, which the second group's threads may be waiting at.
+  constexpr int kHandOver = Cfg::kKGroups == 1 ? kSplitKBarrier : kHandOverBarrier;
   int it = 0;  // the CTA's K tiles so far
   for (int tile = first_tile, t = 0; it < count; tile += stride, ++t) {
     const Located at = locate(tile);
@@ -982,14 +987,14 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     } else if (kt_begin > 0) {
       // The tile's head is another rank's: hand the sums over.
       if (writer) {
-        stream_k_give<Cfg::kGroupThreads, Cfg::kAcc, kTileFloats, kHandOverBarrier>(acc, row_of, p, rank, rows_left,
+        stream_k_give<Cfg::kGroupThreads, Cfg::kAcc, kTileFloats, kHandOver>(acc, row_of, p, rank, rows_left,
                                                                                      threadIdx.x);
       }
     } else {
       if (n < k_tiles && writer) {
         // The tile's rest is the ranks above's (stream_k.cuh).
         const int last = sk.rank_of(static_cast<long long>(tile + 1) * k_tiles - 1);
-        stream_k_take<Cfg::kGroupThreads, Cfg::kAcc, kTileFloats, kHandOverBarrier>(acc, row_of, p, sk, rank + 1,
+        stream_k_take<Cfg::kGroupThreads, Cfg::kAcc, kTileFloats, kHandOver>(acc, row_of, p, sk, rank + 1,
                                                                                      last, rows_left, threadIdx.x);
       }
       if (GEMM_SM90Q_LEAVE_OUT != 1) {
