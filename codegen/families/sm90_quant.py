@@ -153,8 +153,6 @@ class Sm90QuantFamily(MainloopFamily):
                            f"accumulators per block")  # fmt: skip
         if not 2 <= stages <= 8:
             return "stages", "2 to 8"
-        if k_groups and stages % 2:
-            return "stages", "an even count with two K groups (each stage always the same group's)"
         return super().tile_error(cta, warps, stages, cluster)
 
     def kernel_error(self, spec: KernelSpec):

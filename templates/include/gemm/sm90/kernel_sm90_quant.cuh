@@ -20,11 +20,10 @@
 //
 // K groups (Sm90QuantConfig's kKGroups, two; 64-token register-A tiles): two sets of
 // consumer warpgroups over the same weight rows, each taking every other K tile of a
-// tile's run (the CTA's K tiles of its parity, so each stage of an even ring is always
-// one group's), so that an SM has twice the consumer warps on a tile without a second
-// CTA's ring or stream-K's hand-over through global memory. At a tile's end the second
-// group's sums go to the first through shared memory, and the first group's warps
-// alone stage, hand off or hand over the tile.
+// tile's run (group g the run's K tiles g, g + 2, ...), so that an SM has twice the
+// consumer warps on a tile without a second CTA's ring or stream-K's hand-over through
+// global memory. At a tile's end the second group's sums go to the first through shared
+// memory, and the first group's warps alone stage, hand off or hand over the tile.
 //
 // The epilogue is the common one (epilogue.cuh): the CTA's D^T fragments are staged in
 // shared memory as rows of D (StagedTransposedTile), and pairs of adjacent columns of D
@@ -205,9 +204,8 @@ struct Sm90QuantConfig {
                 "the wgmma widths implemented");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
   static_assert(!kGrouped || !kSharedB, "the grouped form is the register-A one's");
-  static_assert(kKGroups == 1 || (kKGroups == 2 && !kSharedB && kBlocks == 1 && kStages % 2 == 0),
-                "two K groups: register A, one m64 block per consumer warpgroup, an even ring (each stage "
-                "always one group's)");
+  static_assert(kKGroups == 1 || (kKGroups == 2 && !kSharedB && kBlocks == 1),
+                "two K groups: register A, one m64 block per consumer warpgroup");
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
 };
 
@@ -414,18 +412,24 @@ struct HandoffTile {
 // accumulators, as float4s at [i][t] (a warp's stores and loads 512 contiguous bytes),
 // and thread t of group 0, which holds the same tokens of the same weight rows, adds
 // them. The second barrier keeps group 1 from writing the next tile's sums over ones
-// not read yet.
+// not read yet. `ran`: whether group 1 multiplied any K tile of the tile (a run of one
+// K tile leaves it idle, its accumulators holding another tile's sums): if not, it
+// writes zeros. Group 0 always has the run's first K tile.
+// NOTE: the idle group's sums are not zeroed (nor selected) instead: an accumulator
+// defined by anything but a wgmma or an addition makes ptxas serialize every wgmma of
+// the kernel (C7515; 5% slower than the kernel without K groups, instead of faster).
 constexpr int kReduceBarrier = kSplitKBarrier + 3;  // kSplitKBarrier + 1, + 2: the shared-B form's
 constexpr int kHandOverBarrier = kSplitKBarrier + 4;  // stream-K's hand-over among group 0's threads (two groups)
 
 template <class Cfg>
-__device__ __forceinline__ void reduce_k_groups(float (&acc)[Cfg::kAcc], float4* buffer, int kgroup) {
+__device__ __forceinline__ void reduce_k_groups(float (&acc)[Cfg::kAcc], float4* buffer, int kgroup, bool ran) {
   static_assert(Cfg::kAcc % 4 == 0, "whole float4s of accumulators");
   const int t = static_cast<int>(threadIdx.x) % Cfg::kGroupThreads;
   if (kgroup == 1) {
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc / 4; ++i)
-      buffer[i * Cfg::kGroupThreads + t] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+      buffer[i * Cfg::kGroupThreads + t] = ran ? make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+                                               : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   named_barrier_sync<Cfg::kConsumerThreads>(kReduceBarrier);
   if (kgroup == 0) {
@@ -854,28 +858,27 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // group with an extra empty wgmma, so the wait for the previous group waited for this
   // one too (the eleventh session's version, measured slower). 128-token tiles keep one
   // width.
-  // With K groups, the run's K tiles of this group's parity: `mine` of them from it0, a
-  // stride of two apart (none: the sums are zero).
-  auto run_register_a = [&](int it, int n, int rows) {
+  // With K groups, group g takes the run's K tiles g, g + 2, ...: `mine` of them from
+  // it0 (group 1 none in a run of one K tile: its accumulators are left as they are, and
+  // reduce_k_groups does not read them). Returns whether it multiplied any.
+  // NOTE: each K tile is one group's, so each stage's every fill is waited for and
+  // released by one group's warps (kRowBlocks * 4 arrivals, either group).
+  auto run_register_a = [&](int it, int n, int rows) -> bool {
     const int narrow = rows <= Cfg::kTokens / 4 ? 2 : rows <= Cfg::kTokens / 2 ? 1 : 0;
     constexpr int kStride = Cfg::kKGroups;
-    const int skip = kStride == 1 ? 0 : (kgroup ^ it) & 1;
+    const int skip = kStride == 1 ? 0 : kgroup;
     const int mine = kStride == 1 ? n : n > skip ? (n - skip + kStride - 1) / kStride : 0;  // a run has n >= 1
     const int it0 = it + skip;
-    if (kStride > 1 && mine == 0) {
-#pragma unroll
-      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
-      return;
-    }
     ARegs a0, a1;
-    dequantize(it0, a0);
+    if (kStride == 1 || mine > 0) dequantize(it0, a0);
     for (int j = 0; j < mine; j += 2) {
       step(narrow, it0 + kStride * j, j, mine, a0, a1);
       if (j + 1 < mine) step(narrow, it0 + kStride * (j + 1), j + 1, mine, a1, a0);
     }
     wgmma_wait<0>();
     wgmma_fence_operand(acc);
-    if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it0 + kStride * (mine - 1));
+    if (GEMM_SM90Q_WGMMA_DEPTH == 1 && (kStride == 1 || mine > 0)) release(it0 + kStride * (mine - 1));
+    return kStride == 1 || mine > 0;
   };
 
   // ---- shared B: D = X . W^T ----
@@ -958,16 +961,17 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     const int n0 = at.n0;
     const int rows_left = min(Cfg::kTokens, (Cfg::kGrouped ? at.g.rows : p.M) - m0);  // rows of D the tile has
 
+    bool ran = true;  // whether this consumer's K group multiplied any K tile of the tile
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
     } else {
-      run_register_a(it, n, rows_left);
+      ran = run_register_a(it, n, rows_left);
     }
     it += n;
     // From here the first K group holds the tile's sums, and its threads alone write them.
     if constexpr (Cfg::kKGroups > 1) {
       reduce_k_groups<Cfg>(acc, reinterpret_cast<float4*>(smem_raw + (st.base - smem_addr(smem_raw)) +
-                                                          Cfg::kReduceOffset), kgroup);  // fmt: skip
+                                                          Cfg::kReduceOffset), kgroup, ran);  // fmt: skip
     }
     const bool writer = kgroup == 0;
 
