@@ -43,7 +43,6 @@ class QuantKernel:
     header: str = ""  # experiments: another kernel_sm90_quant.cuh (a file) in place of the tree's
     smem: bool = False  # the shared-B form (sm90_quant_smem): D = X . W^T, weights through shared memory
     blocks: int = 1  # register A: m64 blocks of weight rows per consumer warpgroup (Sm90QuantConfig::kBlocks)
-    k_groups: int = 1  # register A: consumer warpgroup sets each taking every other K tile (Sm90QuantConfig::kKGroups)
 
     @property
     def spec(self) -> KernelSpec:
@@ -51,7 +50,7 @@ class QuantKernel:
         return spec_for(family=f"{family.value}_{self.dtype}_w{self.bits}", mainloop=family,
                         mma=MmaAtom.M64NK16, a_type=DataType(self.dtype), b_type=DataType(f"u{self.bits}"),
                         d_type=DataType(self.out), cta=(self.tokens, self.rows, 64),
-                        warps=(1, 8 if self.smem else self.rows // (16 * self.blocks), self.k_groups),
+                        warps=(1, 8 if self.smem else self.rows // (16 * self.blocks), 1),
                         stages=self.stages, arch_min=90, arch_max=90)  # fmt: skip
 
     @property

@@ -10,8 +10,8 @@ timed (every one is launched and checked against the defaults' output first):
         [--layers llama3-8b llama3-70b] [--m 64 128 256] [--bits 4] [--dtype f16] [--rounds 2]
 
 A variant is one or more settings joined by commas: a define of the header, or
-`k_groups=N`, `stages=N` or `blocks=N` (the kernel's tile, tests/sm90_quant_kernel.py's
-QuantKernel fields) or `splits=N` (the launch's), e.g. `k_groups=2,splits=2`. Prints a row
+`stages=N` or `blocks=N` (the kernel's tile, tests/sm90_quant_kernel.py's QuantKernel
+fields) or `splits=N` (the launch's), e.g. `blocks=2,splits=2`. Prints a row
 per problem (the plan, the defaults' time, each variant's, and defaults / variant: above
 1, the variant is faster; "-" where the variant's tile is not a valid one), then the
 medians of those ratios per M over the problems each variant ran.
@@ -36,7 +36,7 @@ from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
 from tests.sm90_quant_kernel import QuantKernel, launch
 
-FIELDS = ("k_groups", "stages", "blocks")  # QuantKernel fields a variant may set
+FIELDS = ("stages", "blocks")  # QuantKernel fields a variant may set
 
 ROOT = Path(__file__).resolve().parents[2]
 # The device model the plans are picked on (an H100 / H200: 132 SMs at 1.98 GHz).
@@ -56,14 +56,14 @@ def sm90_quant_kernels(bits: int, dtype: str) -> list[SimpleNamespace]:
 
 
 def plan_for(kernels: list[SimpleNamespace], m: int, n: int, k: int, bits: int, dtype: str):
-    """(tokens, rows, stages, blocks, k_groups, splits) of the cost model's pick."""
+    """(tokens, rows, stages, blocks, splits) of the cost model's pick."""
     key = make_key(DataType(dtype), BOrder.NK, DataType(dtype), m, n, k, arch=90)
     key = key._replace(b_type=DataType(f"u{bits}"), quant=f"u{bits}g128")
     feasible = [x for x in kernels if infeasible_reason(x.spec, key) is None]
     plan = rank(feasible, key, DEVICE, max_splits=8, barriers_bytes=1 << 20, partials_bytes=32 << 20)[0][1]
     spec = next(x.spec for x in feasible if x.name == plan.kernel)
     tokens, rows, _ = spec.cta
-    return tokens, rows, spec.stages, spec.mainloop.blocks(spec), spec.mainloop.k_groups(spec), plan.splits
+    return tokens, rows, spec.stages, spec.mainloop.blocks(spec), plan.splits
 
 
 def variant_of(settings: tuple[str, ...], base: QuantKernel, splits: int) -> tuple[QuantKernel | None, int]:
@@ -73,8 +73,7 @@ def variant_of(settings: tuple[str, ...], base: QuantKernel, splits: int) -> tup
     defines = tuple(s for s in settings if s.split("=")[0] not in (*FIELDS, "splits"))
     splits = next((int(s.split("=")[1]) for s in settings if s.startswith("splits=")), splits)
     kernel = QuantKernel(base.dtype, base.bits, base.out, base.tokens, base.rows, fields.get("stages", base.stages),
-                         defines=defines, blocks=fields.get("blocks", base.blocks),
-                         k_groups=fields.get("k_groups", base.k_groups))  # fmt: skip
+                         defines=defines, blocks=fields.get("blocks", base.blocks))  # fmt: skip
     spec = kernel.spec
     return (None if spec.mainloop.tile_error(spec.cta, spec.warps, spec.stages) else kernel), splits
 
@@ -98,9 +97,8 @@ def main() -> None:
     for m in args.m:
         for model in args.layers:
             for layer, (n, k) in models[model].items():
-                tokens, rows, stages, blocks, k_groups, splits = plan_for(kernels, m, n, k, args.bits, args.dtype)
-                base = QuantKernel(args.dtype, args.bits, args.dtype, tokens, rows, stages, blocks=blocks,
-                                   k_groups=k_groups)  # fmt: skip
+                tokens, rows, stages, blocks, splits = plan_for(kernels, m, n, k, args.bits, args.dtype)
+                base = QuantKernel(args.dtype, args.bits, args.dtype, tokens, rows, stages, blocks=blocks)
                 runs = [(base, splits)] + [variant_of(v, base, splits) for v in variants]
                 valid = [(kern, s) for kern, s in runs if kern is not None]
                 x = torch.randn(m, k, device="cuda", dtype=torch_dtype)
@@ -118,8 +116,7 @@ def main() -> None:
                 us = [next(times) if kern is not None else None for kern, _ in runs]
                 ratio = [us[0] / u if u else None for u in us[1:]]
                 ratios[m].append(ratio)
-                plan = (f"{tokens}x{rows}s{stages}" + (f"b{blocks}" if blocks > 1 else "")
-                        + (f"k{k_groups}" if k_groups > 1 else "") + f" /{splits}")  # fmt: skip
+                plan = f"{tokens}x{rows}s{stages}" + (f"b{blocks}" if blocks > 1 else "") + f" /{splits}"
                 print(f"| {model} {layer} M={m} | {plan} | {us[0]:.1f} | "
                       + " | ".join(f"{u:.1f}" if u else "-" for u in us[1:]) + " | "
                       + " ".join(f"{r:.3f}" if r else "-" for r in ratio)

@@ -6,10 +6,6 @@ A kernel's ``cta`` is (tokens, weight rows, 64) of D: cta M, the tokens per CTA,
 wgmma's N (8 to 256, a power of two; 8 to 32 for decode); cta N, the weight rows, is 64
 per consumer warpgroup (one to four; three take at most 128 tokens, four 64).
 ``warps`` are the consumer warps, [1, cta N / 16, 1]; a producer warpgroup comes on top.
-[1, cta N / 32, 1] gives each consumer warpgroup two m64 blocks of weight rows, and
-[1, cta N / 16, 2] two K groups: two sets of consumer warpgroups over the same weight
-rows, each taking every other K tile (twice the warps on a tile, the second set's sums
-added to the first's in shared memory at the tile's end).
 The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
 packed once runs on either family.
 
@@ -107,15 +103,6 @@ class Sm90QuantFamily(MainloopFamily):
         """The warps a tile of ``rows`` weight rows has, and why."""
         return rows // 16, "the consumer warps, 4 per 64 weight rows"
 
-    def k_groups(self, spec: KernelSpec) -> int:
-        """Consumer warpgroup sets each taking every other K tile (Sm90QuantConfig::kKGroups):
-        the warps' third entry."""
-        return 1 if self.shared_b else spec.warps[2]
-
-    def consumers(self, spec: KernelSpec) -> int:
-        """Consumer warpgroups (Sm90QuantConfig::kConsumers): the consumer warps / 4."""
-        return spec.warps[0] * spec.warps[1] * spec.warps[2] // 4
-
     def blocks(self, spec: KernelSpec) -> int:
         """m64 blocks of weight rows per consumer warpgroup (Sm90QuantConfig::kBlocks): 2
         where the tile has half the usual warps ([1, rows / 32, 1]: 32 rows a warp)."""
@@ -134,18 +121,12 @@ class Sm90QuantFamily(MainloopFamily):
         # Register A also takes two m64 blocks per consumer warpgroup: half the warps, 32
         # weight rows each, for one or two consumers.
         two_blocks = not self.shared_b and n in (128, 256) and tuple(warps) == (1, consumer_warps // 2, 1)
-        # And two K groups: the usual warps twice over, each set taking every other K tile.
-        k_groups = not self.shared_b and tuple(warps) == (1, consumer_warps, 2)
-        if tuple(warps) != (1, consumer_warps, 1) and not two_blocks and not k_groups:
-            also = "" if self.shared_b else f" (or [1, {consumer_warps}, 2]: two K groups of consumer warpgroups" + (
-                f"; or [1, {consumer_warps // 2}, 1]: two m64 blocks of weight rows per consumer warpgroup)"
-                if n in (128, 256) else ")")  # fmt: skip
+        if tuple(warps) != (1, consumer_warps, 1) and not two_blocks:
+            also = "" if self.shared_b or n not in (128, 256) else f" (or [1, {consumer_warps // 2}, 1]: two m64 " \
+                                                                   "blocks of weight rows per consumer warpgroup)"
             return "warps", f"[1, {consumer_warps}, 1] for cta N {n}: {why}{also}"
         blocks = 2 if two_blocks else 1
-        consumers = warps[1] * warps[2] // 4
-        if consumers > 4:
-            return "warps", (f"at most 16 consumer warps (four warpgroups share the registers), not "
-                             f"{warps[1] * warps[2]}: with two K groups at most 128 weight rows")  # fmt: skip
+        consumers = warps[1] // 4
         most = m if self.shared_b else max_tokens(consumers, blocks)
         if m > most:
             return "cta", (f"at most {most} tokens (cta M) with {n} weight rows: {consumers} consumer warpgroups "
@@ -183,7 +164,7 @@ class Sm90QuantFamily(MainloopFamily):
         registers then fit twice (__launch_bounds__), so an SM runs a second tile's loads
         and wgmma while one tile fills its ring or stores. 128 tokens' accumulators do
         not fit twice without spilling; two consumers take the SM's registers alone."""
-        return 2 if spec.cta[1] == 64 and spec.cta[0] == 64 and self.consumers(spec) == 1 else 1
+        return 2 if spec.cta[1] == 64 and spec.cta[0] == 64 else 1
 
     def stage_bytes(self, spec: KernelSpec) -> int:
         """Sm90QuantConfig::kStageBytes: X's tile, the packed weight's K tile and the
@@ -207,7 +188,7 @@ class Sm90QuantFamily(MainloopFamily):
         shared-B form (its buffers follow the ring)."""
         stage, staged = self.stage_bytes(spec), self.staged_bytes(spec)
         room = SMEM_LIMIT - 1024 - staged
-        if self.shared_b or self.consumers(spec) == 1 or room < 0:  # one consumer warpgroup
+        if self.shared_b or spec.warps[1] // 4 == 1 or room < 0:  # one consumer warpgroup
             return 0
         return min(spec.stages * stage, room // stage * stage)
 
@@ -218,7 +199,7 @@ class Sm90QuantFamily(MainloopFamily):
         tokens, rows, _ = spec.cta
         size = tokens * (rows + HANDOFF_PAD) * 2
         fits = spec.stages * self.stage_bytes(spec) + size + 1024 <= SMEM_LIMIT
-        if self.shared_b or self.consumers(spec) < 2 or spec.d_type.bits != 16 or not fits:
+        if self.shared_b or spec.warps[1] // 4 < 2 or spec.d_type.bits != 16 or not fits:
             return 0
         return size
 
@@ -228,16 +209,9 @@ class Sm90QuantFamily(MainloopFamily):
         end = max(ring, self.staged_offset(spec) + self.staged_bytes(spec), ring + self.handoff_bytes(spec))
         return -(-end // 1024) * 1024
 
-    def reduce_bytes(self, spec: KernelSpec) -> int:
-        """Sm90QuantConfig::kReduceBytes: with two K groups, the second group's fp32 sums
-        of the tile (tokens x weight rows) on their way to the first, after the ring."""
-        tokens, rows, _ = spec.cta
-        return tokens * rows * 4 if self.k_groups(spec) > 1 else 0
-
     def smem_bytes(self, spec: KernelSpec) -> int:
-        """Mirrors Sm90QuantConfig::kSmemBytes: the ring, the K groups' exchange and 1024
-        bytes to align the base."""
-        return self.ring_bytes(spec) + self.reduce_bytes(spec) + 1024
+        """Mirrors Sm90QuantConfig::kSmemBytes: the ring and 1024 bytes to align the base."""
+        return self.ring_bytes(spec) + 1024
 
     def nvrtc_target(self, arch: int) -> str:
         return f"sm_{arch}a"
@@ -308,7 +282,7 @@ class Sm90QuantFamily(MainloopFamily):
         tiles of as many tokens on the large layers; fitted so that the pick over the
         sixteenth session's sweep is within 8.5% of the best timed, 1.0 in the median)."""
         tokens, rows, _ = spec.cta
-        consumers = self.consumers(spec)  # the consumer warpgroups (four warps each), K groups included
+        consumers = spec.warps[1] // 4  # the consumer warpgroups (four warps each)
         return 2.36 * tokens / (tokens + 110.0) * (1 + 0.05 * max(0, consumers - 2))
 
     def dequant_rate(self, spec: KernelSpec) -> float:

@@ -150,21 +150,21 @@ def test_ncu_sass_table_finds_the_header_after_the_kernel_name():
 
 def test_sm90_quant_knobs_plans_and_variants():
     """bench/experiments/sm90_quant_knobs.py: the plan is the cost model's among the default
-    set's register-A SM90 quantized kernels (two K groups on a small layer at 64 tokens,
-    as the model ranks them), and a variant's settings go to the tile, the split count or
-    the header's defines; a variant whose tile breaks the family's rules is None."""
+    set's register-A SM90 quantized kernels (64x128 split on a small layer at 64 tokens),
+    and a variant's settings go to the tile, the split count or the header's defines; a
+    variant whose tile breaks the family's rules is None."""
     from bench.experiments.sm90_quant_knobs import plan_for, sm90_quant_kernels, variant_of
     from tests.sm90_quant_kernel import QuantKernel
 
     kernels = sm90_quant_kernels(4, "f16")
     assert kernels and all(k.spec.mainloop.value == "sm90_quant" and k.spec.d_type.value == "f16" for k in kernels)
-    tokens, rows, stages, blocks, k_groups, splits = plan_for(kernels, 64, 4096, 4096, 4, "f16")
-    assert (tokens, rows, stages, blocks, k_groups) == (64, 128, 8, 1, 2) and splits > 1
+    tokens, rows, stages, blocks, splits = plan_for(kernels, 64, 4096, 4096, 4, "f16")
+    assert (tokens, rows, stages, blocks) == (64, 128, 8, 1) and splits > 1
     assert plan_for(kernels, 1024, 28672, 4096, 4, "f16")[:2] == (256, 128)
     base = QuantKernel("f16", 4, "f16", 64, 128, 8)
-    kernel, s = variant_of(("k_groups=2", "splits=2", "GEMM_SM90Q_WGMMA_DEPTH=0"), base, 3)
-    assert (kernel.k_groups, kernel.stages, kernel.defines, s) == (2, 8, ("GEMM_SM90Q_WGMMA_DEPTH=0",), 2)
+    kernel, s = variant_of(("blocks=2", "splits=2", "GEMM_SM90Q_WGMMA_DEPTH=0"), base, 3)
+    assert (kernel.blocks, kernel.stages, kernel.defines, s) == (2, 8, ("GEMM_SM90Q_WGMMA_DEPTH=0",), 2)
     assert variant_of(("GEMM_SM90Q_LEAVE_OUT=3",), base, 3) == (QuantKernel("f16", 4, "f16", 64, 128, 8,
                                                                            defines=("GEMM_SM90Q_LEAVE_OUT=3",)), 3)
-    assert variant_of(("k_groups=2", "stages=9"), base, 3)[0] is None  # past the ring's 8
-    assert variant_of(("k_groups=2",), QuantKernel("f16", 4, "f16", 128, 128, 6), 1)[0] is None  # 128 tokens
+    assert variant_of(("stages=9",), base, 3)[0] is None  # past the ring's 8
+    assert variant_of(("blocks=2",), QuantKernel("f16", 4, "f16", 128, 128, 6), 1)[0] is None  # 128 tokens

@@ -18,13 +18,6 @@
 // Dequant: the packed layout gives a warp's two n8 tiles' B fragments, which are its A
 // fragment of a 16-row slice) while the wgmma of the previous K tile runs.
 //
-// K groups (Sm90QuantConfig's kKGroups, two; 64-token register-A tiles): two sets of
-// consumer warpgroups over the same weight rows, each taking every other K tile of a
-// tile's run (group g the run's K tiles g, g + 2, ...), so that an SM has twice the
-// consumer warps on a tile without a second CTA's ring or stream-K's hand-over through
-// global memory. At a tile's end the second group's sums go to the first through shared
-// memory, and the first group's warps alone stage, hand off or hand over the tile.
-//
 // The epilogue is the common one (epilogue.cuh): the CTA's D^T fragments are staged in
 // shared memory as rows of D (StagedTransposedTile), and pairs of adjacent columns of D
 // go out row by row, so bias, gated SiLU, beta * C (C may alias D) and every output type
@@ -75,7 +68,7 @@
 namespace gemm {
 
 template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_, bool SharedB_ = false,
-          bool Grouped_ = false, int Blocks_ = 1, int KGroups_ = 1>
+          bool Grouped_ = false, int Blocks_ = 1>
 struct Sm90QuantConfig {
   using TA = TA_;
   using TD = TD_;
@@ -97,19 +90,13 @@ struct Sm90QuantConfig {
   // so the K tile's fixed instructions (barriers, fences, descriptors, the loop) spread
   // over twice the weights.
   static constexpr int kBlocks = Blocks_;
-  // Register A: consumer warpgroup sets each taking every other K tile (1 or 2; see the
-  // head of this file): warpgroup wg holds row block wg % kRowBlocks of K group
-  // wg / kRowBlocks.
-  static constexpr int kKGroups = KGroups_;
   static constexpr int kCtaK = 64;
-  static constexpr int kRowBlocks = kSharedB ? 2 : kRows / (64 * kBlocks);  // consumer warpgroups per K group
-  static constexpr int kConsumers = kRowBlocks * kKGroups;
-  static constexpr int kConsumerRows = kRows / kRowBlocks;  // weight rows per consumer warpgroup
+  static constexpr int kConsumers = kSharedB ? 2 : kRows / (64 * kBlocks);
+  static constexpr int kConsumerRows = kRows / kConsumers;  // weight rows per consumer warpgroup
   static constexpr int kTokenSlices = kTokens / 64;         // shared B: wgmma M slices
   static constexpr int kBlockAcc = kTokens / 2;             // register A: accumulators per block
   static constexpr int kAcc = kSharedB ? kTokenSlices * kConsumerRows / 2 : kBlocks * kBlockAcc;  // per thread
   static constexpr int kConsumerThreads = 128 * kConsumers;
-  static constexpr int kGroupThreads = 128 * kRowBlocks;  // one K group's: they stage and store the tile
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kWords = kBits / 4;  // 32-bit words per lane per n8 x k32 block
   static constexpr int kTileBytesX = kTokens * kCtaK * 2;
@@ -156,11 +143,7 @@ struct Sm90QuantConfig {
   static constexpr int kBBuffers =
       !kSharedB ? 0 : kRingAligned + 3 * kConsumers * kBBufferBytes + 1024 <= kSmemLimit ? 3 : 2;
   static constexpr int kBBytes = kBBuffers * kConsumers * kBBufferBytes;
-  // K groups: the second group's accumulators on their way to the first (ReduceKGroups),
-  // after the ring and its stagings (the ring's stages may be filling meanwhile).
-  static constexpr int kReduceOffset = kRingAligned + kBBytes;
-  static constexpr int kReduceBytes = kKGroups > 1 ? kGroupThreads * kAcc * 4 : 0;
-  static constexpr int kSmemBytes = kRingAligned + kBBytes + kReduceBytes + 1024;
+  static constexpr int kSmemBytes = kRingAligned + kBBytes + 1024;
   // The stages the staging covers: kStagedStageBegin .. kStagedStageEnd - 1 (none when it
   // starts after the ring).
   static constexpr int kStagedStageBegin = kStagedOffset / kStageBytes;
@@ -204,8 +187,6 @@ struct Sm90QuantConfig {
                 "the wgmma widths implemented");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
   static_assert(!kGrouped || !kSharedB, "the grouped form is the register-A one's");
-  static_assert(kKGroups == 1 || (kKGroups == 2 && !kSharedB && kBlocks == 1),
-                "two K groups: register A, one m64 block per consumer warpgroup");
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
 };
 
@@ -406,44 +387,6 @@ struct HandoffTile {
     }
   }
 };
-
-// K groups: the second group's sums added to the first's (Cfg::kKGroups == 2), through
-// `buffer` (kReduceBytes at kReduceOffset): consumer thread t of group 1 writes its
-// accumulators, as float4s at [i][t] (a warp's stores and loads 512 contiguous bytes),
-// and thread t of group 0, which holds the same tokens of the same weight rows, adds
-// them. The second barrier keeps group 1 from writing the next tile's sums over ones
-// not read yet. `ran`: whether group 1 multiplied any K tile of the tile (a run of one
-// K tile leaves it idle, its accumulators holding another tile's sums): if not, it
-// writes zeros. Group 0 always has the run's first K tile.
-// NOTE: the idle group's sums are not zeroed (nor selected) instead: an accumulator
-// defined by anything but a wgmma or an addition makes ptxas serialize every wgmma of
-// the kernel (C7515; 5% slower than the kernel without K groups, instead of faster).
-constexpr int kReduceBarrier = kSplitKBarrier + 3;  // kSplitKBarrier + 1, + 2: the shared-B form's
-constexpr int kHandOverBarrier = kSplitKBarrier + 4;  // stream-K's hand-over among group 0's threads (two groups)
-
-template <class Cfg>
-__device__ __forceinline__ void reduce_k_groups(float (&acc)[Cfg::kAcc], float4* buffer, int kgroup, bool ran) {
-  static_assert(Cfg::kAcc % 4 == 0, "whole float4s of accumulators");
-  const int t = static_cast<int>(threadIdx.x) % Cfg::kGroupThreads;
-  if (kgroup == 1) {
-#pragma unroll
-    for (int i = 0; i < Cfg::kAcc / 4; ++i)
-      buffer[i * Cfg::kGroupThreads + t] = ran ? make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
-                                               : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  named_barrier_sync<Cfg::kConsumerThreads>(kReduceBarrier);
-  if (kgroup == 0) {
-#pragma unroll
-    for (int i = 0; i < Cfg::kAcc / 4; ++i) {
-      const float4 v = buffer[i * Cfg::kGroupThreads + t];
-      acc[4 * i] += v.x;
-      acc[4 * i + 1] += v.y;
-      acc[4 * i + 2] += v.z;
-      acc[4 * i + 3] += v.w;
-    }
-  }
-  named_barrier_sync<Cfg::kConsumerThreads>(kReduceBarrier);
-}
 
 // The token columns a register-A K loop multiplies (run_register_a).
 template <int W>
@@ -653,10 +596,9 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 
   if (threadIdx.x == 0) {
     mbar_init(ring_free, Cfg::kConsumers * 4);
-    mbar_init(handoff_full, Cfg::kGroupThreads);
+    mbar_init(handoff_full, Cfg::kConsumerThreads);
     mbar_init(handoff_empty, kHandoffStorers);
-    // A stage is released by the warps of the K group that reads it.
-    init_ring(full_bar, empty_bar, Cfg::kRowBlocks * 4);
+    init_ring(full_bar, empty_bar, Cfg::kConsumers * 4);
   }
   __syncthreads();
 
@@ -753,10 +695,6 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 #pragma unroll
   for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
   const int warp = (threadIdx.x / 32) % 4;  // within the warpgroup
-  // The warpgroup's block of weight rows (64 kBlocks of them) and its K group; with one
-  // K group a constant zero, so that the kernels without them keep their code.
-  const int rb = Cfg::kKGroups == 1 ? wg : wg % Cfg::kRowBlocks;
-  const int kgroup = Cfg::kKGroups == 1 ? 0 : wg / Cfg::kRowBlocks;
   // NOTE: unsigned: a power-of-two ring's stage and phase are then a mask and a shift.
   auto stage_of = [](int it) { return static_cast<int>(static_cast<u32>(it) % kStages); };
   auto wait_full = [&](int it) { mbar_wait(full(stage_of(it)), (static_cast<u32>(it) / kStages) & 1u); };
@@ -769,7 +707,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 
   // ---- register A: D^T = W . X^T ----
   // The warp's 16 weight rows of block b (Cfg::kBlocks m64 blocks per warpgroup).
-  auto local_row0 = [&](int b) { return 64 * (rb * Cfg::kBlocks + b) + 16 * warp; };
+  auto local_row0 = [&](int b) { return 64 * (wg * Cfg::kBlocks + b) + 16 * warp; };
   using ARegs = u32[Cfg::kBlocks][2][2][4];  // a K tile's A registers: [block][k32 block][k16 step][register]
   auto fence_a = [](ARegs& a) {
 #pragma unroll
@@ -834,10 +772,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
       fence_a(fill);
-      if (j > 0) release(it - Cfg::kKGroups);
-      if (j + 1 < n) dequantize(it + Cfg::kKGroups, fill);
+      if (j > 0) release(it - 1);
+      if (j + 1 < n) dequantize(it + 1, fill);
     } else {
-      if (j + 1 < n) dequantize(it + Cfg::kKGroups, fill);
+      if (j + 1 < n) dequantize(it + 1, fill);
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
       fence_a(use);
@@ -858,27 +796,17 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // group with an extra empty wgmma, so the wait for the previous group waited for this
   // one too (the eleventh session's version, measured slower). 128-token tiles keep one
   // width.
-  // With K groups, group g takes the run's K tiles g, g + 2, ...: `mine` of them from
-  // it0 (group 1 none in a run of one K tile: its accumulators are left as they are, and
-  // reduce_k_groups does not read them). Returns whether it multiplied any.
-  // NOTE: each K tile is one group's, so each stage's every fill is waited for and
-  // released by one group's warps (kRowBlocks * 4 arrivals, either group).
-  auto run_register_a = [&](int it, int n, int rows) -> bool {
+  auto run_register_a = [&](int it, int n, int rows) {
     const int narrow = rows <= Cfg::kTokens / 4 ? 2 : rows <= Cfg::kTokens / 2 ? 1 : 0;
-    constexpr int kStride = Cfg::kKGroups;
-    const int skip = kStride == 1 ? 0 : kgroup;
-    const int mine = kStride == 1 ? n : n > skip ? (n - skip + kStride - 1) / kStride : 0;  // a run has n >= 1
-    const int it0 = it + skip;
     ARegs a0, a1;
-    if (kStride == 1 || mine > 0) dequantize(it0, a0);
-    for (int j = 0; j < mine; j += 2) {
-      step(narrow, it0 + kStride * j, j, mine, a0, a1);
-      if (j + 1 < mine) step(narrow, it0 + kStride * (j + 1), j + 1, mine, a1, a0);
+    dequantize(it, a0);
+    for (int j = 0; j < n; j += 2) {
+      step(narrow, it + j, j, n, a0, a1);
+      if (j + 1 < n) step(narrow, it + j + 1, j + 1, n, a1, a0);
     }
     wgmma_wait<0>();
     wgmma_fence_operand(acc);
-    if (GEMM_SM90Q_WGMMA_DEPTH == 1 && (kStride == 1 || mine > 0)) release(it0 + kStride * (mine - 1));
-    return kStride == 1 || mine > 0;
+    if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it + n - 1);
   };
 
   // ---- shared B: D = X . W^T ----
@@ -946,9 +874,6 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     }
   };
   constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
-  // Stream-K's hand-over barrier: with two K groups the first group's threads meet apart
-  // from the epilogue's barrier, which the second group's threads may be waiting at.
-  constexpr int kHandOver = Cfg::kKGroups == 1 ? kSplitKBarrier : kHandOverBarrier;
   int it = 0;  // the CTA's K tiles so far
   for (int tile = first_tile, t = 0; it < count; tile += stride, ++t) {
     const Located at = locate(tile);
@@ -961,45 +886,33 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     const int n0 = at.n0;
     const int rows_left = min(Cfg::kTokens, (Cfg::kGrouped ? at.g.rows : p.M) - m0);  // rows of D the tile has
 
-    bool ran = true;  // whether this consumer's K group multiplied any K tile of the tile
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
     } else {
-      ran = run_register_a(it, n, rows_left);
+      run_register_a(it, n, rows_left);
     }
     it += n;
-    // From here the first K group holds the tile's sums, and its threads alone write them.
-    if constexpr (Cfg::kKGroups > 1) {
-      reduce_k_groups<Cfg>(acc, reinterpret_cast<float4*>(smem_raw + (st.base - smem_addr(smem_raw)) +
-                                                          Cfg::kReduceOffset), kgroup, ran);  // fmt: skip
-    }
-    const bool writer = kgroup == 0;
 
     if (handoff) {
       if constexpr (Cfg::kHandoff) {
-        if (writer) {
-          // The storers read the previous tile's rows before these overwrite them.
-          mbar_wait(handoff_empty, (static_cast<u32>(t) & 1u) ^ 1u);
-          if constexpr (Cfg::kGrouped) {
-            handoff_tile.write(acc, rb, expert_problem<Cfg>(p, at.g), m0, n0, rows_left);
-          } else {
-            handoff_tile.write(acc, rb, p, m0, n0, rows_left);
-          }
-          mbar_arrive(handoff_full);
+        // The storers read the previous tile's rows before these overwrite them.
+        mbar_wait(handoff_empty, (static_cast<u32>(t) & 1u) ^ 1u);
+        if constexpr (Cfg::kGrouped) {
+          handoff_tile.write(acc, wg, expert_problem<Cfg>(p, at.g), m0, n0, rows_left);
+        } else {
+          handoff_tile.write(acc, wg, p, m0, n0, rows_left);
         }
+        mbar_arrive(handoff_full);
       }
     } else if (kt_begin > 0) {
       // The tile's head is another rank's: hand the sums over.
-      if (writer) {
-        stream_k_give<Cfg::kGroupThreads, Cfg::kAcc, kTileFloats, kHandOver>(acc, row_of, p, rank, rows_left,
-                                                                                     threadIdx.x);
-      }
+      stream_k_give<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, rank, rows_left, threadIdx.x);
     } else {
-      if (n < k_tiles && writer) {
+      if (n < k_tiles) {
         // The tile's rest is the ranks above's (stream_k.cuh).
         const int last = sk.rank_of(static_cast<long long>(tile + 1) * k_tiles - 1);
-        stream_k_take<Cfg::kGroupThreads, Cfg::kAcc, kTileFloats, kHandOver>(acc, row_of, p, sk, rank + 1,
-                                                                                     last, rows_left, threadIdx.x);
+        stream_k_take<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, sk, rank + 1, last, rows_left,
+                                                                     threadIdx.x);
       }
       if (GEMM_SM90Q_LEAVE_OUT != 1) {
         // NOTE: the staged stages are free once both warpgroups' last wgmma have read
@@ -1007,7 +920,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
         float* const rows = reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw)) + Cfg::kStagedOffset);
         auto stage_and_store = [&](const auto& staged) {
           named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-          if (writer) staged.stage(acc, rb);
+          staged.stage(acc, wg);
           named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
           auto store = [&](const Params& ep) {
             if constexpr (!Cfg::kSharedB && sizeof(typename Cfg::TD::Storage) == 2) {

@@ -33,22 +33,21 @@ struct StreamK {
 
 // A share that starts inside a tile: its sums go to the rank's slot of the partials
 // (D's rows of the tile only, rows_left of them), then its flag is raised. `kThreads`
-// threads take part (tid 0 .. kThreads - 1, meeting at named barrier kBarrier), each
-// holding `kAcc` accumulators, acc[i] in tile row row_of(i).
-template <int kThreads, int kAcc, int kTileFloats, int kBarrier, class RowOf, class Params>
+// threads take part, each holding `kAcc` accumulators, acc[i] in tile row row_of(i).
+template <int kThreads, int kAcc, int kTileFloats, class RowOf, class Params>
 __device__ __forceinline__ void stream_k_give(const float* acc, RowOf row_of, const Params& p, int rank, int rows_left,
                                               int tid) {
   float* mine = p.partials + static_cast<i64>(rank) * kTileFloats;
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
   __threadfence();  // the partials are visible GPU-wide before the flag
-  named_barrier_sync<kThreads>(kBarrier);
+  named_barrier_sync<kThreads>(kSplitKBarrier);
   if (tid == 0) st_release_gpu(p.semaphores + rank, 1);
 }
 
 // The tile's head share adds the sums of ranks first .. last (their shares hold the rest
 // of the tile), lowering each flag for the next launch once it is seen raised.
-template <int kThreads, int kAcc, int kTileFloats, int kBarrier, class RowOf, class Params>
+template <int kThreads, int kAcc, int kTileFloats, class RowOf, class Params>
 __device__ __forceinline__ void stream_k_take(float* acc, RowOf row_of, const Params& p, const StreamK& sk, int first,
                                               int last, int rows_left, int tid) {
   if (tid == 0) {
@@ -59,7 +58,7 @@ __device__ __forceinline__ void stream_k_take(float* acc, RowOf row_of, const Pa
       st_release_gpu(p.semaphores + r, 0);
     }
   }
-  named_barrier_sync<kThreads>(kBarrier);
+  named_barrier_sync<kThreads>(kSplitKBarrier);
   for (int r = first; r <= last; ++r) {
     if (sk.begin(r) == sk.begin(r + 1)) continue;
     const float* theirs = p.partials + static_cast<i64>(r) * kTileFloats;
