@@ -623,3 +623,20 @@ def test_sm80_w8_prefill_dispatch_takes_the_64_and_32_row_tiles() -> None:
         pick = rank([x for x in kernels if infeasible_reason(x.spec, key) is None], key, a100, **WORKSPACE)[0][1]
         spec = next(x.spec for x in kernels if x.name == pick.kernel)
         assert (spec.cta, spec.warps, spec.stages) == ((32, 128, 64), (1, 4, 1), 4), (m, pick)
+
+
+def test_sm80_bf16_w4_dispatch_takes_the_32_row_tile() -> None:
+    """On an A100 device model, default dispatch over the default set's sm80 W4 bf16
+    kernels picks 32x128x64 w1x4 s4 (new to bf16 W4 in the thirty-fifth session) for
+    llama3-8b qkv, down and gate_up at M = 24 and 32, where it was 1.15-1.27x the best
+    16-row decode plan on an H100 (qkv 20.5 -> 17.7 us at M = 24, down 36.8 -> 30.8,
+    gate_up 59.8 -> 49.0; docs/perf/sm80_w8_prefill.md, section 5)."""
+    a100 = DeviceModel.of(80, 108, 1410000, 1593000, 5120)
+    kernels = _sm80_class_kernels(80, lambda s: s.b_type is DataType.U4 and s.a_type is DataType.BF16)
+    for m in (24, 32):
+        for n, k in ((6144, 4096), (4096, 14336), (28672, 4096)):
+            key = make_key(DataType.BF16, BOrder.NK, DataType.BF16, m, n, k, arch=80)._replace(
+                b_type=DataType.U4, quant="u4g128")
+            pick = rank([x for x in kernels if infeasible_reason(x.spec, key) is None], key, a100, **WORKSPACE)[0][1]
+            spec = next(x.spec for x in kernels if x.name == pick.kernel)
+            assert (spec.cta, spec.warps, spec.stages) == ((32, 128, 64), (1, 4, 1), 4), (m, n, k, pick)
