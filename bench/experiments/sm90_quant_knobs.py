@@ -91,8 +91,9 @@ def main() -> None:
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     kernels = sm90_quant_kernels(args.bits, args.dtype)
     torch_dtype = torch.float16 if args.dtype == "f16" else torch.bfloat16
-    names = " | ".join(",".join(v) for v in variants)
-    print(f"| problem | plan | defaults µs | {names} µs | defaults / each |\n|---|---|---:|---:|---:|")
+    names = "".join(f" {','.join(v)} µs |" for v in variants)
+    print(f"| problem | plan | defaults µs |{names} defaults / each | max difference |")
+    print("|---|---|---:|" + "---:|" * len(variants) + "---|---:|")
     ratios: dict[int, list[list[float | None]]] = {m: [] for m in args.m}
     for m in args.m:
         for model in args.layers:
@@ -120,7 +121,7 @@ def main() -> None:
                 print(f"| {model} {layer} M={m} | {plan} | {us[0]:.1f} | "
                       + " | ".join(f"{u:.1f}" if u else "-" for u in us[1:]) + " | "
                       + " ".join(f"{r:.3f}" if r else "-" for r in ratio)
-                      + f" | max diff {max(diffs, default=0.0):.3g}", flush=True)  # fmt: skip
+                      + f" | {max(diffs, default=0.0):.3g} |", flush=True)  # fmt: skip
     for m in args.m:
         if ratios[m]:
             ran = [[r[i] for r in ratios[m] if r[i]] for i in range(len(variants))]

@@ -168,3 +168,18 @@ def test_sm90_quant_knobs_plans_and_variants():
                                                                            defines=("GEMM_SM90Q_LEAVE_OUT=3",)), 3)
     assert variant_of(("stages=9",), base, 3)[0] is None  # past the ring's 8
     assert variant_of(("blocks=2",), QuantKernel("f16", 4, "f16", 128, 128, 6), 1)[0] is None  # 128 tokens
+
+
+def test_sm90_quant_launch_parses_tiles_and_rejects_bad_ones():
+    """bench/experiments/sm90_quant_launch.py (one launch for a profiler): tiles as
+    sm90_quant_tiles.py writes them, and a clear error for a malformed one before any
+    GPU work."""
+    import argparse
+
+    from bench.experiments.sm90_quant_launch import parse_tile
+
+    assert parse_tile("64x128s8") == (64, 128, 8, 1)
+    assert parse_tile("64x256s8b2") == (64, 256, 8, 2)
+    for bad in ("64x128", "64x128s8k2", "x128s8", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="TOKENSxROWSsSTAGES"):
+            parse_tile(bad)
