@@ -70,6 +70,11 @@ def _loaded(kernel: QuantKernel) -> cuda_driver.LoadedFunction:
     rep = report(log, spec.name)
     assert rep["spill_stores"] == rep["spill_loads"] == 0, log
     print(f"{spec.name}: {rep}")
+    # NOTE: a variant whose wgmma ptxas serialized (C7515 and kin) runs 12-20% slower for
+    # that alone (docs/perf/sm90_quant_k_groups.md): say so wherever it is timed.
+    for line in log.splitlines():
+        if "serialized" in line:
+            print(f"WARNING: {spec.name}: {line.strip()}")
     return cuda_driver.LoadedFunction(cubin, spec.name, spec.smem_bytes, spec.threads)
 
 
