@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from bench.dense import ROOT
+from bench.experiments.sm90_quant_launch import parse_tile
 from bench.timing import median_ms
 from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
@@ -59,7 +60,7 @@ def main() -> None:
                     help="tokens x rows s stages [b blocks], e.g. 128x64s4 or 64x256s8b2 (default: TILES)")
     args = ap.parse_args()
     if args.tiles:
-        TILES[:] = [tuple(int(v) for v in t.replace("s", "x").replace("b", "x").split("x")) for t in args.tiles]
+        TILES[:] = [parse_tile(t) for t in args.tiles]
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     gemm = Gemm()
     for bits in args.bits:
