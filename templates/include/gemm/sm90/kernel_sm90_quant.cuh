@@ -821,7 +821,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // another barrier before the writes waits for them (wgmma_wait is a warp's own).
   const u32 b_buffers = st.base + static_cast<u32>(Cfg::kRingAligned + Cfg::kBBuffers * wg * Cfg::kBBufferBytes);
   const int wg_barrier = kSplitKBarrier + 1 + wg;
-  auto buffer = [&](int it) { return b_buffers + static_cast<u32>((it % Cfg::kBBuffers) * Cfg::kBBufferBytes); };
+  // NOTE: the register-A form has no buffers (kBBuffers 0): its instantiation of this
+  // lambda, which it never calls, must not take a remainder by zero (NVRTC warning 179).
+  constexpr int kBBufferRing = Cfg::kBBuffers > 0 ? Cfg::kBBuffers : 1;
+  auto buffer = [&](int it) { return b_buffers + static_cast<u32>((it % kBBufferRing) * Cfg::kBBufferBytes); };
   auto fill_shared = [&](int it) {
     wait_full(it);
     if constexpr (Cfg::kSharedB) {
