@@ -597,45 +597,45 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           tile(t, BoolConstant<true>{});
       }
       for (; t < k_tiles; ++t) tile(t, BoolConstant<false>{});
-      cp_async_wait<0>();
-      this->end_groups(warp);
-      return;
-    }
-    for (int t = 0; t < k_tiles; ++t) {
-      const bool refill = t + S - 1 < k_tiles;
-      const bool refill_lean = t + S - 1 < lean_src.end;
-      if constexpr (kDirectB) {
-        if (t + 1 < k_tiles) load_tile(next_words);
-      }
-#pragma unroll
-      for (int step = 0; step < kSteps; ++step) {
-        if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
-        if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
-          const u32 sa = smem + write * Cfg::kStageBytes;
-          issue_lean(sa, lean_src, t + S - 1, step, kSteps);
-        } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
-          issue_tile(smem, write, t + S - 1, step);
+    } else {
+      // NOTE: an else, not code after the branch above's return: NVRTC warned this loop
+      // unreachable (128) in every early-barrier kernel.
+      for (int t = 0; t < k_tiles; ++t) {
+        const bool refill = t + S - 1 < k_tiles;
+        const bool refill_lean = t + S - 1 < lean_src.end;
+        if constexpr (kDirectB) {
+          if (t + 1 < k_tiles) load_tile(next_words);
         }
-        if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
-        this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_k0, warp_n0);
-        if (step + 1 == kSteps) {
-          cp_async_commit();
-          cp_async_wait<S - 2>();
-          if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
-          advance(lean_src);
-          read = read + 1 == S ? 0 : read + 1;
-          write = write + 1 == S ? 0 : write + 1;
-          if constexpr (kDirectB) {
 #pragma unroll
-            for (int s = 0; s < kSteps; ++s)
-#pragma unroll
-              for (int ni = 0; ni < kDirectNI; ++ni)
-#pragma unroll
-                for (int i = 0; i < kDirectWords; ++i) words[s][ni][i] = next_words[s][ni][i];
+        for (int step = 0; step < kSteps; ++step) {
+          if (step + 1 < kSteps) fragments((step + 1) & 1, read, t, step + 1);
+          if (refill_lean && GEMM_SM80_LEAVE_OUT != 3) {
+            const u32 sa = smem + write * Cfg::kStageBytes;
+            issue_lean(sa, lean_src, t + S - 1, step, kSteps);
+          } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
+            issue_tile(smem, write, t + S - 1, step);
           }
-          // Step 0 of the next tile always reads buffer 0; a finished MMA no longer
-          // needs its registers, so this is safe even when kSteps is odd.
-          if (t + 1 < k_tiles) fragments(0, read, t + 1, 0);
+          if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
+          this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_k0, warp_n0);
+          if (step + 1 == kSteps) {
+            cp_async_commit();
+            cp_async_wait<S - 2>();
+            if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+            advance(lean_src);
+            read = read + 1 == S ? 0 : read + 1;
+            write = write + 1 == S ? 0 : write + 1;
+            if constexpr (kDirectB) {
+#pragma unroll
+              for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+                for (int ni = 0; ni < kDirectNI; ++ni)
+#pragma unroll
+                  for (int i = 0; i < kDirectWords; ++i) words[s][ni][i] = next_words[s][ni][i];
+            }
+            // Step 0 of the next tile always reads buffer 0; a finished MMA no longer
+            // needs its registers, so this is safe even when kSteps is odd.
+            if (t + 1 < k_tiles) fragments(0, read, t + 1, 0);
+          }
         }
       }
     }
