@@ -5,12 +5,15 @@ m64nNk16 wgmma (A from registers as kernel_sm90_quant.cuh issues them, or both o
 from shared memory as kernel_sm90.cuh does), one group kept in flight, and between
 commit and wait `alu` independent instructions per thread on the other register set
 (the dequantization's budget: kernel_sm90_quant.cuh issues about 140 instructions per
-thread and K tile, ncu): LOP3s (the integer pipe) or HFMA2s
-(the FP pipe), beside either operand form. It reports the clocks per K tile and the rate
-in TFLOP/s of the whole GPU:
+thread and K tile, ncu): LOP3s with three vector-register operands (the integer pipe),
+HFMA2s (the FP pipe), integer instructions with one vector-register operand and an
+immediate (`alu_imm`: IADD3 / LOP3 x, imm, RZ), or LOP3s on warp-uniform values that
+ptxas keeps in the uniform datapath (`uniform`: ULOP3, no vector register; they feed the
+next K tile's B descriptor so that ptxas keeps them there). It reports the clocks per K
+tile and the rate in TFLOP/s of the whole GPU:
 
     python -m bench.experiments.wgmma_rate [--tokens 64 128 256] [--alu 0 32 64 128 192] [--warpgroups 1 2]
-        [--ops lop3 hfma2] [--forms registers shared] [--blocks 1 2]
+        [--ops lop3 hfma2 alu_imm uniform] [--forms registers shared] [--blocks 1 2]
 
 --blocks 2 gives each warpgroup two m64 blocks of weight rows (eight wgmma a K tile into
 two accumulator sets), as a consumer of 128 weight rows would run: whether the loop's
@@ -21,6 +24,16 @@ Where the clocks per K tile stay at the wgmma's own with `alu` instructions besi
 them, dequantization of that cost is hidden; where they grow, it is not. The fifth
 session's variants put the 64-token tile's K loop at about 800 clocks where its wgmma
 need 256 (docs/NOTES.md): this says whether the instruction form or the loop is why.
+The sixteenth session found nearly nothing hidden beside N = 64 (1.4-1.8 clocks per LOP3
+or HFMA2 a thread) and about 100 instructions beside N = 256. The `alu_imm` and `uniform`
+ops say what a running wgmma takes from the warps beside it: if `uniform` is hidden at
+N = 64 where `lop3` is not, the vector register file's ports (which a wgmma reads its
+accumulators and register A through) are the limit, and `alu_imm` (one read where lop3
+has three) should fall between; if `uniform` costs as much as `lop3`, it is the issue of
+the instructions themselves (the sub-partition's dispatch), whatever they read.
+(The instruction classes were checked in the probes' SASS, NVRTC 13.0: `uniform` 64 a
+thread gives 128 ULOP3 in the two-K-tile loop and no vector LOP3; `alu_imm` 64 gives
+64 LOP3 and 64 VIADD / IADD3 with one register and an immediate each.)
 """
 
 from __future__ import annotations
@@ -41,19 +54,31 @@ SOURCE = r"""
 #include "gemm/sm90/ptx_sm90.cuh"
 using namespace gemm;
 
-// A K tile's worth of `alu` instructions on `a`, issued as independent chains of four so
-// that they are not one dependent string: LOP3 (x ^ c ^ z, flipping a low mantissa bit,
-// kHfma false) or HFMA2 (x * one + z). `one` (1.0 twice) and `z` (0) are kernel
-// arguments: with constants ptxas folds the identities away (x ^ c ^ c, x * 1 + 0), and
-// `a` is summed into the result at the end so that the shared-memory form, whose wgmma
-// do not read it, keeps them too.
-template <int kAlu, bool kHfma>
-__device__ __forceinline__ void busy(u32 (&a)[2][2][4], u32 c, u32 one, u32 z) {
+// A K tile's worth of `alu` instructions, issued as independent chains of four so that
+// they are not one dependent string. kOp 0: LOP3 on `a` (x ^ c ^ z, flipping a low
+// mantissa bit; three vector-register operands); 1: HFMA2 on `a` (x * one + z); 2: the
+// integer pipe with one vector-register operand (x + 0x10001, then x ^ 2: LOP3 / IADD3
+// with an immediate and RZ; alternating so that ptxas cannot fold a chain into one);
+// 3: LOP3 on warp-uniform values `u` (the kernel's arguments), which ptxas keeps in
+// uniform registers (ULOP3, the uniform datapath: no vector register at all). `one`
+// (1.0 twice) and `z` (0) are kernel arguments: with constants ptxas folds the
+// identities away (x ^ c ^ c, x * 1 + 0), and `a` and `u` are summed into the result at
+// the end so that the shared-memory form, whose wgmma do not read `a`, keeps them too.
+template <int kAlu, int kOp>
+__device__ __forceinline__ void busy(u32 (&a)[2][2][4], u32 (&u)[4], u32 c, u32 one, u32 z) {
 #pragma unroll
   for (int i = 0; i < kAlu; ++i) {
     u32& x = a[(i / 8) % 2][(i / 4) % 2][i % 4];
-    if constexpr (kHfma) {
+    if constexpr (kOp == 1) {
       asm volatile("fma.rn.f16x2 %0, %0, %1, %2;\n" : "+r"(x) : "r"(one), "r"(z));
+    } else if constexpr (kOp == 2) {
+      if ((i / 16) % 2) {
+        asm volatile("xor.b32 %0, %0, 2;\n" : "+r"(x));
+      } else {
+        asm volatile("add.u32 %0, %0, 0x10001;\n" : "+r"(x));
+      }
+    } else if constexpr (kOp == 3) {
+      asm volatile("lop3.b32 %0, %0, %1, %2, 0x96;\n" : "+r"(u[i % 4]) : "r"(one), "r"(z));
     } else {
       asm volatile("lop3.b32 %0, %0, %1, %2, 0x96;\n" : "+r"(x) : "r"(c), "r"(z));
     }
@@ -63,7 +88,7 @@ __device__ __forceinline__ void busy(u32 (&a)[2][2][4], u32 c, u32 one, u32 z) {
 // kBlocks: m64 blocks of weight rows per warpgroup (a consumer with 64 x kBlocks rows):
 // per K tile, 4 wgmma into each block's accumulators, in one commit group, and the
 // `alu` instructions split between the blocks' register sets.
-template <int N, bool kRegisterA, int kAlu, int kWarpgroups, bool kHandshake, bool kHfma, int kBlocks>
+template <int N, bool kRegisterA, int kAlu, int kWarpgroups, bool kHandshake, int kOp, int kBlocks>
 __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters, u32 one, u32 z) {
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -80,7 +105,7 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters,
     st_shared(base + 4u * i, 0x2c002c00u | (static_cast<u32>(i) & 0x00ff00ffu));
   fence_proxy_async_smem();
   __syncthreads();
-  const u64 desc_b = smem_desc_kmajor_sw128(base);
+  const u64 desc_b0 = smem_desc_kmajor_sw128(base);
   const u64 desc_a = smem_desc_kmajor_sw128(base + kBytesB + wg * kBytesA);
   u32 a[2][kBlocks][2][2][4];  // [register set][block][k32 block][k16 step][register], as kernel_sm90_quant.cuh
 #pragma unroll
@@ -97,10 +122,16 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters,
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) acc[bl][i] = 0.f;
   const u32 c = 0x00010001u * (threadIdx.x & 1u);
+  u32 u[4] = {one, z, one ^ 1u, z ^ 1u};
   const long long t0 = clock64();
   for (int it = 0; it < iters; it += 2) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
+      // kOp 3: the uniform chains feed this K tile's B descriptor (`z` is 0, so the
+      // offset is too): a value the wgmma's uniform operand needs is what ptxas computes
+      // in the uniform datapath, and the wgmma wait for it as they wait for the
+      // dequantized A fragments of the GEMM.
+      const u64 desc_b = kOp == 3 ? desc_b0 + ((u[0] ^ u[1] ^ u[2] ^ u[3]) & z) : desc_b0;
       wgmma_fence();
 #pragma unroll
       for (int bl = 0; bl < kBlocks; ++bl)
@@ -123,7 +154,7 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters,
         mbar_wait(bar, static_cast<u32>(it + s) & 1u);
       }
 #pragma unroll
-      for (int bl = 0; bl < kBlocks; ++bl) busy<kAlu / kBlocks, kHfma>(a[s ^ 1][bl], c, one, z);
+      for (int bl = 0; bl < kBlocks; ++bl) busy<kAlu / kBlocks, kOp>(a[s ^ 1][bl], u, c, one, z);
     }
   }
   wgmma_wait<0>();
@@ -138,12 +169,14 @@ __device__ __forceinline__ void probe(long long* clocks, float* sink, int iters,
     for (int i = 0; i < N / 2; ++i) total += acc[bl][i];
 #pragma unroll
   for (int i = 0; i < 32 * kBlocks; ++i) total += static_cast<float>((&a[0][0][0][0][0])[i] & 0xffu);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) total += static_cast<float>(u[i] & 0xffu);
   if (total == 12345.f) sink[threadIdx.x] = total;  // keeps the sums (never true for these inputs)
 }
 """
 
 
-OPS = ("lop3", "hfma2")
+OPS = ("lop3", "hfma2", "alu_imm", "uniform")  # busy()'s kOp, in order
 
 
 @dataclass(frozen=True)
@@ -174,7 +207,7 @@ class Probe:
     @property
     def source(self) -> str:
         flags = ", ".join([str(self.tokens), str(self.register_a).lower(), str(self.alu), str(self.warpgroups),
-                           str(self.handshake).lower(), str(self.op == "hfma2").lower(), str(self.blocks)])  # fmt: skip
+                           str(self.handshake).lower(), str(OPS.index(self.op)), str(self.blocks)])  # fmt: skip
         return SOURCE + (
             f'extern "C" __global__ void __launch_bounds__({128 * self.warpgroups}, 1) {self.name}(long long* clocks, '
             f"float* sink, int iters, unsigned one, unsigned z) {{\n  probe<{flags}>(clocks, sink, iters, one, z);\n}}\n"

@@ -25,12 +25,15 @@ def test_experiment_imports_and_has_main(name):
 
 def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
     """bench/experiments/wgmma_rate.py's probe kernels, both operand forms, both kinds of
-    instruction beside them and one or two weight blocks per warpgroup (no GPU needed)."""
+    instruction beside them and one or two weight blocks per warpgroup (no GPU needed).
+    The uniform chains feed the B descriptor, so their sum is in every probe's result."""
     from bench.experiments.wgmma_rate import Probe, compile_probes
     from gemm_runtime.compiler import CompileError
 
     probes = [Probe(64, True, 64, 2), Probe(256, True, 0, 1, handshake=True), Probe(128, False, 64, 2, op="hfma2"),
-              Probe(64, True, 32, 1, op="hfma2"), Probe(64, True, 128, 2, blocks=2), Probe(64, False, 64, 1, blocks=2)]
+              Probe(64, True, 32, 1, op="hfma2"), Probe(64, True, 128, 2, blocks=2), Probe(64, False, 64, 1, blocks=2),
+              Probe(64, True, 64, 1, op="alu_imm"), Probe(256, True, 128, 2, op="uniform"),
+              Probe(64, False, 64, 2, op="uniform", blocks=2)]
     try:
         built = compile_probes(probes)
     except CompileError as err:
