@@ -299,6 +299,15 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
   }
 
+  // A K tile's end: its refills committed, then the oldest tile in flight landed (all but
+  // the `kInFlight` newest groups) and visible to every warp.
+  template <int kInFlight>
+  __device__ __forceinline__ void ring_barrier() const {
+    cp_async_commit();
+    cp_async_wait<kInFlight>();
+    if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+  }
+
   // Slice `step` of `slices` of the copies of K tile `tile` into ring buffer `stage`;
   // `kInsideK`: the caller knows the tile lies inside K (the branch-free loop bodies).
   template <bool kInsideK = false>
@@ -465,9 +474,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         if (kSplit && ahead && GEMM_SM80_LEAVE_OUT != 5)
           Staged::store(step, inputs, buffer(t + 1), at);
         if (step + 1 == kSteps) {
-          cp_async_commit();
-          cp_async_wait<S - 3>();
-          if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+          ring_barrier<S - 3>();
           advance(lean_src);
           read = next;
           write = write + 1 == S ? 0 : write + 1;
@@ -567,9 +574,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           }
           if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
           if (step + 2 == kSteps) {
-            cp_async_commit();
-            cp_async_wait<S - 2>();
-            if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+            ring_barrier<S - 2>();
             advance(lean_src);
             read = read + 1 == S ? 0 : read + 1;
             write = write + 1 == S ? 0 : write + 1;
@@ -618,9 +623,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
           this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_k0, warp_n0);
           if (step + 1 == kSteps) {
-            cp_async_commit();
-            cp_async_wait<S - 2>();
-            if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
+            ring_barrier<S - 2>();
             advance(lean_src);
             read = read + 1 == S ? 0 : read + 1;
             write = write + 1 == S ? 0 : write + 1;
