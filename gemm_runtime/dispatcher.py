@@ -18,7 +18,7 @@ from gemm_runtime import whole_weight
 from gemm_runtime.context import ProblemKey, arch_limit, describe, infeasible_reason
 from gemm_runtime.cost_model import DeviceModel, rank, resident_ctas
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport, PathOrFile
-from gemm_runtime.errors import UnsupportedProblemError
+from gemm_runtime.errors import GraphCaptureError, UnsupportedProblemError
 from gemm_runtime.feasibility import launch_error
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.settings import settings
@@ -196,6 +196,35 @@ class Dispatcher:
                 # Another thread may have stored its own winner first (APPEND keeps it).
                 return self.usable(self.cache.get(key), key, workspace) or best
         return self.select(key, policy, workspace)
+
+    def choose(
+        self,
+        policy: DispatchPolicy,
+        key: ProblemKey,
+        workspace: WorkspaceSizes,
+        measure: Callable[[], Measurement],
+        *,
+        kernel: str | LaunchSpec | None = None,
+        capturing: str | None = None,
+    ) -> LaunchSpec:
+        """A call's launch: ``kernel`` (a registry name or a LaunchSpec) forced, else what
+        ``policy`` picks (``plan``). ``capturing``: where the caller's stream captures a
+        CUDA graph, what the call asked for (e.g. "operation.dispatch is MEASURE for
+        16x4096x4096"); a policy that would measure then raises GraphCaptureError saying
+        so, since timing the candidates would record them into the graph and synchronize
+        the capturing stream (which invalidates the capture)."""
+        if kernel is not None:
+            return self.forced(kernel if isinstance(kernel, LaunchSpec) else LaunchSpec(kernel), key, workspace)
+
+        def measure_outside_a_capture() -> Measurement:
+            if capturing is not None:
+                raise GraphCaptureError(
+                    f"{capturing} while the stream captures a CUDA graph; tune before capturing (one call outside "
+                    "the capture; the tune CLI for dense problems) or capture with DispatchPolicy.DEFAULT / REUSE"
+                )
+            return measure()
+
+        return self.plan(policy, key, workspace, measure_outside_a_capture)
 
     # ---- the cache file -------------------------------------------------------------
     def import_cache(self, path: PathOrFile) -> ImportReport:

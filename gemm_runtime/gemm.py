@@ -18,7 +18,7 @@ from gemm_runtime.cost_model import DeviceModel
 from gemm_runtime.cuda_driver import ProgrammaticLaunch, ensure_context, is_capturing
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
 from gemm_runtime.dispatcher import Dispatcher
-from gemm_runtime.errors import GemmArgumentError, GraphCaptureError
+from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.experts import PackedExperts
 from gemm_runtime import fast_path, grouped, whole_weight
 from gemm_runtime.launch import launch, prepare
@@ -222,22 +222,11 @@ class Gemm:
         ws = workspace if workspace is not None else self._workspace(handle, capturing)
         sizes = _check_workspace(ws, self.device)
 
-        def measure() -> Measurement:
-            # NOTE: timing candidates inside a capture would record them into the graph
-            # and synchronize a capturing stream (which invalidates the capture).
-            if capturing:
-                raise GraphCaptureError(
-                    f"operation.dispatch is {operation.dispatch} for {problem.key.m}x{problem.key.n}x{problem.key.k}"
-                    " while the stream captures a CUDA graph; tune before capturing (the tune CLI, or one call"
-                    " outside the capture) or capture with DispatchPolicy.DEFAULT / REUSE"
-                )
-            return self.measure(problem, alpha, beta, handle, ws, sizes)
-
-        if kernel is not None:
-            forced = kernel if isinstance(kernel, LaunchSpec) else LaunchSpec(kernel)
-            plan = self.dispatcher.forced(forced, problem.key, sizes)
-        else:
-            plan = self.dispatcher.plan(operation.dispatch, problem.key, sizes, measure)
+        plan = self.dispatcher.choose(
+            operation.dispatch, problem.key, sizes, lambda: self.measure(problem, alpha, beta, handle, ws, sizes),
+            kernel=kernel, capturing=f"operation.dispatch is {operation.dispatch} for {problem.key.m}x{problem.key.n}x"
+            f"{problem.key.k}" if capturing else None,
+        )  # fmt: skip
         launched, unpack = self._launch(plan, problem, alpha, beta, handle, ws)
         return launched, plan, ws, handle, unpack
 
@@ -340,20 +329,11 @@ class Gemm:
         ws = self._workspace(handle, capturing)  # split-K's (the sm80 grouped kernels split)
         sizes = _check_workspace(ws, self.device)
 
-        def measure() -> Measurement:
-            if capturing:
-                raise GraphCaptureError(
-                    f"dispatch is {dispatch} for a grouped {ops.rows}x{ops.n}x{ops.k} over {ops.experts} experts while "
-                    "the stream captures a CUDA graph; tune before capturing (one call outside the capture) or "
-                    "capture with DispatchPolicy.DEFAULT / REUSE"
-                )  # fmt: skip
-            return self._measure_grouped(key, ops, handle, ws, sizes)
-
-        if kernel is not None:
-            forced = kernel if isinstance(kernel, LaunchSpec) else LaunchSpec(kernel)
-            plan = self.dispatcher.forced(forced, key, sizes)
-        else:
-            plan = self.dispatcher.plan(dispatch, key, sizes, measure)
+        plan = self.dispatcher.choose(
+            dispatch, key, sizes, lambda: self._measure_grouped(key, ops, handle, ws, sizes), kernel=kernel,
+            capturing=f"dispatch is {dispatch} for a grouped {ops.rows}x{ops.n}x{ops.k} over {ops.experts} experts"
+            if capturing else None,
+        )  # fmt: skip
         kern, grid, block, maps, gathered = self._launch_grouped(plan, ops, handle, ws, key)
         if sig is not None:
             self._fast.put(sig, GroupedFastPlan.build(

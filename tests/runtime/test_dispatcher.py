@@ -15,7 +15,7 @@ from gemm_runtime.context import ProblemKey, arch_limit, make_key
 from gemm_runtime.cost_model import DeviceModel
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport
 from gemm_runtime.dispatcher import Dispatcher
-from gemm_runtime.errors import DispatchCacheWarning, GemmArgumentError, UnsupportedProblemError
+from gemm_runtime.errors import DispatchCacheWarning, GemmArgumentError, GraphCaptureError, UnsupportedProblemError
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.tuner import Measurement
 from gemm_runtime.types import DispatchPolicy
@@ -281,3 +281,37 @@ def test_empty_k_is_never_measured_nor_stored():
     key = f16(8, k=0)
     assert d.plan(DispatchPolicy.MEASURE, key, WORKSPACE, never_measure) == d.predicted(key)
     assert len(d.cache) == 0
+
+
+# --- a call's choice: forced, measured, or refused inside a capture ------------------------
+
+
+def test_choose_forces_a_kernel_by_name_or_launch_and_checks_it():
+    d = dispatcher()
+    assert d.choose(DispatchPolicy.MEASURE, f16(8), WORKSPACE, never_measure, kernel=THIN.name) == LaunchSpec(THIN.name)
+    forced = LaunchSpec(F16_NK8.name, splits=2)
+    assert d.choose(DispatchPolicy.DEFAULT, f16(8), WORKSPACE, never_measure, kernel=forced) == forced
+    with pytest.raises(GemmArgumentError) as info:
+        d.choose(DispatchPolicy.DEFAULT, bf16_kn2(8), WORKSPACE, never_measure, kernel=F16_NK8.name)
+    assert info.value.argument == "kernel"
+
+
+@pytest.mark.parametrize("policy", [DispatchPolicy.MEASURE, DispatchPolicy.APPEND])
+def test_choose_refuses_to_measure_while_the_stream_captures_and_says_what_was_asked(policy):
+    d = dispatcher()
+    asked = f"operation.dispatch is {policy} for 8x4096x4096"
+    with pytest.raises(GraphCaptureError, match=f"{asked} while the stream captures a CUDA graph; tune before"):
+        d.choose(policy, f16(8), WORKSPACE, never_measure, capturing=asked)
+    assert len(d.cache) == 0
+
+
+def test_choose_inside_a_capture_takes_the_cache_or_the_cost_model_and_outside_measures():
+    d = dispatcher()
+    # Policies that never measure are served inside a capture (what to capture with).
+    for policy in (DispatchPolicy.DEFAULT, DispatchPolicy.REUSE):
+        assert d.choose(policy, f16(8), WORKSPACE, never_measure, capturing="asked") == d.predicted(f16(8))
+    winner = LaunchSpec(THIN.name, splits=2)
+    measure, calls = _measured(winner)
+    assert d.choose(DispatchPolicy.MEASURE, f16(8), WORKSPACE, measure) == winner and len(calls) == 1
+    # APPEND with an exact entry measures nothing, so a capture may ask for it.
+    assert d.choose(DispatchPolicy.APPEND, f16(8), WORKSPACE, never_measure, capturing="asked") == winner
