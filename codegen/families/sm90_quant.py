@@ -34,6 +34,7 @@ PRODUCER_REGS = 40  # Sm90QuantConfig::kProducerRegs
 # Registers a consumer thread needs beside its tokens / 2 accumulators: two K tiles' A
 # registers (32) and about 40 for addresses, scales, zeros and the loop's state.
 CONSUMER_REGS_BESIDE_ACC = 72
+_STREAM_K_COMPUTE_FACTOR = 1.05  # split_compute_factor
 
 
 def consumer_registers(consumers: int) -> int:
@@ -271,6 +272,19 @@ class Sm90QuantFamily(MainloopFamily):
         return max(1.0, tiles * splits / min(slots, tiles * splits)), 1
 
     # ---- the cost model ---------------------------------------------------------------
+    def split_compute_factor(self, spec: KernelSpec, splits: int) -> float:
+        """Stream-K's shares run slower than whole tiles: a CTA's share starts and ends
+        inside tiles (a ring fill and a hand-over each) and the CTAs in flight spread over
+        all of K, so the weight tiles of one token tile no longer read its X tile from L2
+        together (the NOTE of split_key). H200 (docs/perf/dispatch_quant.md, W4 and W8,
+        256x128 at M = 1024): two-way stream-K took 1.05-1.35x the unsplit time on the
+        four layers where whole tiles filled 97% of the waves (llama3-8b o and down, 70b o
+        and down), where the model, pricing the shares at the tiles' rate, predicted it
+        1-3% faster and picked it. At 5% it picks the unsplit launch there, and stream-K
+        still where whole tiles leave a quarter of the SMs idle or more (8b qkv at M =
+        1024, the 64- and 128-token tiles below two waves)."""
+        return _STREAM_K_COMPUTE_FACTOR if splits > 1 else 1.0
+
     def mma_efficiency(self, spec: KernelSpec) -> float:
         """wgmma's rate on this tile against the SM's mma.sync peak: the tokens (wgmma's
         N) set how much of a K tile's time goes to the MMAs rather than to dequantizing

@@ -640,3 +640,30 @@ def test_sm80_bf16_w4_dispatch_takes_the_32_row_tile() -> None:
             pick = rank([x for x in kernels if infeasible_reason(x.spec, key) is None], key, a100, **WORKSPACE)[0][1]
             spec = next(x.spec for x in kernels if x.name == pick.kernel)
             assert (spec.cta, spec.warps, spec.stages) == ((32, 128, 64), (1, 4, 1), 4), (m, n, k, pick)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_sm90_quant_stream_k_only_where_whole_tiles_leave_sms_idle(bits) -> None:
+    """H200, 256x128 at M = 1024 (docs/perf/dispatch_quant.md): two-way stream-K took
+    1.05-1.35x the unsplit time on llama3-8b o and down and 70b o and down (whole tiles
+    fill 97% of their waves: 128 and 256 tiles on 132 SMs), where the model, pricing the
+    shares at the tiles' rate, once picked it (split_compute_factor). Where whole tiles
+    leave SMs idle it still splits: 8b qkv at M = 1024 (192 tiles, 1.45 waves; the tuner
+    took two-way stream-K there too) and the 128-token tiles at M = 128."""
+    kernels = [kk for kk in _kernels(90) if kk.spec.b_type.bits == bits and kk.spec.a_type is DataType.F16
+               and kk.spec.d_type is DataType.F16 and not kk.spec.grouped]  # fmt: skip
+
+    def pick(m: int, n: int, k: int):
+        key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=90)._replace(
+            b_type=DataType(f"u{bits}"), quant=f"u{bits}g128")
+        plan = rank([kk for kk in kernels if infeasible_reason(kk.spec, key) is None], key, H200, **WORKSPACE)[0][1]
+        return next(kk.spec for kk in kernels if kk.name == plan.kernel), plan.splits
+
+    for n, k in ((4096, 4096), (4096, 14336), (8192, 8192), (8192, 28672)):
+        spec, splits = pick(1024, n, k)
+        assert (spec.mainloop, spec.cta, splits) == (Mainloop.SM90_QUANT, (256, 128, 64), 1), (n, k)
+    spec, splits = pick(1024, 6144, 4096)
+    assert spec.mainloop is Mainloop.SM90_QUANT and splits > 1
+    for n, k in ((6144, 4096), (10240, 8192)):
+        spec, splits = pick(128, n, k)
+        assert spec.mainloop is Mainloop.SM90_QUANT and spec.cta[0] == 128 and splits > 1, (n, k)
