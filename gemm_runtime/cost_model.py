@@ -312,7 +312,7 @@ def predict(
     # NOTE: the dequantization rate was fitted to whole decode kernels (one m16 tile per
     # warp), MMAs included; the thin-tile MMA estimate above overstates them by 15-30%.
     t_compute = t_deq if spec.quantized and spec.warp_tile[0] == 16 else max(t_mma, t_deq)
-    t_compute *= spec.mainloop.split_compute_factor(spec, splits)
+    t_compute *= spec.mainloop.split_compute_factor(spec, tm * tn, splits, slots)
     # Memory time, the larger of two bounds: every operand byte once through DRAM,
     # and each SM fetching its CTAs' tiles at what one SM can pull (about a third of
     # the SMs together saturate DRAM), which is what limits grids of few CTAs.

@@ -248,9 +248,10 @@ class MainloopFamily:
         predecessor's partials, of ``rows`` rows per tile (D's, at most the tile's)."""
         return 1.5e-6
 
-    def split_compute_factor(self, spec: KernelSpec, splits: int) -> float:
-        """How much longer a launch's MMA and dequantization work takes cut ``splits``
-        ways than whole (1.0: the split's cost is its hand-overs alone)."""
+    def split_compute_factor(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> float:
+        """How much longer a launch's MMA and dequantization work takes with ``tiles``
+        output tiles cut ``splits`` ways on ``slots`` resident CTAs than whole (1.0: the
+        split's cost is its hand-overs alone)."""
         return 1.0
 
     def fixed_seconds(self, spec: KernelSpec) -> float:

@@ -272,18 +272,19 @@ class Sm90QuantFamily(MainloopFamily):
         return max(1.0, tiles * splits / min(slots, tiles * splits)), 1
 
     # ---- the cost model ---------------------------------------------------------------
-    def split_compute_factor(self, spec: KernelSpec, splits: int) -> float:
-        """Stream-K's shares run slower than whole tiles: a CTA's share starts and ends
-        inside tiles (a ring fill and a hand-over each) and the CTAs in flight spread over
-        all of K, so the weight tiles of one token tile no longer read its X tile from L2
-        together (the NOTE of split_key). H200 (docs/perf/dispatch_quant.md, W4 and W8,
-        256x128 at M = 1024): two-way stream-K took 1.05-1.35x the unsplit time on the
-        four layers where whole tiles filled 97% of the waves (llama3-8b o and down, 70b o
-        and down), where the model, pricing the shares at the tiles' rate, predicted it
-        1-3% faster and picked it. At 5% it picks the unsplit launch there, and stream-K
-        still where whole tiles leave a quarter of the SMs idle or more (8b qkv at M =
-        1024, the 64- and 128-token tiles below two waves)."""
-        return _STREAM_K_COMPUTE_FACTOR if splits > 1 else 1.0
+    def split_compute_factor(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> float:
+        """Stream-K shares that cross tiles run slower than whole tiles. Where the tiles
+        cut ``splits`` ways outnumber the resident CTAs, each CTA's share starts and ends
+        inside tiles (a ring fill and a hand-over at each end) and the CTAs in flight
+        spread over all of K, so the weight tiles of one token tile no longer read its X
+        tile from L2 together (split_key's NOTE). H200 (docs/perf/dispatch_quant.md, W4
+        and W8): two-way stream-K of 256x128 at M = 1024 took 1.05-1.35x the unsplit time
+        on llama3-8b o and down and 70b o and down (whole tiles fill 97% of their waves),
+        where the model, pricing the shares at the tiles' rate, had predicted it 1-3%
+        faster; at M = 128, shares that are whole fractions of a tile (tiles x splits at
+        most the resident CTAs: 8b qkv 128x128 k2, 70b down 128x192 k3) ran 4-8% faster
+        than the next count, whose shares cross tiles. At 5% the model picks those."""
+        return _STREAM_K_COMPUTE_FACTOR if splits > 1 and tiles * splits > slots else 1.0
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
         """wgmma's rate on this tile against the SM's mma.sync peak: the tokens (wgmma's
