@@ -8,12 +8,21 @@ exhaustive search over every feasible (kernel, splits, swizzle).
 With ``--bits``, the weights are quantized (groups of 128) and packed instead: the same
 three choices for weight-only quantized problems. ``--dtype bf16``: bf16 activations and
 weights (and bf16 scales for the packed ones) instead of fp16.
+
+Beside the table it writes every timed plan of every problem (``--timings``, default
+docs/perf/data/<the table's name>.json.gz): the problems' keys, the times, and what the
+cost model ranked them with (each kernel's spec, occupancy and spills, the device model,
+the workspace), so that ``python -m bench.experiments.dispatch_regret`` can re-rank them
+with a changed cost model on a machine without a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import gzip
+import json
 import statistics
 import time
 from pathlib import Path
@@ -42,6 +51,8 @@ def main() -> None:
                     help="quantize the weights to these widths (group 128) instead of fp16")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16", help="activations and weights")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "dispatch.md")
+    ap.add_argument("--timings", type=Path, default=None,
+                    help="every timed plan, gzipped JSON (default: docs/perf/data/<out's stem>.json.gz)")
     args = ap.parse_args()
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     gemm = Gemm()
@@ -67,6 +78,8 @@ def main() -> None:
                           f"model {r['cost_model']*1e3:9.1f} us ({r['cost_model'] / r['oracle']:.2f}x)  "
                           f"[{r['candidates']} candidates]", flush=True)
     write(rows, args.out, args.dtype)
+    timings = args.timings or ROOT / "docs" / "perf" / "data" / f"{args.out.stem}.json.gz"
+    write_timings(timings_document(gemm, rows, args.dtype, torch.cuda.get_device_name()), timings)
 
 
 def _measure(gemm: Gemm, a: torch.Tensor, b, out: torch.Tensor, reps: int) -> dict:
@@ -95,7 +108,43 @@ def _measure(gemm: Gemm, a: torch.Tensor, b, out: torch.Tensor, reps: int) -> di
     t_best = median_ms(lambda: gemm.matmul(a, b, out=out, kernel=best), reps=reps)
     return dict(m=m, n=n, k=a.shape[1], oracle=min(t_best, t_oracle[best]), tuned=t_tuned,
                 cost_model=t_oracle[model_plan], tune_s=tune_s, candidates=len(everything),
-                tuned_plan=tuned, best_plan=best, model_plan=model_plan)
+                tuned_plan=tuned, best_plan=best, model_plan=model_plan, key=key, times=t_oracle)
+
+
+TIMINGS_FORMAT = "gemm-runtime dispatch timings"
+TIMINGS_VERSION = 1
+
+
+def timings_document(gemm: Gemm, rows: list[dict], dtype: str, device: str) -> dict:
+    """Every timed plan of ``rows`` (_measure's, with the model, layer and weights) and
+    what the cost model ranked them with: the kernels' specs, the occupancy and spills
+    the registry had, the device model and the default workspace."""
+    names = sorted({plan.kernel for r in rows for plan in r["times"]})
+    kernels = {name: gemm.registry.get(name) for name in names}
+    return {
+        "format": TIMINGS_FORMAT,
+        "version": TIMINGS_VERSION,
+        "device": device,
+        "date": datetime.date.today().isoformat(),
+        "dtype": dtype,
+        "device_model": dataclasses.asdict(gemm.device_model),
+        "workspace": list(gemm.dispatcher.default_workspace),
+        "kernels": {name: {"spec": k.spec.to_json(), "ctas_per_sm": k.ctas_per_sm, "spills": k.spills}
+                    for name, k in kernels.items()},
+        "problems": [
+            {"model": r["model"], "layer": r["layer"], "weights": r["weights"], "key": r["key"].to_json(),
+             "tuned": r["tuned_plan"].to_json(), "model_pick": r["model_plan"].to_json(),
+             "times_ms": [[plan.to_json(), ms] for plan, ms in r["times"].items()]}
+            for r in rows
+        ],
+    }  # fmt: skip
+
+
+def write_timings(doc: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    print(f"wrote {path}")
 
 
 def write(rows: list[dict], path: Path, dtype: str = "fp16") -> None:

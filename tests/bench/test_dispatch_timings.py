@@ -1,0 +1,83 @@
+"""bench.dispatch's timings file and bench/experiments/dispatch_regret.py, which re-ranks
+it with the tree's cost model (no GPU needed: a fake Gemm with real kernel specs)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from bench.dispatch import timings_document, write_timings
+from bench.experiments.dispatch_regret import read, regrets
+from codegen.config import default_config_paths, load_configs
+from codegen.families import Mainloop
+from codegen.vocabulary import BOrder, DataType
+from gemm_runtime.context import make_key
+from gemm_runtime.cost_model import DeviceModel
+from gemm_runtime.plan import LaunchSpec
+
+H200 = DeviceModel.of(90, 132, 1980000, 3201000, 6144)
+
+
+def _sm90_w4_256x128():
+    return next(k.spec for k in load_configs(default_config_paths())
+                if k.spec.mainloop is Mainloop.SM90_QUANT and k.spec.cta == (256, 128, 64)
+                and k.spec.b_type is DataType.U4 and k.spec.a_type is DataType.F16
+                and k.spec.d_type is DataType.F16 and not k.spec.grouped)  # fmt: skip
+
+
+def _document():
+    """The H200's llama3-70b down, W4, M = 1024 on 256x128 (docs/perf/dispatch_quant.md):
+    unsplit 608.8 us, two-way stream-K 818.8 (the run's own model picked the latter)."""
+    spec = _sm90_w4_256x128()
+    kernel = SimpleNamespace(spec=spec, ctas_per_sm=1, spills=0)
+    gemm = SimpleNamespace(registry=SimpleNamespace(get={spec.name: kernel}.__getitem__), device_model=H200,
+                           dispatcher=SimpleNamespace(default_workspace=(1 << 20, 32 << 20)))  # fmt: skip
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, 1024, 8192, 28672, arch=90)._replace(
+        b_type=DataType.U4, quant="u4g128")
+    whole, split = LaunchSpec(spec.name, 1, 0), LaunchSpec(spec.name, 2, 0)
+    rows = [dict(model="llama3-70b", layer="down", weights="w4", key=key, tuned_plan=whole, model_plan=split,
+                 times={whole: 0.6088, split: 0.8188})]  # fmt: skip
+    return timings_document(gemm, rows, "fp16", "NVIDIA H200"), whole, split
+
+
+def test_the_timings_file_round_trips(tmp_path):
+    doc, _, _ = _document()
+    path = tmp_path / "data" / "dispatch_quant.json.gz"
+    write_timings(doc, path)
+    assert read(path) == json.loads(json.dumps(doc))
+    problem = read(path)["problems"][0]
+    assert problem["key"]["n"] == 8192 and problem["model_pick"]["splits"] == 2 and len(problem["times_ms"]) == 2
+
+
+def test_regret_ranks_the_run_with_the_trees_cost_model(tmp_path):
+    doc, whole, split = _document()
+    path = tmp_path / "t.json.gz"
+    write_timings(doc, path)
+    (r,) = regrets(read(path))
+    # This tree prices stream-K shares that cross tiles (split_compute_factor): the
+    # unsplit launch, the faster one, is its pick; the run's model took the split.
+    assert r.pick == whole and r.ratio == pytest.approx(1.0) and r.best == whole
+    assert r.run_pick_ms == pytest.approx(0.8188) and r.untimed_ahead == 0
+    assert r.label == "llama3-70b down w4 M=1024"
+
+
+def test_regret_counts_untimed_plans_ranked_above_its_pick(tmp_path):
+    doc, whole, _ = _document()
+    last_swizzle = LaunchSpec(whole.kernel, 1, 3)  # its last swizzle: ties go to the preferred one, then the smaller
+    doc["problems"][0]["times_ms"] = [[last_swizzle.to_json(), 0.61]]
+    doc["problems"][0]["model_pick"] = last_swizzle.to_json()
+    path = tmp_path / "t.json.gz"
+    write_timings(doc, path)
+    (r,) = regrets(read(path))
+    assert r.pick == last_swizzle and r.untimed_ahead >= 3 and r.ratio == 1.0
+
+
+def test_read_refuses_another_format(tmp_path):
+    path = tmp_path / "x.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"format": "dispatch cache", "version": 1}, f)
+    with pytest.raises(ValueError, match="not a bench.dispatch timings file"):
+        read(path)
