@@ -283,7 +283,10 @@ class Sm90QuantFamily(MainloopFamily):
         where the model, pricing the shares at the tiles' rate, had predicted it 1-3%
         faster; at M = 128, shares that are whole fractions of a tile (tiles x splits at
         most the resident CTAs: 8b qkv 128x128 k2, 70b down 128x192 k3) ran 4-8% faster
-        than the next count, whose shares cross tiles. At 5% the model picks those."""
+        than the next count, whose shares cross tiles. At 5% the model takes the unsplit
+        tiles at M = 1024 and 70b down's three shares; 8b qkv's three it still predicts
+        10% faster than two. Larger factors moved decode picks to plans measured slower
+        (docs/NOTES.md, thirty-sixth session)."""
         return _STREAM_K_COMPUTE_FACTOR if splits > 1 and tiles * splits > slots else 1.0
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
