@@ -147,6 +147,16 @@ def write_timings(doc: dict, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def read_timings(path: Path) -> dict:
+    """A document write_timings wrote, checked for its format and version."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        doc = json.load(f)
+    if doc.get("format") != TIMINGS_FORMAT or doc.get("version") != TIMINGS_VERSION:
+        raise ValueError(f"{path}: not a bench.dispatch timings file (format {doc.get('format')!r}, version "
+                         f"{doc.get('version')!r}; expected {TIMINGS_FORMAT!r}, {TIMINGS_VERSION})")  # fmt: skip
+    return doc
+
+
 def write(rows: list[dict], path: Path, dtype: str = "fp16") -> None:
     tuned = [r["tuned"] / r["oracle"] for r in rows]
     model = [r["cost_model"] / r["oracle"] for r in rows]

@@ -16,21 +16,17 @@ the run's build did not: counted as `untimed ahead` of the pick).
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.dispatch import read_timings
 from codegen.spec import KernelSpec
 from gemm_runtime.context import ProblemKey
 from gemm_runtime.cost_model import DeviceModel
 from gemm_runtime.dispatch_cache import DispatchCache
 from gemm_runtime.dispatcher import Dispatcher
 from gemm_runtime.plan import LaunchSpec
-
-FORMAT = "gemm-runtime dispatch timings"  # bench.dispatch.TIMINGS_FORMAT
-VERSIONS = (1,)
 
 
 @dataclass(frozen=True)
@@ -60,16 +56,6 @@ class Regret:
     @property
     def ratio(self) -> float:
         return self.pick_ms / self.best_ms
-
-
-def read(path: Path) -> dict:
-    """A timings document, checked for its format and version."""
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        doc = json.load(f)
-    if doc.get("format") != FORMAT or doc.get("version") not in VERSIONS:
-        raise ValueError(f"{path}: not a bench.dispatch timings file (format {doc.get('format')!r}, "
-                         f"version {doc.get('version')!r}; expected {FORMAT!r}, {VERSIONS})")  # fmt: skip
-    return doc
 
 
 def regrets(doc: dict) -> list[Regret]:
@@ -107,7 +93,7 @@ def main() -> None:
     ap.add_argument("--show", type=float, default=1.05, help="print the problems at or above this ratio")
     args = ap.parse_args()
     for path in args.files:
-        doc = read(path)
+        doc = read_timings(path)
         rows = regrets(doc)
         print(f"## {path.name}: {doc['device']}, {doc['date']}, {doc['dtype']}, {len(rows)} problems")
         for r in rows:

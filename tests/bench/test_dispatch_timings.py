@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.dispatch import timings_document, write_timings
-from bench.experiments.dispatch_regret import read, regrets
+from bench.dispatch import read_timings, timings_document, write_timings
+from bench.experiments.dispatch_regret import regrets
 from codegen.config import default_config_paths, load_configs
 from codegen.families import Mainloop
 from codegen.vocabulary import BOrder, DataType
@@ -47,8 +47,8 @@ def test_the_timings_file_round_trips(tmp_path):
     doc, _, _ = _document()
     path = tmp_path / "data" / "dispatch_quant.json.gz"
     write_timings(doc, path)
-    assert read(path) == json.loads(json.dumps(doc))
-    problem = read(path)["problems"][0]
+    assert read_timings(path) == json.loads(json.dumps(doc))
+    problem = read_timings(path)["problems"][0]
     assert problem["key"]["n"] == 8192 and problem["model_pick"]["splits"] == 2 and len(problem["times_ms"]) == 2
 
 
@@ -56,7 +56,7 @@ def test_regret_ranks_the_run_with_the_trees_cost_model(tmp_path):
     doc, whole, split = _document()
     path = tmp_path / "t.json.gz"
     write_timings(doc, path)
-    (r,) = regrets(read(path))
+    (r,) = regrets(read_timings(path))
     # This tree prices stream-K shares that cross tiles (split_compute_factor): the
     # unsplit launch, the faster one, is its pick; the run's model took the split.
     assert r.pick == whole and r.ratio == pytest.approx(1.0) and r.best == whole
@@ -71,7 +71,7 @@ def test_regret_counts_untimed_plans_ranked_above_its_pick(tmp_path):
     doc["problems"][0]["model_pick"] = last_swizzle.to_json()
     path = tmp_path / "t.json.gz"
     write_timings(doc, path)
-    (r,) = regrets(read(path))
+    (r,) = regrets(read_timings(path))
     assert r.pick == last_swizzle and r.untimed_ahead >= 3 and r.ratio == 1.0
 
 
@@ -80,4 +80,4 @@ def test_read_refuses_another_format(tmp_path):
     with gzip.open(path, "wt") as f:
         json.dump({"format": "dispatch cache", "version": 1}, f)
     with pytest.raises(ValueError, match="not a bench.dispatch timings file"):
-        read(path)
+        read_timings(path)
