@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.dispatch import read_timings
+from bench.dispatch import _short, read_timings
 from codegen.spec import KernelSpec
 from gemm_runtime.context import ProblemKey
 from gemm_runtime.cost_model import DeviceModel
@@ -80,11 +80,6 @@ def regrets(doc: dict) -> list[Regret]:
         run_pick = times[LaunchSpec.from_json(problem["model_pick"])]
         out.append(Regret(label, key, pick, times[pick], best, times[best], ranking.index(pick), run_pick))
     return out
-
-
-def _short(plan: LaunchSpec) -> str:
-    tile = plan.kernel.split("_accf32_")[-1].split("_nk_")[0].split("_kn_")[0]
-    return f"{'unpack + ' if plan.unpack else ''}{tile} k{plan.splits} z{plan.swizzle}"
 
 
 def main() -> None:

@@ -382,9 +382,25 @@ def test_staged_256x128_leads_the_sm80_class_w4_kernels_and_wgmma_still_wins_on_
         (Mainloop.SM80_STAGED, (256, 128, 64), 4), best  # fmt: skip
 
 
+def _quant_key(bits: int, m: int, n: int, k: int) -> ProblemKey:
+    """fp16 activations and output, packed weights of ``bits`` in groups of 128, sm_90."""
+    return make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=90)._replace(
+        b_type=DataType(f"u{bits}"), quant=f"u{bits}g128")
+
+
+def _quant_pick(bits: int, m: int, n: int, k: int):
+    """The model's first plan over the default set's fp16 kernels of ``bits`` (not
+    grouped) on the H200: (its kernel's spec, the plan)."""
+    key = _quant_key(bits, m, n, k)
+    kernels = [kk for kk in _kernels(90) if kk.spec.b_type.bits == bits and kk.spec.a_type is DataType.F16
+               and kk.spec.d_type is DataType.F16 and not kk.spec.grouped
+               and infeasible_reason(kk.spec, key) is None]  # fmt: skip
+    plan = rank(kernels, key, H200, **WORKSPACE)[0][1]
+    return next(kk.spec for kk in kernels if kk.name == plan.kernel), plan
+
+
 def _w4_ranking(m: int, n: int, k: int) -> list:
-    key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=90)._replace(b_type=DataType.U4,
-                                                                                      quant="u4g128")  # fmt: skip
+    key = _quant_key(4, m, n, k)
     kernels = [kk for kk in _kernels(90) if kk.spec.b_type is DataType.U4 and kk.spec.a_type is DataType.F16
                and not kk.spec.grouped]  # fmt: skip
     return [plan for _, plan in rank(kernels, key, H200, **WORKSPACE)]
@@ -654,14 +670,10 @@ def test_sm90_quant_stream_k_only_where_whole_tiles_leave_sms_idle(bits) -> None
     took two-way stream-K there too) and the 128-token tiles at M = 128, with shares that
     are whole fractions of a tile where that fills the SMs (70b down, 43 tiles of 128x192:
     three shares on 129 CTAs measured 7-8% faster than four on 132)."""
-    kernels = [kk for kk in _kernels(90) if kk.spec.b_type.bits == bits and kk.spec.a_type is DataType.F16
-               and kk.spec.d_type is DataType.F16 and not kk.spec.grouped]  # fmt: skip
 
     def pick(m: int, n: int, k: int):
-        key = make_key(DataType.F16, BOrder.NK, DataType.F16, m, n, k, arch=90)._replace(
-            b_type=DataType(f"u{bits}"), quant=f"u{bits}g128")
-        plan = rank([kk for kk in kernels if infeasible_reason(kk.spec, key) is None], key, H200, **WORKSPACE)[0][1]
-        return next(kk.spec for kk in kernels if kk.name == plan.kernel), plan.splits
+        spec, plan = _quant_pick(bits, m, n, k)
+        return spec, plan.splits
 
     for n, k in ((4096, 4096), (4096, 14336), (8192, 8192), (8192, 28672)):
         spec, splits = pick(1024, n, k)
@@ -703,14 +715,7 @@ def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
     for row in _dispatch_table(table):
         if row["m"] < 128:
             continue
-        bits = row["bits"]
-        key = make_key(DataType.F16, BOrder.NK, DataType.F16, row["m"], row["n"], row["k"], arch=90)._replace(
-            b_type=DataType(f"u{bits}"), quant=f"u{bits}g128")
-        kernels = [kk for kk in _kernels(90) if kk.spec.b_type.bits == bits and kk.spec.a_type is DataType.F16
-                   and kk.spec.d_type is DataType.F16 and not kk.spec.grouped
-                   and infeasible_reason(kk.spec, key) is None]  # fmt: skip
-        plan = rank(kernels, key, H200, **WORKSPACE)[0][1]
-        spec = next(kk.spec for kk in kernels if kk.name == plan.kernel)
+        spec, plan = _quant_pick(row["bits"], row["m"], row["n"], row["k"])
         family = "sm90" if spec.mainloop is Mainloop.SM90_QUANT else spec.mainloop.value
         tile = "x".join(map(str, spec.cta)) + "_w" + "x".join(map(str, spec.warps)) + f"_s{spec.stages}"
         t = row["times"].get((family, tile, plan.splits))
