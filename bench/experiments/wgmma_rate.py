@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -214,6 +215,14 @@ class Probe:
         )
 
     @property
+    def fits_register_file(self) -> bool:
+        """The accumulators (N / 2 floats a thread per m64 block) and the register A
+        fragments with some room, within a thread's share of the 64K registers at one CTA
+        an SM: N = 256 with four warpgroups needs 128 accumulators of 128 registers."""
+        budget = min(255, 65536 // (128 * self.warpgroups))
+        return self.blocks * self.tokens // 2 + 32 <= budget
+
+    @property
     def smem_bytes(self) -> int:
         """The operands' bytes, and at least 120 KiB: one CTA per SM, as the GEMM kernels run."""
         operands = self.tokens * K_TILE * 2 + self.warpgroups * self.blocks * 64 * K_TILE * 2 + 1024
@@ -250,7 +259,9 @@ def main() -> None:
     if args.handshake:
         probes += [Probe(n, True, alu, w, True, op) for op in args.ops for n in args.tokens
                    for alu in (0, max(args.alu)) for w in args.warpgroups]  # fmt: skip
-    built = compile_probes(probes)
+    for probe in (p for p in probes if not p.fits_register_file):
+        print(f"skipped {probe.name}: its accumulators do not fit a thread's registers", file=sys.stderr)
+    built = compile_probes([p for p in probes if p.fits_register_file])
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sink = torch.zeros(256, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream

@@ -33,7 +33,10 @@ def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
     probes = [Probe(64, True, 64, 2), Probe(256, True, 0, 1, handshake=True), Probe(128, False, 64, 2, op="hfma2"),
               Probe(64, True, 32, 1, op="hfma2"), Probe(64, True, 128, 2, blocks=2), Probe(64, False, 64, 1, blocks=2),
               Probe(64, True, 64, 1, op="alu_imm"), Probe(256, True, 128, 2, op="uniform"),
-              Probe(64, False, 64, 2, op="uniform", blocks=2)]
+              Probe(64, False, 64, 2, op="uniform", blocks=2), Probe(64, True, 128, 4, op="lop3")]
+    assert all(p.fits_register_file for p in probes)
+    # 128 accumulators a thread where four warpgroups leave 128 registers: ptxas refuses it
+    assert not Probe(256, True, 0, 4).fits_register_file
     try:
         built = compile_probes(probes)
     except CompileError as err:
