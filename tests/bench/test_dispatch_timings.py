@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import statistics
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -81,3 +83,21 @@ def test_read_refuses_another_format(tmp_path):
         json.dump({"format": "dispatch cache", "version": 1}, f)
     with pytest.raises(ValueError, match="not a bench.dispatch timings file"):
         read_timings(path)
+
+
+def test_the_trees_model_on_the_recorded_h100_run():
+    """docs/perf/data/dispatch_quant_h100.json.gz: every feasible plan of 48 quantized
+    problems (llama3-8b / 70b, W4 / W8, M = 16, 128, 1024) timed on an H100, re-ranked with
+    this tree's cost model. At M = 128 and 1024 each pick is within 8% of the fastest timed
+    plan (the run's own model: 1.059 and 1.072 at worst; without the sm90_quant stream-K
+    price, 1.79 at M = 1024, llama3-70b down), and the model is within 1% of the oracle in
+    the median over all 48 (1.005; 1.036 without that price). M = 16 is not pinned: its W8
+    picks are the model's known weak spot (up to 1.29, docs/NOTES.md)."""
+    path = Path(__file__).resolve().parents[2] / "docs" / "perf" / "data" / "dispatch_quant_h100.json.gz"
+    rows = regrets(read_timings(path))
+    assert len(rows) == 48
+    prefill = [r for r in rows if r.key.m >= 128]
+    assert len(prefill) == 32
+    for r in prefill:
+        assert r.ratio <= 1.08, (r.label, r.pick, r.best, r.ratio)
+    assert statistics.median(r.ratio for r in rows) <= 1.01
