@@ -11,7 +11,9 @@ timed (every one is launched and checked against the defaults' output first):
 
 A variant is one or more settings joined by commas: a define of the header, or
 `stages=N` or `blocks=N` (the kernel's tile, tests/sm90_quant_kernel.py's QuantKernel
-fields) or `splits=N` (the launch's), e.g. `blocks=2,splits=2`. Prints a row
+fields) or `splits=N` (the launch's) or `header=PATH` (another kernel_sm90_quant.cuh in
+place of the tree's, e.g. an earlier commit's: `git show REV:templates/include/gemm/sm90/
+kernel_sm90_quant.cuh > old.cuh`), e.g. `blocks=2,splits=2`. Prints a row
 per problem (the plan, the defaults' time, each variant's, and defaults / variant: above
 1, the variant is faster; "-" where the variant's tile is not a valid one), then the
 medians of those ratios per M over the problems each variant ran.
@@ -70,10 +72,11 @@ def variant_of(settings: tuple[str, ...], base: QuantKernel, splits: int) -> tup
     """A variant's kernel (None where its tile breaks the family's rules) and split count:
     ``base`` and ``splits`` with the variant's settings applied."""
     fields = {k: int(v) for k, v in (s.split("=") for s in settings if "=" in s) if k in FIELDS}
-    defines = tuple(s for s in settings if s.split("=")[0] not in (*FIELDS, "splits"))
+    defines = tuple(s for s in settings if s.split("=")[0] not in (*FIELDS, "splits", "header"))
     splits = next((int(s.split("=")[1]) for s in settings if s.startswith("splits=")), splits)
+    header = next((s.split("=", 1)[1] for s in settings if s.startswith("header=")), "")
     kernel = QuantKernel(base.dtype, base.bits, base.out, base.tokens, base.rows, fields.get("stages", base.stages),
-                         defines=defines, blocks=fields.get("blocks", base.blocks))  # fmt: skip
+                         defines=defines, blocks=fields.get("blocks", base.blocks), header=header)  # fmt: skip
     spec = kernel.spec
     return (None if spec.mainloop.tile_error(spec.cta, spec.warps, spec.stages) else kernel), splits
 
