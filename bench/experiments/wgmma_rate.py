@@ -31,6 +31,9 @@ N = 64 where `lop3` is not, the vector register file's ports (which a wgmma read
 accumulators and register A through) are the limit, and `alu_imm` (one read where lop3
 has three) should fall between; if `uniform` costs as much as `lop3`, it is the issue of
 the instructions themselves (the sub-partition's dispatch), whatever they read.
+The thirty-seventh session's run (docs/perf/wgmma_rate_kinds.md, H100) found neither
+alone: beside N = 64 each `uniform` instruction cost about an issue slot as `lop3` did
+(1.0 and 1.15 clocks a warp instruction), `alu_imm` 0.6.
 (The instruction classes were checked in the probes' SASS, NVRTC 13.0: `uniform` 64 a
 thread gives 128 ULOP3 in the two-K-tile loop and no vector LOP3; `alu_imm` 64 gives
 64 LOP3 and 64 VIADD / IADD3 with one register and an immediate each.)
@@ -259,9 +262,10 @@ def main() -> None:
     if args.handshake:
         probes += [Probe(n, True, alu, w, True, op) for op in args.ops for n in args.tokens
                    for alu in (0, max(args.alu)) for w in args.warpgroups]  # fmt: skip
-    for probe in (p for p in probes if not p.fits_register_file):
+    fitting = [p for p in probes if p.fits_register_file]
+    for probe in (p for p in probes if p not in fitting):
         print(f"skipped {probe.name}: its accumulators do not fit a thread's registers", file=sys.stderr)
-    built = compile_probes([p for p in probes if p.fits_register_file])
+    built = compile_probes(fitting)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sink = torch.zeros(256, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
