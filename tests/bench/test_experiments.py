@@ -173,8 +173,8 @@ def test_sm90_quant_knobs_plans_and_variants():
     assert variant_of(("GEMM_SM90Q_LEAVE_OUT=3",), base, 3) == (QuantKernel("f16", 4, "f16", 64, 128, 8,
                                                                            defines=("GEMM_SM90Q_LEAVE_OUT=3",)), 3)
     assert variant_of(("stages=9",), base, 3)[0] is None  # past the ring's 8
-    kernel, _ = variant_of(("header=old.cuh", "GEMM_SM90Q_PIN_LANE_OFFSETS=0"), base, 3)
-    assert (kernel.header, kernel.defines) == ("old.cuh", ("GEMM_SM90Q_PIN_LANE_OFFSETS=0",))
+    kernel, _ = variant_of(("header=old.cuh", "GEMM_SM90Q_WGMMA_DEPTH=2"), base, 3)
+    assert (kernel.header, kernel.defines) == ("old.cuh", ("GEMM_SM90Q_WGMMA_DEPTH=2",))
     assert variant_of(("blocks=2",), QuantKernel("f16", 4, "f16", 128, 128, 6), 1)[0] is None  # 128 tokens
 
 

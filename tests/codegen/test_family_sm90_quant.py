@@ -410,3 +410,40 @@ def test_two_block_kernels_compile(dtype: str, bits: int) -> None:
         rep = report(log, spec.name)
         assert rep["spill_stores"] == rep["spill_loads"] == 0, log
         assert "serialized" not in log, log
+
+
+@pytest.mark.parametrize("tokens, rows, stages", [(64, 128, 8), (128, 128, 6)])
+def test_the_consumer_derives_its_lane_offsets_once(tokens: int, rows: int, stages: int) -> None:
+    """The consumer's lane-dependent shared-memory offsets (LaneOffsets) and its ring
+    leader are made once, before the K loop, and pinned (pin_register): in the PTX %tid.x
+    is read a few times at the kernel's start. Unpinned, NVVM sank those reads (and the
+    arithmetic after them) into the K loop beside each K tile's loads: 8 reads, 10 before
+    LaneOffsets (docs/NOTES.md, thirty-seventh session). Each re-derivation is
+    instructions a consumer warp issues every K tile, which beside a 64- or 128-token
+    wgmma cost about an issue slot each."""
+    from codegen.render import render_kernel
+    from tests.sm90_smoke import nvrtc_ptx
+
+    spec = QuantKernel("f16", 4, "f16", tokens, rows, stages).spec
+    ok, log, ptx = nvrtc_ptx(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+    assert ok, log
+    assert ptx.count("%tid.x;") <= 3, ptx.count("%tid.x;")
+
+
+@pytest.mark.parametrize("dtype, bits", [("f16", 4), ("bf16", 4), ("f16", 8)])
+def test_a_groups_scale_and_zero_reach_the_dequantization_as_16_bit_pairs(dtype: str, bits: int) -> None:
+    """Dequant::make pairs a scale or zero with itself as {h, h} (gemm::twice), which
+    ptxas folds into the paired multiplies' .H0_H0 operand selector. A 32-bit multiply by
+    0x10001 pairs it too, but as an IMAD per constant: four or eight a K tile in every
+    consumer warp (groups of 128, 32), each about an issue slot beside a 64- or 128-token
+    wgmma (docs/perf/wgmma_rate_kinds.md)."""
+    import re
+
+    from codegen.render import render_kernel
+    from tests.sm90_smoke import nvrtc_ptx
+
+    spec = QuantKernel(dtype, bits, dtype, 64, 128, 8).spec
+    ok, log, ptx = nvrtc_ptx(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+    assert ok, log
+    assert not re.findall(r"mul\.lo\.\w+\s+[^;]*,\s*65537;", ptx)
+    assert re.search(r"mov\.b32\s+%r\d+, \{%rs(\d+), %rs\1\};", ptx)

@@ -28,7 +28,14 @@ namespace gemm {
 using BlockFragments = u32[2][2];
 
 // A 16-bit value in both halves of a register (a column's scale or zero, packed).
-__device__ __forceinline__ u32 twice(u16 v) { return static_cast<u32>(v) * 0x10001u; }
+// NOTE: as a PTX pair {v, v}, which ptxas folds into the f16x2 / bf16x2 instruction that
+// reads it (an .H0_H0 operand); v * 0x10001 cost an IMAD per scale and zero, in every
+// K tile of the sm90_quant consumer (thirty-eighth session, docs/NOTES.md).
+__device__ __forceinline__ u32 twice(u16 v) {
+  u32 d;
+  asm("mov.b32 %0, {%1, %1};\n" : "=r"(d) : "h"(v));
+  return d;
+}
 
 template <class T, int Bits>
 struct Dequant;

@@ -403,12 +403,37 @@ struct Sm90QuantStage {
   __device__ __forceinline__ u32 zeros(int s) const { return scales(s) + Cfg::kVRows * Cfg::kRows * 2; }
 };
 
+// A consumer lane's byte offsets into a stage for one m64 block (local_row0: the warp's
+// first weight row in the CTA): its first packed word (n8 tile local_row0 / 8, k32 block
+// 0) and its row's scale and zero (half 0, group 0); the other tiles, blocks and groups
+// are constants beyond them.
+// NOTE: made once before the K loop and pinned there (pin_register): NVVM otherwise
+// re-derives them from threadIdx next to their loads, an S2R and about eight integer
+// instructions in every K tile of every consumer warp, which beside a 64- or 128-token
+// wgmma cost about an issue slot each (docs/perf/wgmma_rate_kinds.md).
+struct LaneOffsets {
+  u32 words;
+  u32 rows;
+};
+
+__device__ __forceinline__ u32 pin_register(u32 v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+template <class Cfg>
+__device__ __forceinline__ LaneOffsets lane_offsets(int local_row0, int lane) {
+  const u32 words = static_cast<u32>((local_row0 / 8 * 2 * 32 + lane) * Cfg::kWords * 4);
+  const u32 rows = static_cast<u32>(2 * (local_row0 + lane / 4));
+  return {pin_register(words), pin_register(rows)};
+}
+
 // A warp's A registers of one K tile (stage s): [k32 block][k16 step][register], the two
 // n8 tiles of its 16 weight rows dequantized (registers {tile 0 reg 0, tile 1 reg 0,
 // tile 0 reg 1, tile 1 reg 1} of each step, see wgmma_rs). A row's scale and zero are
 // made once per group: once per K tile, twice for groups of 32 (VRows, quant_v_rows).
 template <class Cfg, int VRows>
-__device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, int local_row0, int lane,
+__device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, LaneOffsets lane,
                                                   u32 (&a)[2][2][4]) {
   using D = Dequant<typename Cfg::TA, Cfg::kBits>;
   static_assert(D::kWords == Cfg::kWords, "the packed words per lane and block");
@@ -417,16 +442,17 @@ __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st,
   for (int g = 0; g < VRows; ++g)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int v = g * Cfg::kRows + local_row0 + 8 * half + lane / 4;  // this lane's weight row (B column g)
-      c[g][half] = D::make(ld_shared_u16(st.scales(s) + 2 * v), ld_shared_u16(st.zeros(s) + 2 * v));
+      // this lane's weight row (B column g): row local_row0 + 8 half + lane / 4 of group g
+      const u32 v = lane.rows + static_cast<u32>(2 * (g * Cfg::kRows + 8 * half));
+      c[g][half] = D::make(ld_shared_u16(st.scales(s) + v), ld_shared_u16(st.zeros(s) + v));
     }
 #pragma unroll
   for (int kb = 0; kb < 2; ++kb) {
     BlockFragments f[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int tile = local_row0 / 8 + half;
-      const u32 words = st.w(s) + static_cast<u32>(((tile * 2 + kb) * 32 + lane) * Cfg::kWords * 4);
+      // n8 tile local_row0 / 8 + half, k32 block kb: 32 lanes of kWords words each
+      const u32 words = st.w(s) + lane.words + static_cast<u32>((half * 2 + kb) * 32 * Cfg::kWords * 4);
       u32 w[D::kWords];
       if constexpr (D::kWords == 1) {
         w[0] = ld_shared_u32(words);
@@ -538,7 +564,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   __shared__ u64 handoff_full_bar, handoff_empty_bar;  // the hand-off staging (HandoffTile)
   if (dynamic_smem_size() < static_cast<u32>(Cfg::kSmemBytes)) __trap();
 
-  const Sm90QuantStage<Cfg> st{(smem_addr(smem_raw) + 1023u) & ~1023u};
+  const Sm90QuantStage<Cfg> st{pin_register((smem_addr(smem_raw) + 1023u) & ~1023u)};
   const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
   const int k_tiles = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;  // of every output tile
@@ -584,8 +610,12 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     }
     return at;
   };
-  auto full = [&](int s) { return smem_addr(&full_bar[s]); };
-  auto empty = [&](int s) { return smem_addr(&empty_bar[s]); };
+  // NOTE: the rings' shared-memory addresses made once and pinned (pin_register): from
+  // &bar[s] the compiler remade them at every use (an S2UR of the CTA's id and two
+  // uniform instructions), in every K tile; so with the stages' base (st).
+  const u32 full_bar0 = pin_register(smem_addr(&full_bar[0])), empty_bar0 = pin_register(smem_addr(&empty_bar[0]));
+  auto full = [&](int s) { return full_bar0 + static_cast<u32>(s * sizeof(u64)); };
+  auto empty = [&](int s) { return empty_bar0 + static_cast<u32>(s * sizeof(u64)); };
   const u32 ring_free = smem_addr(&ring_free_bar);
 
   // Whether this launch's tiles leave through the hand-off (uniform: from the parameters).
@@ -698,9 +728,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // NOTE: unsigned: a power-of-two ring's stage and phase are then a mask and a shift.
   auto stage_of = [](int it) { return static_cast<int>(static_cast<u32>(it) % kStages); };
   auto wait_full = [&](int it) { mbar_wait(full(stage_of(it)), (static_cast<u32>(it) / kStages) & 1u); };
-  auto release = [&](int it) {
-    if (lane == 0) mbar_arrive(empty(stage_of(it)));
-  };
+  const u32 ring_leader = pin_register(lane == 0 ? 1u : 0u);
+  auto release = [&](int it) { mbar_arrive_if(empty(stage_of(it)), ring_leader); };
 
   // Stage 0's X tile; the others and the k16 steps are offsets of it (smem_desc_advance).
   const u64 x_desc0 = smem_desc_kmajor_sw128(st.x(0));
@@ -708,6 +737,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // ---- register A: D^T = W . X^T ----
   // The warp's 16 weight rows of block b (Cfg::kBlocks m64 blocks per warpgroup).
   auto local_row0 = [&](int b) { return 64 * (wg * Cfg::kBlocks + b) + 16 * warp; };
+  LaneOffsets lane_offs[Cfg::kBlocks];
+  const u32 two_groups = pin_register(v_rows == 2 ? 1u : 0u);  // per K tile (else a parameter load in each)
+#pragma unroll
+  for (int b = 0; b < Cfg::kBlocks; ++b) lane_offs[b] = lane_offsets<Cfg>(local_row0(b), lane);
   using ARegs = u32[Cfg::kBlocks][2][2][4];  // a K tile's A registers: [block][k32 block][k16 step][register]
   auto fence_a = [](ARegs& a) {
 #pragma unroll
@@ -727,10 +760,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     if (GEMM_SM90Q_LEAVE_OUT != 3) {
 #pragma unroll
       for (int b = 0; b < Cfg::kBlocks; ++b) {
-        if (v_rows == 2) {
-          quant_a_fragments<Cfg, 2>(st, stage_of(it), local_row0(b), lane, a[b]);
+        if (two_groups) {
+          quant_a_fragments<Cfg, 2>(st, stage_of(it), lane_offs[b], a[b]);
         } else {
-          quant_a_fragments<Cfg, 1>(st, stage_of(it), local_row0(b), lane, a[b]);
+          quant_a_fragments<Cfg, 1>(st, stage_of(it), lane_offs[b], a[b]);
         }
       }
     }

@@ -68,6 +68,16 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// mbar_arrive where `arrive` is nonzero, as one predicated instruction: the address is
+// made by every thread (on the uniform datapath where it is uniform) rather than behind
+// a divergent branch, where the compiler computes it in vector registers.
+__device__ __forceinline__ void mbar_arrive_if(u32 bar, u32 arrive) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.u32 p, %1, 0;\n @p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+      "r"(arrive)
+      : "memory");
+}
+
 // One arrival that also raises the expected transaction count by `bytes`: the phase then
 // completes only once the TMA copies signalling this barrier delivered that many bytes.
 __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
