@@ -412,6 +412,17 @@ def test_two_block_kernels_compile(dtype: str, bits: int) -> None:
         assert "serialized" not in log, log
 
 
+def _consumer_ptx(kernel: QuantKernel) -> str:
+    """The PTX NVRTC makes of ``kernel`` as the registry would render it."""
+    from codegen.render import render_kernel
+    from tests.sm90_smoke import nvrtc_ptx
+
+    spec = kernel.spec
+    ok, log, ptx = nvrtc_ptx(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+    assert ok, log
+    return ptx
+
+
 @pytest.mark.parametrize("tokens, rows, stages", [(64, 128, 8), (128, 128, 6)])
 def test_the_consumer_derives_its_lane_offsets_once(tokens: int, rows: int, stages: int) -> None:
     """The consumer's lane-dependent shared-memory offsets (LaneOffsets) and its ring
@@ -421,12 +432,7 @@ def test_the_consumer_derives_its_lane_offsets_once(tokens: int, rows: int, stag
     LaneOffsets (docs/NOTES.md, thirty-seventh session). Each re-derivation is
     instructions a consumer warp issues every K tile, which beside a 64- or 128-token
     wgmma cost about an issue slot each."""
-    from codegen.render import render_kernel
-    from tests.sm90_smoke import nvrtc_ptx
-
-    spec = QuantKernel("f16", 4, "f16", tokens, rows, stages).spec
-    ok, log, ptx = nvrtc_ptx(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
-    assert ok, log
+    ptx = _consumer_ptx(QuantKernel("f16", 4, "f16", tokens, rows, stages))
     assert ptx.count("%tid.x;") <= 3, ptx.count("%tid.x;")
 
 
@@ -439,11 +445,6 @@ def test_a_groups_scale_and_zero_reach_the_dequantization_as_16_bit_pairs(dtype:
     wgmma (docs/perf/wgmma_rate_kinds.md)."""
     import re
 
-    from codegen.render import render_kernel
-    from tests.sm90_smoke import nvrtc_ptx
-
-    spec = QuantKernel(dtype, bits, dtype, 64, 128, 8).spec
-    ok, log, ptx = nvrtc_ptx(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
-    assert ok, log
+    ptx = _consumer_ptx(QuantKernel(dtype, bits, dtype, 64, 128, 8))
     assert not re.findall(r"mul\.lo\.\w+\s+[^;]*,\s*65537;", ptx)
     assert re.search(r"mov\.b32\s+%r\d+, \{%rs(\d+), %rs\1\};", ptx)
