@@ -43,6 +43,27 @@
 // 64; producer, stream-K and epilogue (StagedTile) are the same. Measured slower than
 // the register-A form on every problem timed (docs/NOTES.md).
 #pragma once
+// Experiment knobs (bench/experiments/sm90_quant_variants.py; the generated kernels
+// leave them at their defaults): GEMM_SM90Q_LEAVE_OUT 1 drops the epilogue, 2 the
+// wgmma (commit and waits stay), 3 the dequantization (the A registers keep whatever
+// they hold), 4 the X copies, 5 the weight, scale and zero copies (the stages keep
+// whatever they hold), 6 the shared-B form's warpgroup barriers and proxy fence around
+// the dequantized tile's writes, 7 stream-K's hand-over of partial sums, 8 its flags
+// (the partials are written and read without waiting), 9 all of it but the partials'
+// writes (wrong sums: timing only); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a
+// consumer leaves in flight while it dequantizes the next K tile (0 or 1);
+// GEMM_SM90Q_SK_FENCE 0 drops the fence between a stream-K share's partials and its flag.
+#ifndef GEMM_SM90Q_LEAVE_OUT
+#define GEMM_SM90Q_LEAVE_OUT 0
+#endif
+#ifndef GEMM_SM90Q_SK_FENCE
+#define GEMM_SM90Q_SK_FENCE 1
+#endif
+#ifndef GEMM_SM90Q_WGMMA_DEPTH
+#define GEMM_SM90Q_WGMMA_DEPTH 1
+#endif
+// (before the includes: stream_k.cuh reads them)
+
 #include "gemm/dequant.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped.cuh"
@@ -50,20 +71,6 @@
 #include "gemm/sm90/ptx_sm90.cuh"
 #include "gemm/sm90/stream_k.cuh"
 #include "gemm/split_k.cuh"
-
-// Experiment knobs (bench/experiments/sm90_quant_variants.py; the generated kernels
-// leave them at their defaults): GEMM_SM90Q_LEAVE_OUT 1 drops the epilogue, 2 the
-// wgmma (commit and waits stay), 3 the dequantization (the A registers keep whatever
-// they hold), 4 the X copies, 5 the weight, scale and zero copies (the stages keep
-// whatever they hold), 6 the shared-B form's warpgroup barriers and proxy fence around
-// the dequantized tile's writes (wrong sums: timing only); GEMM_SM90Q_WGMMA_DEPTH is the
-// wgmma groups a consumer leaves in flight while it dequantizes the next K tile (0 or 1).
-#ifndef GEMM_SM90Q_LEAVE_OUT
-#define GEMM_SM90Q_LEAVE_OUT 0
-#endif
-#ifndef GEMM_SM90Q_WGMMA_DEPTH
-#define GEMM_SM90Q_WGMMA_DEPTH 1
-#endif
 
 namespace gemm {
 
@@ -942,9 +949,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       }
     } else if (kt_begin > 0) {
       // The tile's head is another rank's: hand the sums over.
-      stream_k_give<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, rank, rows_left, threadIdx.x);
+      if (GEMM_SM90Q_LEAVE_OUT != 7)
+        stream_k_give<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, rank, rows_left, threadIdx.x);
     } else {
-      if (n < k_tiles) {
+      if (n < k_tiles && GEMM_SM90Q_LEAVE_OUT != 7 && GEMM_SM90Q_LEAVE_OUT != 9) {
         // The tile's rest is the ranks above's (stream_k.cuh).
         const int last = sk.rank_of(static_cast<long long>(tile + 1) * k_tiles - 1);
         stream_k_take<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, sk, rank + 1, last, rows_left,

@@ -13,6 +13,8 @@
 // it, which hold the tile's rest at the start of theirs: by then they are long done, and
 // being of lower block index they started first, so no wait can hang even when other
 // kernels hold some SMs and not all of the grid is resident.
+// Its experiment knobs (GEMM_SM90Q_LEAVE_OUT, GEMM_SM90Q_SK_FENCE) are kernel_sm90_quant.cuh's,
+// defined there before this file is included.
 #pragma once
 #include "gemm/ptx.cuh"
 #include "gemm/split_k.cuh"
@@ -40,9 +42,9 @@ __device__ __forceinline__ void stream_k_give(const float* acc, RowOf row_of, co
   float* mine = p.partials + static_cast<i64>(rank) * kTileFloats;
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
-  __threadfence();  // the partials are visible GPU-wide before the flag
+  if (GEMM_SM90Q_SK_FENCE) __threadfence();  // the partials are visible GPU-wide before the flag
   named_barrier_sync<kThreads>(kSplitKBarrier);
-  if (tid == 0) st_release_gpu(p.semaphores + rank, 1);
+  if (tid == 0 && GEMM_SM90Q_LEAVE_OUT != 8 && GEMM_SM90Q_LEAVE_OUT != 9) st_release_gpu(p.semaphores + rank, 1);
 }
 
 // The tile's head share adds the sums of ranks first .. last (their shares hold the rest
@@ -50,7 +52,7 @@ __device__ __forceinline__ void stream_k_give(const float* acc, RowOf row_of, co
 template <int kThreads, int kAcc, int kTileFloats, class RowOf, class Params>
 __device__ __forceinline__ void stream_k_take(float* acc, RowOf row_of, const Params& p, const StreamK& sk, int first,
                                               int last, int rows_left, int tid) {
-  if (tid == 0) {
+  if (tid == 0 && GEMM_SM90Q_LEAVE_OUT != 8) {
     for (int r = first; r <= last; ++r) {
       if (sk.begin(r) == sk.begin(r + 1)) continue;  // an empty share hands nothing over
       while (ld_acquire_gpu(p.semaphores + r) == 0) {
