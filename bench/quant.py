@@ -36,6 +36,24 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 2 / (t * 1e-3)
 
 
+def launch_floor_us() -> float:
+    """A timed launch of a one-element kernel, timed as every problem here is (L2 flushed,
+    events): the least any kernel's time can be under this measure."""
+    one = torch.zeros(1, device="cuda")
+    return interleaved_medians_ms([lambda: one.add_(1.0)])[0] * 1e3
+
+
+def ceiling_speedup(peer_us: float, flops: float, rate: float, floor_us: float) -> float:
+    """The most a kernel could gain on the peer's ``peer_us`` if it ran the problem's
+    ``flops`` at ``rate`` FLOP/s (the best rate the peer reached in the same run) after a
+    timed launch's ``floor_us``, with its loads, dequantization, pipeline fill and epilogue
+    all free: the bound the tensor cores put on a quantized kernel's speedup once it is
+    compute-bound."""
+    if peer_us <= 0 or flops <= 0 or rate <= 0 or floor_us < 0:
+        raise ValueError(f"peer_us {peer_us}, flops {flops} and rate {rate} must be > 0, floor_us {floor_us} >= 0")
+    return peer_us / (floor_us + flops / rate * 1e6)
+
+
 def w4_layers(models: list[str]) -> Iterator[tuple[str, int, int, torch.Tensor, PackedWeight]]:
     """Per layer of ``models`` (bench/shapes.yaml): its label, N, K, a random fp16 weight
     [N, K] on the GPU and that weight in 4 bits, groups of 128, packed."""
@@ -85,7 +103,8 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references
     gemm = Gemm()
     bw = copy_bandwidth()
-    print(f"copy bandwidth: {bw / 1e12:.2f} TB/s")
+    floor_us = launch_floor_us()
+    print(f"copy bandwidth: {bw / 1e12:.2f} TB/s; a timed launch's floor: {floor_us:.1f} us")
     lines = [
         f"# Weight-only quantized GEMM against {label}",
         "",
@@ -115,6 +134,7 @@ def main() -> None:
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     speedups: dict[tuple[int, int], list[float]] = {}
+    peer_runs: dict[tuple[int, int], list[tuple[float, float]]] = {}  # (peer µs, FLOPs) per problem
     for bits in args.bits:
         for layer, (n, k) in shapes.items():
             w = torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
@@ -129,6 +149,7 @@ def main() -> None:
                                                    lambda: torch.matmul(a, w.t(), out=out)])
                 wbw = weight_bytes / (t_q * 1e-3)
                 speedups.setdefault((bits, m), []).append(t_h / t_q)
+                peer_runs.setdefault((bits, m), []).append((t_h * 1e3, 2.0 * m * n * k))
                 table.append(f"| {bits} | {layer} | {m} | {n} | {k} | {choice} | {t_q*1e3:.1f} | "
                              f"{t_h*1e3:.1f} | {t_h/t_q:.2f} | {wbw/1e12:.2f} | {wbw/bw:.0%} |")
                 print(table[-1], flush=True)
@@ -154,6 +175,21 @@ def main() -> None:
         cells = [speedups[bits, m] for m in args.m]
         summary.append(f"| W{bits} | " + " | ".join(
             f"**{statistics.median(c):.2f}** ({min(c):.2f}-{max(c):.2f})" for c in cells) + " |")  # fmt: skip
+    rate = max(flops / (us * 1e-6) for runs in peer_runs.values() for us, flops in runs)
+    summary += [
+        "",
+        f"The tensor cores' ceiling on those medians: {label} cuBLAS time / (a timed launch's floor, "
+        f"{floor_us:.1f} µs, + the problem's FLOPs at the best rate {label} cuBLAS reached in this run, "
+        f"{rate / 1e12:.0f} TFLOP/s), the median over the layers: what a kernel with free loads, "
+        "dequantization, fill and epilogue could reach (bench.quant.ceiling_speedup).",
+        "",
+        "| bits | " + " | ".join(f"M = {m}" for m in args.m) + " |",
+        "|---:|" + "---:|" * len(args.m),
+    ]
+    for bits in args.bits:
+        summary.append(f"| W{bits} ceiling | " + " | ".join(
+            f"{statistics.median(ceiling_speedup(us, flops, rate, floor_us) for us, flops in peer_runs[bits, m]):.2f}"
+            for m in args.m) + " |")  # fmt: skip
     print("\n".join(summary), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines + summary + [""] + table + errors) + "\n")
