@@ -181,7 +181,8 @@ def main() -> None:
         f"The tensor cores' ceiling on those medians: {label} cuBLAS time / (a timed launch's floor, "
         f"{floor_us:.1f} µs, + the problem's FLOPs at the best rate {label} cuBLAS reached in this run, "
         f"{rate / 1e12:.0f} TFLOP/s), the median over the layers: what a kernel with free loads, "
-        "dequantization, fill and epilogue could reach (bench.quant.ceiling_speedup).",
+        "dequantization, fill and epilogue could reach (bench.quant.ceiling_speedup). It bounds the "
+        "compute-bound problems only: where M is small the weight's bytes bind first.",
         "",
         "| bits | " + " | ".join(f"M = {m}" for m in args.m) + " |",
         "|---:|" + "---:|" * len(args.m),
