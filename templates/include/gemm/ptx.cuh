@@ -316,6 +316,13 @@ __device__ __forceinline__ void named_barrier_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(Threads) : "memory");
 }
 
+// Arrives on named barrier `id` without waiting: the threads that bar.sync on it see this
+// thread's earlier memory accesses.
+template <int Threads>
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(Threads) : "memory");
+}
+
 // ---------------------------------------------------------------------------
 // Conversions between fp32 and the 16-bit storage formats, kept as raw bits so
 // that no CUDA header is needed under NVRTC.

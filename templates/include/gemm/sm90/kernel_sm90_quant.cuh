@@ -52,7 +52,8 @@
 // (the partials are written and read without waiting), 9 all of it but the partials'
 // writes (wrong sums: timing only); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a
 // consumer leaves in flight while it dequantizes the next K tile (0 or 1);
-// GEMM_SM90Q_SK_FENCE 0 drops the fence between a stream-K share's partials and its flag.
+// GEMM_SM90Q_SK_FENCE 0 drops the fence between a stream-K share's partials and its flag,
+// 2 has a producer-warpgroup warp raise the flag (stream_k_raise).
 #ifndef GEMM_SM90Q_LEAVE_OUT
 #define GEMM_SM90Q_LEAVE_OUT 0
 #endif
@@ -703,6 +704,9 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
         }
         it += n;
       }
+    } else if (GEMM_SM90Q_SK_FENCE == 2 && GEMM_SM90Q_LEAVE_OUT != 7 && threadIdx.x / 32 % 4 == 1) {
+      // The CTA's one give (its share's first tile, where the share starts inside it).
+      if (stream_k && kt0 > 0 && count > 0) stream_k_raise<Cfg::kConsumerThreads>(p, rank, lane);
     } else if (Cfg::kHandoff && handoff) {
       // The other three warps store the tiles the consumers hand off, in the consumers'
       // order (the persistent walk: no splits here).

@@ -21,6 +21,9 @@
 
 namespace gemm {
 
+// The named barrier of a give's partials and the warp raising its flag (SK_FENCE 2).
+constexpr int kStreamKGiveBarrier = 8;
+
 struct StreamK {
   long long total;  // K tiles of all output tiles
   int ctas;         // the grid: ranks 0 .. ctas - 1
@@ -42,9 +45,24 @@ __device__ __forceinline__ void stream_k_give(const float* acc, RowOf row_of, co
   float* mine = p.partials + static_cast<i64>(rank) * kTileFloats;
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
+  if (GEMM_SM90Q_SK_FENCE == 2) {
+    // The flag is stream_k_raise's: the consumers go on without waiting for it.
+    named_barrier_arrive<kThreads + 32>(kStreamKGiveBarrier);
+    return;
+  }
   if (GEMM_SM90Q_SK_FENCE) __threadfence();  // the partials are visible GPU-wide before the flag
   named_barrier_sync<kThreads>(kSplitKBarrier);
   if (tid == 0 && GEMM_SM90Q_LEAVE_OUT != 8 && GEMM_SM90Q_LEAVE_OUT != 9) st_release_gpu(p.semaphores + rank, 1);
+}
+
+// GEMM_SM90Q_SK_FENCE 2: a warp outside the consumers raises the give's flag once the
+// `kConsumers` threads' partials are stored (their arrive on the barrier orders their
+// stores before its release, which is cumulative), so the consumers' next K tiles do not
+// wait for the stores to reach L2. Called by one whole warp.
+template <int kConsumers, class Params>
+__device__ __forceinline__ void stream_k_raise(const Params& p, int rank, int lane) {
+  named_barrier_sync<kConsumers + 32>(kStreamKGiveBarrier);
+  if (lane == 0 && GEMM_SM90Q_LEAVE_OUT != 8 && GEMM_SM90Q_LEAVE_OUT != 9) st_release_gpu(p.semaphores + rank, 1);
 }
 
 // The tile's head share adds the sums of ranks first .. last (their shares hold the rest
