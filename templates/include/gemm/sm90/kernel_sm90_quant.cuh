@@ -52,13 +52,19 @@
 // (the partials are written and read without waiting), 9 all of it but the partials'
 // writes (wrong sums: timing only); GEMM_SM90Q_WGMMA_DEPTH is the wgmma groups a
 // consumer leaves in flight while it dequantizes the next K tile (0 or 1);
-// GEMM_SM90Q_SK_FENCE 0 drops the fence between a stream-K share's partials and its flag,
-// 2 has a producer-warpgroup warp raise the flag (stream_k_raise).
+// GEMM_SM90Q_SK_FENCE: how a stream-K share's flag follows its partials (stream_k.cuh):
+// 2 (default) a producer-warpgroup warp raises it, 1 consumer thread 0 after a fence in
+// every consumer thread, 0 thread 0 without the fence. GEMM_SM90Q_SK_LAND 1 (default): a
+// take's tail share lands in shared memory during the K loop (stream_k_land) where the
+// staging lies after the ring; 0 reads it from L2 after the K loop.
 #ifndef GEMM_SM90Q_LEAVE_OUT
 #define GEMM_SM90Q_LEAVE_OUT 0
 #endif
 #ifndef GEMM_SM90Q_SK_FENCE
-#define GEMM_SM90Q_SK_FENCE 1
+#define GEMM_SM90Q_SK_FENCE 2
+#endif
+#ifndef GEMM_SM90Q_SK_LAND
+#define GEMM_SM90Q_SK_LAND 1
 #endif
 #ifndef GEMM_SM90Q_WGMMA_DEPTH
 #define GEMM_SM90Q_WGMMA_DEPTH 1
@@ -160,6 +166,9 @@ struct Sm90QuantConfig {
           ? (kStagedOffset + kStagedBytes + kStageBytes - 1) / kStageBytes
           : kStages;
   __host__ __device__ static constexpr bool staged_stage(int s) { return s >= kStagedStageBegin && s < kStagedStageEnd; }
+  // Stream-K: a take's tail share lands in the staging (stream_k_land) where that lies
+  // after the ring, so no K tile's copies touch it.
+  static constexpr bool kLand = GEMM_SM90Q_SK_LAND && !kSharedB && kStagedOffset >= kStagesBytes;
   // Registers: at one CTA per SM the producer gives back down to 40 and the consumers
   // share what it gave, in multiples of 8. setmaxnreg.inc draws only on the CTA's own
   // launch allocation (kLaunchRegs a thread, what __launch_bounds__(kThreads, 1) allows
@@ -570,6 +579,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   __shared__ u64 empty_bar[kStages];
   __shared__ u64 ring_free_bar;  // the consumers are done with a tile's end (ring_free)
   __shared__ u64 handoff_full_bar, handoff_empty_bar;  // the hand-off staging (HandoffTile)
+  __shared__ u64 land_ok_bar, land_full_bar;           // stream-K's landing (stream_k_land)
   if (dynamic_smem_size() < static_cast<u32>(Cfg::kSmemBytes)) __trap();
 
   const Sm90QuantStage<Cfg> st{pin_register((smem_addr(smem_raw) + 1023u) & ~1023u)};
@@ -625,6 +635,15 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   auto full = [&](int s) { return full_bar0 + static_cast<u32>(s * sizeof(u64)); };
   auto empty = [&](int s) { return empty_bar0 + static_cast<u32>(s * sizeof(u64)); };
   const u32 ring_free = smem_addr(&ring_free_bar);
+  const u32 land_ok = smem_addr(&land_ok_bar), land_full = smem_addr(&land_full_bar);
+  constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
+  // Whether stream-K lands this CTA's take (its share ends inside a tile it holds the head
+  // of: its last tile, as a run shorter than the tile from K tile 0).
+  const bool lands = Cfg::kLand && stream_k && count > 0 && GEMM_SM90Q_LEAVE_OUT != 7 && GEMM_SM90Q_LEAVE_OUT != 9 &&
+                     [&] {
+                       const long long end = begin + count, last_tile = (end - 1) / k_tiles;
+                       return last_tile * k_tiles >= begin && end < (last_tile + 1) * k_tiles;
+                     }();
 
   // Whether this launch's tiles leave through the hand-off (uniform: from the parameters).
   const bool handoff = Cfg::kHandoff && !stream_k && plain_rows<Cfg>(p) && GEMM_SM90Q_LEAVE_OUT != 1;
@@ -636,6 +655,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     mbar_init(ring_free, Cfg::kConsumers * 4);
     mbar_init(handoff_full, Cfg::kConsumerThreads);
     mbar_init(handoff_empty, kHandoffStorers);
+    mbar_init(land_ok, Cfg::kConsumers * 4);
+    mbar_init(land_full, 1);
     init_ring(full_bar, empty_bar, Cfg::kConsumers * 4);
   }
   __syncthreads();
@@ -704,9 +725,16 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
         }
         it += n;
       }
-    } else if (GEMM_SM90Q_SK_FENCE == 2 && GEMM_SM90Q_LEAVE_OUT != 7 && threadIdx.x / 32 % 4 == 1) {
-      // The CTA's one give (its share's first tile, where the share starts inside it).
-      if (stream_k && kt0 > 0 && count > 0) stream_k_raise<Cfg::kConsumerThreads>(p, rank, lane);
+    } else if (stream_k) {
+      // Warp 1 raises the flag of the CTA's one give (its share's first tile, where the
+      // share starts inside it); no hand-off in stream-K launches.
+      if (GEMM_SM90Q_SK_FENCE == 2 && GEMM_SM90Q_LEAVE_OUT != 7 && threadIdx.x / 32 % 4 == 1 && kt0 > 0 && count > 0)
+        stream_k_raise<Cfg::kConsumerThreads>(p, rank, lane);
+      // Warp 2 lands the take's tail share.
+      if (lands && threadIdx.x / 32 % 4 == 2) {
+        const long long tile_end = ((begin + count - 1) / k_tiles + 1) * k_tiles;
+        stream_k_land<kTileFloats>(p, sk.rank_of(tile_end - 1), st.base + Cfg::kStagedOffset, land_ok, land_full, lane);
+      }
     } else if (Cfg::kHandoff && handoff) {
       // The other three warps store the tiles the consumers hand off, in the consumers'
       // order (the persistent walk: no splits here).
@@ -920,7 +948,6 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       return 8 * (c / 4) + 2 * (lane % 4) + c % 2;
     }
   };
-  constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
   int it = 0;  // the CTA's K tiles so far
   for (int tile = first_tile, t = 0; it < count; tile += stride, ++t) {
     const Located at = locate(tile);
@@ -933,6 +960,12 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     const int n0 = at.n0;
     const int rows_left = min(Cfg::kTokens, (Cfg::kGrouped ? at.g.rows : p.M) - m0);  // rows of D the tile has
 
+    const bool takes = kt_begin == 0 && n < k_tiles;  // the head of a tile cut among shares
+    if (lands && takes) {
+      // The staging is free (the last tile's epilogue is done): the landing may begin.
+      __syncwarp();
+      if (lane == 0) mbar_arrive(land_ok);
+    }
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
     } else {
@@ -956,11 +989,14 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       if (GEMM_SM90Q_LEAVE_OUT != 7)
         stream_k_give<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, rank, rows_left, threadIdx.x);
     } else {
-      if (n < k_tiles && GEMM_SM90Q_LEAVE_OUT != 7 && GEMM_SM90Q_LEAVE_OUT != 9) {
+      if (takes && GEMM_SM90Q_LEAVE_OUT != 7 && GEMM_SM90Q_LEAVE_OUT != 9) {
         // The tile's rest is the ranks above's (stream_k.cuh).
         const int last = sk.rank_of(static_cast<long long>(tile + 1) * k_tiles - 1);
+        const float* landed =
+            lands ? reinterpret_cast<const float*>(smem_raw + (st.base - smem_addr(smem_raw)) + Cfg::kStagedOffset)
+                  : nullptr;
         stream_k_take<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, sk, rank + 1, last, rows_left,
-                                                                     threadIdx.x);
+                                                                     threadIdx.x, landed, land_full);
       }
       if (GEMM_SM90Q_LEAVE_OUT != 1) {
         // NOTE: the staged stages are free once both warpgroups' last wgmma have read

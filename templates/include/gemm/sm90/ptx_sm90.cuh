@@ -216,6 +216,18 @@ __device__ __forceinline__ void bulk_wait_group_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into this
+// CTA's shared memory, signalling `bar` (whose expected bytes the caller has raised).
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// Order the global memory this thread's generic-proxy accesses observed (as an acquire
+// made visible) before its later async-proxy accesses (a bulk copy reading it).
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 // Order this thread's generic-proxy shared-memory writes (st.shared, stmatrix) before
 // later async-proxy accesses (TMA stores, wgmma reading that tile).
 __device__ __forceinline__ void fence_proxy_async_smem() {

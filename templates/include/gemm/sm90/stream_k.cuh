@@ -13,15 +13,30 @@
 // it, which hold the tile's rest at the start of theirs: by then they are long done, and
 // being of lower block index they started first, so no wait can hang even when other
 // kernels hold some SMs and not all of the grid is resident.
-// Its experiment knobs (GEMM_SM90Q_LEAVE_OUT, GEMM_SM90Q_SK_FENCE) are kernel_sm90_quant.cuh's,
-// defined there before this file is included.
+// NOTE: a give's flag is raised by a warp of the producer warpgroup (idle in stream-K
+// launches), not by the consumers: they store their partials, arrive on a named barrier
+// and go on with their next K tiles, while that warp waits at the barrier and releases
+// the flag (a release is cumulative: it carries the stores the barrier ordered before
+// it). The consumers first fenced in every thread (__threadfence: MEMBAR.SC.GPU) and
+// raised the flag themselves: H100, W4, the llama3 layers' split plans at 64 and 128
+// tokens 2% slower in the median, up to 4% (docs/NOTES.md, fortieth session).
+// NOTE: the take's tail share (the last rank's: it handed over at the start of its own
+// share) is brought into shared memory by the bulk copy engine while the head's K loop
+// still runs (stream_k_land, where the kernel's staging lies after its ring), so the
+// head reads only the middle shares from L2 after its K loop: H100, W4, the split plans
+// 2-9% faster at 64 tokens, 1-4% at 128 (the fortieth session). Reading the partials
+// after the K loop had cost 2-5 us a launch: all CTAs end their shares together, so
+// their takes meet in one burst of L2 traffic.
+// Its experiment knobs (GEMM_SM90Q_LEAVE_OUT, GEMM_SM90Q_SK_FENCE, GEMM_SM90Q_SK_LAND) are
+// kernel_sm90_quant.cuh's, defined there before this file is included.
 #pragma once
 #include "gemm/ptx.cuh"
+#include "gemm/sm90/ptx_sm90.cuh"
 #include "gemm/split_k.cuh"
 
 namespace gemm {
 
-// The named barrier of a give's partials and the warp raising its flag (SK_FENCE 2).
+// The named barrier between a give's partials and the warp raising its flag.
 constexpr int kStreamKGiveBarrier = 8;
 
 struct StreamK {
@@ -46,8 +61,7 @@ __device__ __forceinline__ void stream_k_give(const float* acc, RowOf row_of, co
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
   if (GEMM_SM90Q_SK_FENCE == 2) {
-    // The flag is stream_k_raise's: the consumers go on without waiting for it.
-    named_barrier_arrive<kThreads + 32>(kStreamKGiveBarrier);
+    named_barrier_arrive<kThreads + 32>(kStreamKGiveBarrier);  // stream_k_raise's
     return;
   }
   if (GEMM_SM90Q_SK_FENCE) __threadfence();  // the partials are visible GPU-wide before the flag
@@ -55,10 +69,8 @@ __device__ __forceinline__ void stream_k_give(const float* acc, RowOf row_of, co
   if (tid == 0 && GEMM_SM90Q_LEAVE_OUT != 8 && GEMM_SM90Q_LEAVE_OUT != 9) st_release_gpu(p.semaphores + rank, 1);
 }
 
-// GEMM_SM90Q_SK_FENCE 2: a warp outside the consumers raises the give's flag once the
-// `kConsumers` threads' partials are stored (their arrive on the barrier orders their
-// stores before its release, which is cumulative), so the consumers' next K tiles do not
-// wait for the stores to reach L2. Called by one whole warp.
+// The give's flag, raised by one whole warp outside the `kConsumers` threads once they
+// have stored their partials and arrived (the NOTE above).
 template <int kConsumers, class Params>
 __device__ __forceinline__ void stream_k_raise(const Params& p, int rank, int lane) {
   named_barrier_sync<kConsumers + 32>(kStreamKGiveBarrier);
@@ -66,12 +78,16 @@ __device__ __forceinline__ void stream_k_raise(const Params& p, int rank, int la
 }
 
 // The tile's head share adds the sums of ranks first .. last (their shares hold the rest
-// of the tile), lowering each flag for the next launch once it is seen raised.
+// of the tile), lowering each flag for the next launch once it is seen raised. `landed`:
+// where stream_k_land put rank last's sums (in shared memory, once `land_full` completes),
+// or null to read them from the workspace too.
 template <int kThreads, int kAcc, int kTileFloats, class RowOf, class Params>
 __device__ __forceinline__ void stream_k_take(float* acc, RowOf row_of, const Params& p, const StreamK& sk, int first,
-                                              int last, int rows_left, int tid) {
+                                              int last, int rows_left, int tid, const float* landed = nullptr,
+                                              u32 land_full = 0) {
+  const int last_read = landed != nullptr ? last - 1 : last;
   if (tid == 0 && GEMM_SM90Q_LEAVE_OUT != 8) {
-    for (int r = first; r <= last; ++r) {
+    for (int r = first; r <= last_read; ++r) {
       if (sk.begin(r) == sk.begin(r + 1)) continue;  // an empty share hands nothing over
       while (ld_acquire_gpu(p.semaphores + r) == 0) {
       }
@@ -79,12 +95,43 @@ __device__ __forceinline__ void stream_k_take(float* acc, RowOf row_of, const Pa
     }
   }
   named_barrier_sync<kThreads>(kSplitKBarrier);
-  for (int r = first; r <= last; ++r) {
+  for (int r = first; r <= last_read; ++r) {
     if (sk.begin(r) == sk.begin(r + 1)) continue;
     const float* theirs = p.partials + static_cast<i64>(r) * kTileFloats;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] += ld_cg_or_zero(row_of(i) < rows_left, theirs + i * kThreads + tid);
   }
+  if (landed != nullptr) {
+    mbar_wait(land_full, 0);  // (a memory clobber: the reads below stay after it)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      const float v = landed[i * kThreads + tid];
+      if (row_of(i) < rows_left) acc[i] += v;
+    }
+  }
+}
+
+// While the head share's CTA still runs the tile's K loop, one warp
+// outside its consumers waits for the flag of rank `last` (the tile's tail share, which
+// handed over at the start of its own share, long before the head's ends) and has the
+// bulk copy engine bring those sums into shared memory at `landed` (once the consumers
+// have left it: `land_ok`), so the take reads them from there instead of from L2 after
+// its K loop. Called by one whole warp; at most one take a launch (phase 0 only).
+template <int kTileFloats, class Params>
+__device__ __forceinline__ void stream_k_land(const Params& p, int last, u32 landed, u32 land_ok, u32 land_full,
+                                              int lane) {
+  mbar_wait(land_ok, 0);
+  if (lane == 0) {
+    if (GEMM_SM90Q_LEAVE_OUT != 8) {
+      while (ld_acquire_gpu(p.semaphores + last) == 0) {
+      }
+      st_release_gpu(p.semaphores + last, 0);
+    }
+    fence_proxy_async_global();  // the bulk copy reads what the acquire made visible
+    mbar_arrive_expect_tx(land_full, kTileFloats * 4);
+    bulk_load(landed, p.partials + static_cast<i64>(last) * kTileFloats, kTileFloats * 4, land_full);
+  }
+  __syncwarp();
 }
 
 }  // namespace gemm
