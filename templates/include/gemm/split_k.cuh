@@ -3,6 +3,14 @@
 #pragma once
 #include "gemm/ptx.cuh"
 
+// Experiment knob (bench/experiments/decode_variants.py's handover_no_fence; builds leave
+// it at 1): GEMM_SPLIT_K_FENCE 0 drops the fence every thread of a split issues after its
+// partials (__threadfence: MEMBAR.SC.GPU), leaving thread 0's release after the barrier to
+// order them, as sm90/stream_k.cuh's hand-over does since the fortieth session.
+#ifndef GEMM_SPLIT_K_FENCE
+#define GEMM_SPLIT_K_FENCE 1
+#endif
+
 namespace gemm {
 
 // Split-K: splits 0 .. S-2 of an output tile each write their fp32 partial sums to
@@ -35,7 +43,7 @@ __device__ __forceinline__ bool split_k_handover(float* acc, RowOf row_of, const
     float* mine = slots + static_cast<i64>(split) * kTileFloats;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
-    __threadfence();  // the partials are visible GPU-wide before the arrival below
+    if (GEMM_SPLIT_K_FENCE) __threadfence();  // the partials are visible GPU-wide before the arrival below
     named_barrier_sync<kThreads>(kSplitKBarrier);
     if (tid == 0) red_release_gpu_add(sem, 1);
     return false;
