@@ -964,7 +964,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     if (lands && takes) {
       // The staging is free (the last tile's epilogue is done): the landing may begin.
       __syncwarp();
-      if (lane == 0) mbar_arrive(land_ok);
+      mbar_arrive_if(land_ok, ring_leader);
     }
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
