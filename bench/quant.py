@@ -5,7 +5,14 @@ and the error statistics of the quantized kernels. ``--dtype bf16``: bf16 activa
 weights and peer instead.
 
     python -m bench.quant [--models llama3-8b llama3-70b] [--m 1 16 32 64 128 256 1024 4096]
-                          [--bits 4 8] [--dtype fp16] [--out docs/perf/quant.md]
+                          [--bits 4 8] [--dtype fp16] [--out docs/perf/quant.md] [--plans FILE]
+
+Tuning takes about half a minute a problem on an H100 (the tuner times its candidates),
+so the whole table outlasts a call of a time-limited GPU machine. ``--plans FILE`` keeps
+the tuned plans in a dispatch-cache file (Gemm.export_cache): a run imports it first,
+tunes only the problems it has no plan for, and exports it again after each one, so the
+tuning can span several calls, and a last run times every problem with those plans in
+one run. Keep one file per GPU model: plans are tuned for the GPU they ran on.
 """
 
 from __future__ import annotations
@@ -19,8 +26,11 @@ from pathlib import Path
 import torch
 import yaml
 
+from codegen.spec import KernelSpec
 from gemm_runtime import DispatchPolicy, Gemm, Operation
+from gemm_runtime.context import ProblemKey
 from gemm_runtime.packed_weight import PackedWeight, pack_for_gemm
+from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms, median_ms
 
@@ -64,23 +74,30 @@ def w4_layers(models: list[str]) -> Iterator[tuple[str, int, int, torch.Tensor, 
             yield f"{model} {layer}", n, k, w, pack_for_gemm(quantize(w, bits=4, group_size=128))
 
 
-def tuned_choice(gemm: Gemm, a: torch.Tensor, b: object, out: torch.Tensor) -> str:
-    """Tune ``a @ b`` into ``out`` (the MEASURE policy; its plan is cached for the calls
-    that follow) and describe the launch chosen."""
-    before = {key for key, _ in gemm.cache.entries()}
-    gemm.matmul(a, b, out=out, operation=Operation(dispatch=DispatchPolicy.MEASURE))
-    return describe_choice(gemm, before)
+def tuned_choice(gemm: Gemm, a: torch.Tensor, b: PackedWeight, out: torch.Tensor, bits: int) -> str:
+    """Tune ``a @ b`` into ``out`` unless the dispatch cache has a plan for exactly this
+    problem already (the APPEND policy; the plan stays cached for the calls that follow)
+    and describe the launch planned."""
+    gemm.matmul(a, b, out=out, operation=Operation(dispatch=DispatchPolicy.APPEND))
+    (m, _), n = a.shape, b.n
+    plan = plan_for(gemm.cache.entries(), bits, m, n, b.k)
+    return "-" if plan is None else describe_launch(gemm.registry.get(plan.kernel).spec, plan)
 
 
-def describe_choice(gemm: Gemm, before: set) -> str:
-    """The tile, mainloop, split count and swizzle of the launch the tuner just added to the cache."""
-    new = [spec for key, spec in gemm.cache.entries() if key not in before]
-    if not new:
-        return "-"
-    spec = gemm.registry.get(new[0].kernel).spec
+def plan_for(entries: list[tuple[ProblemKey, LaunchSpec]], bits: int, m: int, n: int, k: int) -> LaunchSpec | None:
+    """The cached plan of the quantized problem M x N x K of ``bits``-bit weights (within
+    one run of this benchmark there is one such problem), or None."""
+    for key, plan in entries:
+        if (key.m, key.n, key.k) == (m, n, k) and key.quant != "none" and key.b_type.bits == bits:
+            return plan
+    return None
+
+
+def describe_launch(spec: KernelSpec, plan: LaunchSpec) -> str:
+    """The tile, mainloop, split count and swizzle of ``plan`` on kernel ``spec``."""
     cta, warps = "x".join(map(str, spec.cta)), "x".join(map(str, spec.warps))
-    unpack = "unpack + " if new[0].unpack else ""  # a whole-weight plan (gemm_runtime/whole_weight.py)
-    return f"{unpack}{spec.mainloop.value} {cta} w{warps} s{spec.stages} ({new[0].splits}, z{new[0].swizzle})"
+    unpack = "unpack + " if plan.unpack else ""  # a whole-weight plan (gemm_runtime/whole_weight.py)
+    return f"{unpack}{spec.mainloop.value} {cta} w{warps} s{spec.stages} ({plan.splits}, z{plan.swizzle})"
 
 
 def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -96,12 +113,16 @@ def main() -> None:
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16", help="activations, weight and peer")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "quant.md")
+    ap.add_argument("--plans", type=Path, help="the tuned plans' file: imported first, exported after each problem")
     args = ap.parse_args()
     label, dtype = args.dtype, DTYPES[args.dtype]
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     shapes = {f"{model} {layer}": nk for model in args.models for layer, nk in models[model].items()}
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references
     gemm = Gemm()
+    if args.plans is not None and args.plans.exists():
+        report = gemm.import_cache(args.plans)
+        print(f"plans from {args.plans}: {report}")
     bw = copy_bandwidth()
     floor_us = launch_floor_us()
     print(f"copy bandwidth: {bw / 1e12:.2f} TB/s; a timed launch's floor: {floor_us:.1f} us")
@@ -143,7 +164,9 @@ def main() -> None:
             for m in args.m:
                 a = torch.randn(m, k, device="cuda", dtype=dtype)
                 out = torch.empty(m, n, device="cuda", dtype=dtype)
-                choice = tuned_choice(gemm, a, packed, out)
+                choice = tuned_choice(gemm, a, packed, out, bits)
+                if args.plans is not None:
+                    gemm.export_cache(args.plans)
                 t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),
                                                    lambda: torch.matmul(a, w.t(), out=out)])
                 wbw = weight_bytes / (t_q * 1e-3)

@@ -1,11 +1,16 @@
-"""bench/quant.py's arithmetic that needs no GPU: the tensor cores' ceiling it prints
-beside the measured medians."""
+"""bench/quant.py's parts that need no GPU: the tensor cores' ceiling it prints beside the
+measured medians, and how it finds and describes a problem's plan in the dispatch cache
+(which --plans carries between runs)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.quant import ceiling_speedup
+from bench.quant import ceiling_speedup, describe_launch, plan_for
+from codegen.config import default_config_paths, load_configs
+from codegen.vocabulary import BOrder, DataType
+from gemm_runtime.context import ProblemKey
+from gemm_runtime.plan import LaunchSpec
 
 
 def test_a_problem_run_at_the_peers_own_rate_with_no_floor_has_no_headroom():
@@ -30,3 +35,29 @@ def test_the_launch_floor_lowers_the_ceiling_most_where_the_problem_is_small():
 def test_meaningless_inputs_are_refused_by_name(args):
     with pytest.raises(ValueError, match="peer_us"):
         ceiling_speedup(*args)
+
+
+def _key(b_type: str, quant: str, m: int, n: int, k: int) -> ProblemKey:
+    return ProblemKey(90, DataType.F16, DataType(b_type), BOrder.NK, DataType.F16, 8, quant, "none", n, k, m)
+
+
+def test_the_plan_of_a_problem_is_the_entry_of_its_bits_and_exact_shape():
+    w4, w8 = LaunchSpec("w4 kernel", 2, 1), LaunchSpec("w8 kernel", 3, 0)
+    entries = [
+        (_key("f16", "none", 128, 6144, 4096), LaunchSpec("dense kernel")),  # the same shape, unquantized
+        (_key("u4", "u4_g128", 64, 6144, 4096), LaunchSpec("another M")),
+        (_key("u4", "u4_g128", 128, 6144, 4096), w4),
+        (_key("u8", "u8_g128", 128, 6144, 4096), w8),
+    ]
+    assert plan_for(entries, 4, 128, 6144, 4096) is w4
+    assert plan_for(entries, 8, 128, 6144, 4096) is w8
+    assert plan_for(entries, 4, 256, 6144, 4096) is None
+    assert plan_for(entries, 4, 128, 4096, 4096) is None
+
+
+def test_a_launch_is_described_by_its_tile_warps_stages_splits_and_swizzle():
+    spec = next(c.spec for c in load_configs(default_config_paths())
+                if c.spec.mainloop.value == "sm90_quant" and c.spec.cta == (128, 128, 64))  # fmt: skip
+    text = describe_launch(spec, LaunchSpec(spec.name, 2, 1))
+    assert text == f"sm90_quant 128x128x64 w{'x'.join(map(str, spec.warps))} s{spec.stages} (2, z1)"
+    assert describe_launch(spec, LaunchSpec(spec.name, unpack=True)).startswith("unpack + sm90_quant 128x128x64")
