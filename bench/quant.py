@@ -36,6 +36,7 @@ from gemm_runtime.timing import interleaved_medians_ms, median_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}  # codegen.vocabulary.DataType values
 
 
 def copy_bandwidth() -> float:
@@ -74,21 +75,25 @@ def w4_layers(models: list[str]) -> Iterator[tuple[str, int, int, torch.Tensor, 
             yield f"{model} {layer}", n, k, w, pack_for_gemm(quantize(w, bits=4, group_size=128))
 
 
-def tuned_choice(gemm: Gemm, a: torch.Tensor, b: PackedWeight, out: torch.Tensor, bits: int) -> str:
-    """Tune ``a @ b`` into ``out`` unless the dispatch cache has a plan for exactly this
-    problem already (the APPEND policy; the plan stays cached for the calls that follow)
-    and describe the launch planned."""
-    gemm.matmul(a, b, out=out, operation=Operation(dispatch=DispatchPolicy.APPEND))
-    (m, _), n = a.shape, b.n
-    plan = plan_for(gemm.cache.entries(), bits, m, n, b.k)
+def tuned_choice(gemm: Gemm, a: torch.Tensor, b: object, out: torch.Tensor,
+                 policy: DispatchPolicy = DispatchPolicy.MEASURE) -> str:  # fmt: skip
+    """Tune ``a @ b`` into ``out`` (``b`` a PackedWeight or a K x N tensor; MEASURE: now,
+    APPEND: unless the dispatch cache has a plan for exactly this problem; the plan stays
+    cached for the calls that follow) and describe the launch planned."""
+    gemm.matmul(a, b, out=out, operation=Operation(dispatch=policy))
+    n, k, bits = (b.n, b.k, b.bits) if isinstance(b, PackedWeight) else (b.shape[1], b.shape[0], 0)
+    plan = plan_for(gemm.cache.entries(), DTYPE_NAMES[a.dtype], bits, a.shape[0], n, k)
     return "-" if plan is None else describe_launch(gemm.registry.get(plan.kernel).spec, plan)
 
 
-def plan_for(entries: list[tuple[ProblemKey, LaunchSpec]], bits: int, m: int, n: int, k: int) -> LaunchSpec | None:
-    """The cached plan of the quantized problem M x N x K of ``bits``-bit weights (within
-    one run of this benchmark there is one such problem), or None."""
+def plan_for(entries: list[tuple[ProblemKey, LaunchSpec]], a_type: str, bits: int, m: int, n: int, k: int
+             ) -> LaunchSpec | None:  # fmt: skip
+    """The cached plan of the problem M x N x K with ``a_type`` activations and ``bits``-bit
+    quantized weights (0: a dense one), or None. One benchmark run has one such problem."""
     for key, plan in entries:
-        if (key.m, key.n, key.k) == (m, n, k) and key.quant != "none" and key.b_type.bits == bits:
+        quantized = key.quant != "none"
+        if ((key.m, key.n, key.k) == (m, n, k) and key.a_type.value == a_type and quantized == (bits > 0)
+                and (not quantized or key.b_type.bits == bits)):  # fmt: skip
             return plan
     return None
 
@@ -164,7 +169,7 @@ def main() -> None:
             for m in args.m:
                 a = torch.randn(m, k, device="cuda", dtype=dtype)
                 out = torch.empty(m, n, device="cuda", dtype=dtype)
-                choice = tuned_choice(gemm, a, packed, out, bits)
+                choice = tuned_choice(gemm, a, packed, out, DispatchPolicy.APPEND)
                 if args.plans is not None:
                     gemm.export_cache(args.plans)
                 t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),

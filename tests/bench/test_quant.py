@@ -37,22 +37,26 @@ def test_meaningless_inputs_are_refused_by_name(args):
         ceiling_speedup(*args)
 
 
-def _key(b_type: str, quant: str, m: int, n: int, k: int) -> ProblemKey:
-    return ProblemKey(90, DataType.F16, DataType(b_type), BOrder.NK, DataType.F16, 8, quant, "none", n, k, m)
+def _key(a_type: str, b_type: str, quant: str, m: int, n: int, k: int) -> ProblemKey:
+    a = DataType(a_type)
+    return ProblemKey(90, a, DataType(b_type), BOrder.NK, a, 8, quant, "none", n, k, m)
 
 
-def test_the_plan_of_a_problem_is_the_entry_of_its_bits_and_exact_shape():
-    w4, w8 = LaunchSpec("w4 kernel", 2, 1), LaunchSpec("w8 kernel", 3, 0)
+def test_the_plan_of_a_problem_is_the_entry_of_its_activations_bits_and_exact_shape():
+    dense, w4, w8 = LaunchSpec("dense kernel"), LaunchSpec("w4 kernel", 2, 1), LaunchSpec("w8 kernel", 3, 0)
     entries = [
-        (_key("f16", "none", 128, 6144, 4096), LaunchSpec("dense kernel")),  # the same shape, unquantized
-        (_key("u4", "u4_g128", 64, 6144, 4096), LaunchSpec("another M")),
-        (_key("u4", "u4_g128", 128, 6144, 4096), w4),
-        (_key("u8", "u8_g128", 128, 6144, 4096), w8),
+        (_key("f16", "f16", "none", 128, 6144, 4096), dense),  # the same shape, unquantized
+        (_key("f16", "u4", "u4_g128", 64, 6144, 4096), LaunchSpec("another M")),
+        (_key("bf16", "u4", "u4_g128", 128, 6144, 4096), LaunchSpec("bf16 activations")),
+        (_key("f16", "u4", "u4_g128", 128, 6144, 4096), w4),
+        (_key("f16", "u8", "u8_g128", 128, 6144, 4096), w8),
     ]
-    assert plan_for(entries, 4, 128, 6144, 4096) is w4
-    assert plan_for(entries, 8, 128, 6144, 4096) is w8
-    assert plan_for(entries, 4, 256, 6144, 4096) is None
-    assert plan_for(entries, 4, 128, 4096, 4096) is None
+    assert plan_for(entries, "f16", 4, 128, 6144, 4096) is w4
+    assert plan_for(entries, "f16", 8, 128, 6144, 4096) is w8
+    assert plan_for(entries, "f16", 0, 128, 6144, 4096) is dense
+    assert plan_for(entries, "bf16", 4, 128, 6144, 4096).kernel == "bf16 activations"
+    assert plan_for(entries, "f16", 4, 256, 6144, 4096) is None
+    assert plan_for(entries, "f16", 4, 128, 4096, 4096) is None
 
 
 def test_a_launch_is_described_by_its_tile_warps_stages_splits_and_swizzle():
