@@ -33,10 +33,10 @@ from gemm_runtime.packed_weight import PackedWeight, pack_for_gemm
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms, median_ms
+from gemm_runtime.types import data_type_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}  # codegen.vocabulary.DataType values
 
 
 def copy_bandwidth() -> float:
@@ -82,7 +82,7 @@ def tuned_choice(gemm: Gemm, a: torch.Tensor, b: object, out: torch.Tensor,
     cached for the calls that follow) and describe the launch planned."""
     gemm.matmul(a, b, out=out, operation=Operation(dispatch=policy))
     n, k, bits = (b.n, b.k, b.bits) if isinstance(b, PackedWeight) else (b.shape[1], b.shape[0], 0)
-    plan = plan_for(gemm.cache.entries(), DTYPE_NAMES[a.dtype], bits, a.shape[0], n, k)
+    plan = plan_for(gemm.cache.entries(), data_type_of(a.dtype, "a").value, bits, a.shape[0], n, k)
     return "-" if plan is None else describe_launch(gemm.registry.get(plan.kernel).spec, plan)
 
 
