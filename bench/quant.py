@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,7 +170,9 @@ def main() -> None:
             for m in args.m:
                 a = torch.randn(m, k, device="cuda", dtype=dtype)
                 out = torch.empty(m, n, device="cuda", dtype=dtype)
+                t0 = time.perf_counter()
                 choice = tuned_choice(gemm, a, packed, out, DispatchPolicy.APPEND)
+                print(f"W{bits} {layer} M={m}: planned in {time.perf_counter() - t0:.1f} s", flush=True)
                 if args.plans is not None:
                     gemm.export_cache(args.plans)
                 t_q, t_h = interleaved_medians_ms([lambda: gemm.matmul(a, packed, out=out),

@@ -637,13 +637,16 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   const u32 ring_free = smem_addr(&ring_free_bar);
   const u32 land_ok = smem_addr(&land_ok_bar), land_full = smem_addr(&land_full_bar);
   constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
-  // Whether stream-K lands this CTA's take (its share ends inside a tile it holds the head
-  // of: its last tile, as a run shorter than the tile from K tile 0).
-  const bool lands = Cfg::kLand && stream_k && count > 0 && GEMM_SM90Q_LEAVE_OUT != 7 && GEMM_SM90Q_LEAVE_OUT != 9 &&
-                     [&] {
-                       const long long end = begin + count, last_tile = (end - 1) / k_tiles;
-                       return last_tile * k_tiles >= begin && end < (last_tile + 1) * k_tiles;
-                     }();
+  // Stream-K: a CTA takes at most once, at its last tile, where its share ends inside a tile
+  // it holds the head of (a run shorter than the tile from K tile 0). The tile's rest is
+  // the shares of ranks rank + 1 .. tail_rank(tile); the tail's is the one that may land.
+  // NOTE: the consumers call tail_rank at the take rather than keep its value through the
+  // K loop: one more live register there had NVVM remake lane offsets from %tid.x.
+  auto tail_rank = [&](long long tile) { return sk.rank_of((tile + 1) * k_tiles - 1); };
+  const long long share_end = begin + count, last_tile = (share_end - 1) / k_tiles;
+  const bool takes_last =
+      stream_k && count > 0 && last_tile * k_tiles >= begin && share_end < (last_tile + 1) * k_tiles;
+  const bool lands = Cfg::kLand && takes_last && GEMM_SM90Q_LEAVE_OUT != 7 && GEMM_SM90Q_LEAVE_OUT != 9;
 
   // Whether this launch's tiles leave through the hand-off (uniform: from the parameters).
   const bool handoff = Cfg::kHandoff && !stream_k && plain_rows<Cfg>(p) && GEMM_SM90Q_LEAVE_OUT != 1;
@@ -731,10 +734,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       if (GEMM_SM90Q_SK_FENCE == 2 && GEMM_SM90Q_LEAVE_OUT != 7 && threadIdx.x / 32 % 4 == 1 && kt0 > 0 && count > 0)
         stream_k_raise<Cfg::kConsumerThreads>(p, rank, lane);
       // Warp 2 lands the take's tail share.
-      if (lands && threadIdx.x / 32 % 4 == 2) {
-        const long long tile_end = ((begin + count - 1) / k_tiles + 1) * k_tiles;
-        stream_k_land<kTileFloats>(p, sk.rank_of(tile_end - 1), st.base + Cfg::kStagedOffset, land_ok, land_full, lane);
-      }
+      if (lands && threadIdx.x / 32 % 4 == 2)
+        stream_k_land<kTileFloats>(p, tail_rank(last_tile), st.base + Cfg::kStagedOffset, land_ok, land_full, lane);
     } else if (Cfg::kHandoff && handoff) {
       // The other three warps store the tiles the consumers hand off, in the consumers'
       // order (the persistent walk: no splits here).
@@ -990,13 +991,12 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
         stream_k_give<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, rank, rows_left, threadIdx.x);
     } else {
       if (takes && GEMM_SM90Q_LEAVE_OUT != 7 && GEMM_SM90Q_LEAVE_OUT != 9) {
-        // The tile's rest is the ranks above's (stream_k.cuh).
-        const int last = sk.rank_of(static_cast<long long>(tile + 1) * k_tiles - 1);
+        // The tile's rest is the ranks above's (stream_k.cuh); a take is the CTA's last tile.
         const float* landed =
             lands ? reinterpret_cast<const float*>(smem_raw + (st.base - smem_addr(smem_raw)) + Cfg::kStagedOffset)
                   : nullptr;
-        stream_k_take<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, sk, rank + 1, last, rows_left,
-                                                                     threadIdx.x, landed, land_full);
+        stream_k_take<Cfg::kConsumerThreads, Cfg::kAcc, kTileFloats>(acc, row_of, p, sk, rank + 1, tail_rank(tile),
+                                                                     rows_left, threadIdx.x, landed, land_full);
       }
       if (GEMM_SM90Q_LEAVE_OUT != 1) {
         // NOTE: the staged stages are free once both warpgroups' last wgmma have read
