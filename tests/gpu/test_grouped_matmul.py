@@ -156,9 +156,13 @@ def test_a_call_on_another_stream_converts_its_routing_there(gemm) -> None:
                                     row_scale=scale, check_values=True)  # fmt: skip
             ref = grouped_reference(x, w, routing)
             out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            # NOTE: the routing's int64 / bf16 forms are made before the side stream waits:
+            # made in the call's arguments, after it, the side stream's conversions could
+            # read them unwritten (offsets beyond A: an illegal address, about one run in
+            # three on an H100).
+            offsets64, index64, scale16 = offsets.long(), index.long(), scale.to(torch.bfloat16)
             side.wait_stream(torch.cuda.current_stream())
-            gemm.grouped_matmul(x, w, offsets.long(), index=index.long(), row_scale=scale.to(torch.bfloat16),
-                                out=out, kernel=name, stream=side)  # fmt: skip
+            gemm.grouped_matmul(x, w, offsets64, index=index64, row_scale=scale16, out=out, kernel=name, stream=side)
             torch.cuda.current_stream().wait_stream(side)
             err = ((out.float() - ref).norm() / ref.norm()).item()
             if not err < TOL:
