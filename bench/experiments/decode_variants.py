@@ -3,8 +3,8 @@ took 12.3 us where torch's int4 kernel took 9.0). Builds the default set's 16-ro
 sm80 tiles and the narrow candidates of bench/experiments/decode_narrow_tiles.yaml, each
 with one part of the kernel left out (templates/include/gemm/mainloop_sm80.cuh's
 GEMM_SM80_LEAVE_OUT: the MMAs, the epilogue, split-K's hand-over, the tile-end barrier;
-the sums are then wrong) or one setting changed (handover_no_fence: split_k.cuh's
-GEMM_SPLIT_K_FENCE=0, sums right), then per layer at M = 1 (or each of --m):
+the sums are then wrong) or one setting changed (handover_fence: split_k.cuh's
+GEMM_SPLIT_K_FENCE=1, the old fence, sums right), then per layer at M = 1 (or each of --m):
 
 * every base kernel at every split count (short medians), the fastest first;
 * the two fastest plans under every variant, interleaved, beside fp16 cuBLAS, torch's
@@ -47,7 +47,7 @@ VARIANTS = {
     "no_mma": ("-DGEMM_SM80_LEAVE_OUT=2",),
     "no_epilogue": ("-DGEMM_SM80_LEAVE_OUT=1",),
     "no_handover": ("-DGEMM_SM80_LEAVE_OUT=6",),
-    "handover_no_fence": ("-DGEMM_SPLIT_K_FENCE=0",),  # split_k.cuh: thread 0's release alone orders the partials
+    "handover_fence": ("-DGEMM_SPLIT_K_FENCE=1",),  # split_k.cuh: every thread fences its partials (before 2026-12-06)
     "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
     "l2_64": ("-DGEMM_CP_ASYNC_PREFETCH=64",),  # cp.async's L2 prefetch size (ptx.cuh)
     "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),

@@ -3,12 +3,15 @@
 #pragma once
 #include "gemm/ptx.cuh"
 
-// Experiment knob (bench/experiments/decode_variants.py's handover_no_fence; builds leave
-// it at 1): GEMM_SPLIT_K_FENCE 0 drops the fence every thread of a split issues after its
-// partials (__threadfence: MEMBAR.SC.GPU), leaving thread 0's release after the barrier to
-// order them, as sm90/stream_k.cuh's hand-over does since the fortieth session.
+// Experiment knob (bench/experiments/decode_variants.py's handover_fence; builds leave it
+// at 0): GEMM_SPLIT_K_FENCE 1 has every thread of a split fence after its partials
+// (__threadfence: MEMBAR.SC.GPU) before the barrier. Without it thread 0's release after
+// the barrier orders them (a release is cumulative: it carries the stores the barrier
+// ordered before it), as sm90/stream_k.cuh's hand-over does: H100, the W4 decode plans
+// with splits at M = 16 2-4% faster without the fence, level at M = 1 (docs/NOTES.md,
+// forty-first session).
 #ifndef GEMM_SPLIT_K_FENCE
-#define GEMM_SPLIT_K_FENCE 1
+#define GEMM_SPLIT_K_FENCE 0
 #endif
 
 namespace gemm {
@@ -43,7 +46,7 @@ __device__ __forceinline__ bool split_k_handover(float* acc, RowOf row_of, const
     float* mine = slots + static_cast<i64>(split) * kTileFloats;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) st_cg_if(row_of(i) < rows_left, mine + i * kThreads + tid, acc[i]);
-    if (GEMM_SPLIT_K_FENCE) __threadfence();  // the partials are visible GPU-wide before the arrival below
+    if (GEMM_SPLIT_K_FENCE) __threadfence();  // the knob's old form (above)
     named_barrier_sync<kThreads>(kSplitKBarrier);
     if (tid == 0) red_release_gpu_add(sem, 1);
     return false;
