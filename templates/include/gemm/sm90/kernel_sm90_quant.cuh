@@ -56,7 +56,9 @@
 // 2 (default) a producer-warpgroup warp raises it, 1 consumer thread 0 after a fence in
 // every consumer thread, 0 thread 0 without the fence. GEMM_SM90Q_SK_LAND 1 (default): a
 // take's tail share lands in shared memory during the K loop (stream_k_land) where the
-// staging lies after the ring; 0 reads it from L2 after the K loop.
+// staging lies after the ring; 0 reads it from L2 after the K loop. GEMM_SM90Q_SK_SKEW
+// N > 0 (default 4): where the grid is twice the tiles, a tile's tail share is N K tiles
+// short of half the tile (stream_k.cuh's skewed_stream_k); 0: equal shares.
 #ifndef GEMM_SM90Q_LEAVE_OUT
 #define GEMM_SM90Q_LEAVE_OUT 0
 #endif
@@ -65,6 +67,9 @@
 #endif
 #ifndef GEMM_SM90Q_SK_LAND
 #define GEMM_SM90Q_SK_LAND 1
+#endif
+#ifndef GEMM_SM90Q_SK_SKEW
+#define GEMM_SM90Q_SK_SKEW 4
 #endif
 #ifndef GEMM_SM90Q_WGMMA_DEPTH
 #define GEMM_SM90Q_WGMMA_DEPTH 1
@@ -600,7 +605,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // NOTE: the bound, not group_tile_rows: that scan of the offsets would come before the
   // first tile's, which the first copies wait for.
   const long long tiles = static_cast<long long>(p.tiles_m) * p.tiles_n;
-  const StreamK sk{tiles * k_tiles, static_cast<int>(gridDim.x)};
+  const StreamK sk = Cfg::kGrouped ? StreamK{tiles * k_tiles, static_cast<int>(gridDim.x)}
+                                   : skewed_stream_k(tiles, k_tiles, static_cast<int>(gridDim.x), p.splits);
   const bool stream_k = p.splits > 1;
   const int rank = stream_k ? sk.ctas - 1 - static_cast<int>(blockIdx.x) : 0;
   const long long begin = stream_k ? sk.begin(rank) : 0;

@@ -42,14 +42,46 @@ constexpr int kStreamKGiveBarrier = 8;
 struct StreamK {
   long long total;  // K tiles of all output tiles
   int ctas;         // the grid: ranks 0 .. ctas - 1
+  // Where the grid is the tiles times `ways` (> 0), every tile is cut among `ways`
+  // consecutive ranks: the head's share holds `head` K tiles, the others `other` each.
+  int k_tiles = 0, ways = 0, head = 0, other = 0;
 
   // The first iteration of rank r's share ([begin(r), begin(r + 1)); none when equal).
-  __device__ __forceinline__ long long begin(int r) const { return static_cast<long long>(r) * total / ctas; }
+  __device__ __forceinline__ long long begin(int r) const {
+    if (ways > 0) {
+      const int t = r / ways, j = r - t * ways;
+      return static_cast<long long>(t) * k_tiles + (j > 0 ? head + (j - 1) * other : 0);
+    }
+    return static_cast<long long>(r) * total / ctas;
+  }
   // The rank whose share holds iteration g: the last r with begin(r) <= g.
   __device__ __forceinline__ int rank_of(long long g) const {
+    if (ways > 0) {
+      const int t = static_cast<int>(g / k_tiles), off = static_cast<int>(g - static_cast<long long>(t) * k_tiles);
+      return t * ways + (off < head ? 0 : 1 + (off - head) / other);
+    }
     return static_cast<int>(((g + 1) * ctas - 1) / total);
   }
 };
+
+// The shares of a grid of two CTAs per tile: the tail's GEMM_SM90Q_SK_SKEW K tiles short
+// of half the tile, the head's as many over. There each tile's rest is the tail's whole share, handed over
+// at its end; equal shares end together, and the head waited out the whole hand-over
+// after its K loop. A shorter tail hands over while the head still runs its K loop, and
+// the partials land in shared memory meanwhile (stream_k_land). H100, W4, the llama3
+// layers cut in two at 64 and 128 tokens: 4 K tiles 2-4% faster, 2 about 2%, 8 slower;
+// for three or four ways (only the head takes, so it would carry every other share's
+// cut) 2 K tiles were 1-3% slower (docs/NOTES.md, forty-first session).
+__device__ __forceinline__ StreamK skewed_stream_k(long long tiles, int k_tiles, int ctas, int ways) {
+  StreamK sk{tiles * k_tiles, ctas};
+  if (GEMM_SM90Q_SK_SKEW > 0 && ways == 2 && 2 * tiles == ctas && k_tiles / 2 > GEMM_SM90Q_SK_SKEW) {
+    sk.k_tiles = k_tiles;
+    sk.ways = ways;
+    sk.other = k_tiles / ways - GEMM_SM90Q_SK_SKEW;
+    sk.head = k_tiles - (ways - 1) * sk.other;
+  }
+  return sk;
+}
 
 // A share that starts inside a tile: its sums go to the rank's slot of the partials
 // (D's rows of the tile only, rows_left of them), then its flag is raised. `kThreads`
