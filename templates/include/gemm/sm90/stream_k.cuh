@@ -2,7 +2,7 @@
 // output tiles form one sequence, tile after tile (iteration t * k_tiles + k is K tile k
 // of tile t), and each CTA of the grid takes an equal contiguous share of it, so no SM
 // idles in a last, partly filled wave (224 tiles on 132 SMs run as 1.7 waves of work,
-// not 2).
+// not 2); but for a grid of exactly two CTAs per tile (skewed_stream_k).
 //
 // A tile cut between CTAs is finished by the CTA holding its K tile 0: the others (their
 // shares start inside the tile) hand their sums over through the workspace, one fp32
@@ -65,13 +65,13 @@ struct StreamK {
 };
 
 // The shares of a grid of two CTAs per tile: the tail's GEMM_SM90Q_SK_SKEW K tiles short
-// of half the tile, the head's as many over. There each tile's rest is the tail's whole share, handed over
-// at its end; equal shares end together, and the head waited out the whole hand-over
-// after its K loop. A shorter tail hands over while the head still runs its K loop, and
-// the partials land in shared memory meanwhile (stream_k_land). H100, W4, the llama3
-// layers cut in two at 64 and 128 tokens: 4 K tiles 2-4% faster, 2 about 2%, 8 slower;
-// for three or four ways (only the head takes, so it would carry every other share's
-// cut) 2 K tiles were 1-3% slower (docs/NOTES.md, forty-first session).
+// of half the tile, the head's as many over. There each tile's rest is the tail's whole
+// share, handed over at its end: equal shares end together, and the head waited out the
+// whole hand-over after its K loop. A shorter tail hands over while the head still runs
+// its K loop, and the partials land in shared memory meanwhile (stream_k_land). H100,
+// W4, the llama3 layers cut in two at 64 and 128 tokens: 4 K tiles 1-4% faster, 2 about
+// 2%, 8 slower; for three or four ways (only the head takes, so it would carry every
+// other share's cut) 2 K tiles were 1-3% slower (docs/NOTES.md, forty-first session).
 __device__ __forceinline__ StreamK skewed_stream_k(long long tiles, int k_tiles, int ctas, int ways) {
   StreamK sk{tiles * k_tiles, ctas};
   if (GEMM_SM90Q_SK_SKEW > 0 && ways == 2 && 2 * tiles == ctas && k_tiles / 2 > GEMM_SM90Q_SK_SKEW) {
