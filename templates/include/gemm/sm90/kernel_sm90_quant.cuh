@@ -605,6 +605,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // NOTE: the bound, not group_tile_rows: that scan of the offsets would come before the
   // first tile's, which the first copies wait for.
   const long long tiles = static_cast<long long>(p.tiles_m) * p.tiles_n;
+  // Equal shares for grouped launches: their `tiles` is a bound, not the tiles the grid
+  // was sized by, so a grid of twice it says nothing of how the tiles are cut.
   const StreamK sk = Cfg::kGrouped ? StreamK{tiles * k_tiles, static_cast<int>(gridDim.x)}
                                    : skewed_stream_k(tiles, k_tiles, static_cast<int>(gridDim.x), p.splits);
   const bool stream_k = p.splits > 1;
