@@ -145,7 +145,8 @@ __device__ __forceinline__ void stream_k_take(float* acc, RowOf row_of, const Pa
 
 // While the head share's CTA still runs the tile's K loop, one warp
 // outside its consumers waits for the flag of rank `last` (the tile's tail share, which
-// handed over at the start of its own share, long before the head's ends) and has the
+// handed over at the start of its own share, long before the head's ends; or, in a grid
+// of two CTAs per tile, at the end of its shorter share: skewed_stream_k) and has the
 // bulk copy engine bring those sums into shared memory at `landed` (once the consumers
 // have left it: `land_ok`), so the take reads them from there instead of from L2 after
 // its K loop. Called by one whole warp; at most one take a launch (phase 0 only).
