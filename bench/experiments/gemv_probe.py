@@ -1,0 +1,219 @@
+"""Experiment: a W4A16 decode kernel shaped like a read (issue 17's M = 1 bars).
+
+bench.experiments.read_bound found this project's M = 1 W4 plans 1.4x slower than a
+bare read of the same bytes on the small llama3-8b layers (H100: 8b o 9.5 us against
+6.8, qkv 11.5 against 8.0), where the read reaches 2.6-2.8x fp16 cuBLAS. The default
+set's narrow decode tiles (16 columns a CTA, 8 warps along K, the weights one K tile
+ahead into registers, A through a cp.async ring in shared memory, a barrier per K tile)
+keep about as many bytes in flight as the read's fastest forms, so this asks whether a
+kernel without the ring, the per-K-tile barriers and the staged A tiles gets closer:
+
+  one CTA per `rows` n8 rows of the packed weight (8 x rows columns of D), `warps` warps
+  along K, each with a contiguous run of groups of 128; a group's packed words (one
+  32-bit word a lane and block, 128 contiguous bytes a warp) loaded one group ahead into
+  registers, the first group's before anything else; x staged once in shared memory and
+  given to m16n8k16's A row 0 by ldmatrix, rows 1-7 pointed at 16 zero bytes (so lanes
+  4-31 receive zeros); dequantization as every quantized kernel here (gemm/dequant.cuh);
+  the warps' sums met in shared memory.
+
+fp16, 4-bit, groups of 128, M = 1, K a multiple of 128 and N of 8 (the llama3 layers).
+Timed interleaved with the fastest read of the packed bytes (read_bound's sweep), the
+default tuned plan, fp16 cuBLAS and torch's int4 kernel; its output against the default
+plan's (max |diff| over max |out|). docs/perf/gemv_probe_h100.md has the runs: no form
+beat the default plans.
+
+    python -m bench.experiments.gemv_probe [--models llama3-8b] [--warps 8 16] [--rows 1 2 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import itertools
+
+import torch
+import yaml
+
+from bench.decode_chain import GROUP
+from bench.experiments.read_bound import Reader, decode_operands, packed_bytes
+from bench.quant import ROOT, copy_bandwidth, launch_floor_us, tuned_choice
+from codegen.render import INCLUDE_DIR
+from gemm_runtime import Gemm, cuda_driver
+from gemm_runtime.compiler import compile_cubin
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
+from gemm_runtime.timing import interleaved_medians_ms
+
+SOURCE = r"""
+#include "gemm/dequant.cuh"
+#include "gemm/ptx.cuh"
+using namespace gemm;
+
+// kRows n8 rows of the packed weight a CTA (8 kRows columns of D), kWarps warps along K,
+// each a contiguous run of groups of 128; x staged once in shared memory, its A fragments
+// (row 0 of m16n8k16's A) by ldmatrix with rows 1-7 pointed at 16 zero bytes, so lanes
+// 4-31 receive zeros; a group's packed words are loaded one group ahead.
+template <int kWarps, int kRows>
+__device__ __forceinline__ void gemv_w4(const u32* __restrict__ b, const u16* __restrict__ v,
+                                        const u16* __restrict__ x, u16* __restrict__ d, int n, int k, int groups,
+                                        long long row_words, int np) {
+  using Dq = Dequant<Half, 4>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ float partial[kWarps][8 * kRows];
+  u16* xs = reinterpret_cast<u16*>(smem_raw);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.x * kRows;
+  const int per_warp = (groups + kWarps - 1) / kWarps;
+  const int first = warp * per_warp, last = min(groups, first + per_warp);
+  const u32* src = b + row0 * row_words + lane;
+  // ldmatrix: lane L gives row L % 8 of matrix L / 8; row 0 is x's 8 halves, the others zeros.
+  const u32 x_base = smem_addr(xs), zeros = smem_addr(xs + k);
+  const int m = lane >> 3;
+  const u32 lane_x = (lane & 7) == 0 ? x_base + 2 * (16 * (m >> 1) + 8 * (m & 1)) : zeros;
+  const u32 lane_step = (lane & 7) == 0 ? 64u : 0u;  // bytes of x per pair of k16 steps
+  float acc[kRows][4];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.f;
+  using Words = u32[kRows][4][1];
+  Words w0, w1;  // two groups' words: the one multiplied and the next (named, not indexed: no local memory)
+  auto load_group = [&](int grp, Words& into) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int blk = 0; blk < 4; ++blk) ld_stream(into[r][blk], src + r * row_words + (grp * 4 + blk) * 32);
+  };
+  auto multiply = [&](int grp, const Words& w) {
+    u32 a[4][4];  // pairs of k16 steps: {step 2p a0, a2, step 2p + 1 a0, a2}
+#pragma unroll
+    for (int p = 0; p < 4; ++p) ldmatrix_x4(a[p], lane_x + (grp * 4 + p) * lane_step);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int col = (row0 + r) * 8 + g;
+      const Dq::Consts c = Dq::make(ld_global_u16(v + grp * np + col), ld_global_u16(v + (groups + grp) * np + col));
+#pragma unroll
+      for (int blk = 0; blk < 4; ++blk) {
+        BlockFragments f;
+        Dq::apply(w[r][blk], c, f);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int s = 2 * blk + h;  // the k16 step in the group
+          const u32 af[4] = {a[s >> 1][2 * (s & 1)], 0u, a[s >> 1][2 * (s & 1) + 1], 0u};
+          mma_m16n8k16(acc[r], af, f[h], MmaF16{});
+        }
+      }
+    }
+  };
+  // The first group's weights go out before x is staged: its loads wait on nothing.
+  if (first < last) load_group(first, w0);
+  for (int i = threadIdx.x; i < k / 8; i += 32 * kWarps)
+    reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(x)[i];
+  if (threadIdx.x == 0) reinterpret_cast<uint4*>(xs + k)[0] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+  for (int grp = first; grp < last; grp += 2) {
+    if (grp + 1 < last) load_group(grp + 1, w1);
+    multiply(grp, w0);
+    if (grp + 1 < last) {
+      if (grp + 2 < last) load_group(grp + 2, w0);
+      multiply(grp + 1, w1);
+    }
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      partial[warp][8 * r + 2 * t] = acc[r][0];
+      partial[warp][8 * r + 2 * t + 1] = acc[r][1];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < 8 * kRows) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += partial[w][threadIdx.x];
+    const int c = row0 * 8 + threadIdx.x;
+    if (c < n) d[c] = f32_to_f16(s);
+  }
+}
+"""
+
+
+def kernel_name(warps: int, rows: int) -> str:
+    return f"gemv_w4_w{warps}_r{rows}"
+
+
+def source(forms: list[tuple[int, int]]) -> str:
+    entries = "".join(
+        f'extern "C" __global__ void __launch_bounds__({32 * w}) {kernel_name(w, r)}(const u32* b, const u16* v, '
+        f"const u16* x, u16* d, int n, int k, int groups, long long row_words, int np) "
+        f"{{ gemv_w4<{w}, {r}>(b, v, x, d, n, k, groups, row_words, np); }}\n"
+        for w, r in forms
+    )
+    return SOURCE + entries
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["llama3-8b"])
+    ap.add_argument("--warps", nargs="+", type=int, default=[4, 8])
+    ap.add_argument("--rows", nargs="+", type=int, default=[1, 2, 4], help="n8 rows of the weight a CTA")
+    args = ap.parse_args()
+    forms = list(itertools.product(args.warps, args.rows))
+    major, minor = torch.cuda.get_device_capability()
+    result = compile_cubin(source(forms), name="gemv_probe", arch=10 * major + minor, include_dirs=[INCLUDE_DIR],
+                           cache_dir=None)  # fmt: skip
+    reader = Reader.build()  # (also makes torch's context current before the module loads)
+    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    max_smem = 2 * max(k for model in args.models for _, k in shapes[model].values()) + 16  # x and 16 zero bytes
+    functions = {f: cuda_driver.LoadedFunction(result.cubin, kernel_name(*f), max_smem, 32 * f[0]) for f in forms}
+    copy, floor = copy_bandwidth(), launch_floor_us()
+    print(f"{torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s; a timed launch's floor {floor:.1f} us")
+    print(result.log.strip().splitlines()[-1] if result.log.strip() else "")
+    gemm = Gemm()
+    largest = max(n * k for model in args.models for n, k in shapes[model].values())
+    buffer = torch.randint(-(2**31), 2**31 - 1, (largest // 6 + 1024,), dtype=torch.int32, device="cuda")
+    head = " | ".join(f"w{w} r{r} us" for w, r in forms)
+    print(f"\n| layer | MB | read us | ours us | {head} | cuBLAS us | int4 us | best probe / ours | best probe / read | "
+          "cuBLAS / best probe | int4 / best probe | probe max diff |")  # fmt: skip
+    print("|---|---:|---:|---:|" + "---:|" * len(forms) + "---:|---:|---:|---:|---:|---:|---:|")
+    stream = torch.cuda.current_stream().cuda_stream
+    for model in args.models:
+        for layer, (n, k) in shapes[model].items():
+            w, int4, sz, a, a_bf = decode_operands(n, k)
+            packed = pack_for_gemm(quantize(w, bits=4, group_size=GROUP))
+            nbytes = packed_bytes(packed)
+            _, read, _ = reader.fastest(buffer, nbytes)
+            out_d, out_h = (torch.empty(1, n, device="cuda", dtype=torch.float16) for _ in range(2))
+            tuned_choice(gemm, a, packed, out_d)
+            probe_outs, probe_calls = [], []
+            for f in forms:
+                out = torch.full((1, n), float("nan"), device="cuda", dtype=torch.float16)
+                params = [ctypes.c_void_p(packed.b.data_ptr()), ctypes.c_void_p(packed.v.data_ptr()),
+                          ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(out.data_ptr()), ctypes.c_int(n),
+                          ctypes.c_int(k), ctypes.c_int(packed.groups),
+                          ctypes.c_longlong(packed.b.stride(0) * packed.b.element_size() // 4),
+                          ctypes.c_int(packed.v.shape[1])]  # fmt: skip
+                pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+                fn = functions[f]
+
+                def call(fn=fn, pointers=pointers, params=params, blocks=(n + 8 * f[1] - 1) // (8 * f[1]),
+                         threads=32 * f[0], smem=2 * k + 16) -> None:  # fmt: skip
+                    fn.launch((blocks, 1, 1), threads, smem, stream, ctypes.addressof(pointers))
+
+                probe_outs.append(out)
+                probe_calls.append(call)
+            fns = [read, lambda: gemm.matmul(a, packed, out=out_d), *probe_calls,
+                   lambda: torch.matmul(a, w.t(), out=out_h), lambda: torch._weight_int4pack_mm(a_bf, int4, GROUP, sz)]
+            t = [x * 1e3 for x in interleaved_medians_ms(fns, reps=40)]
+            probes = t[2:2 + len(forms)]
+            best = min(probes)
+            ref = out_d.float()
+            diff = max(((o.float() - ref).abs().max() / ref.abs().max()).item() for o in probe_outs)
+            cells = " | ".join(f"{p:.1f}" for p in probes)
+            print(f"| {model} {layer} | {nbytes / 1e6:.1f} | {t[0]:.1f} | {t[1]:.1f} | {cells} | {t[-2]:.1f} | "
+                  f"{t[-1]:.1f} | {best / t[1]:.2f} | {best / t[0]:.2f} | {t[-2] / best:.2f} | {t[-1] / best:.2f} | "
+                  f"{diff:.1e} |", flush=True)  # fmt: skip
+            del w, int4, packed
+
+
+if __name__ == "__main__":
+    main()
