@@ -18,7 +18,8 @@ Per llama3 layer at M = 1 (W4 and W8, groups of 128):
     than the peer (issue 17 asks 2.5x cuBLAS and 1.5x int4 on every llama3-8b layer);
   - read of copy: the read's bandwidth over the copy's (issue 17 asks 80% / 85% of
     copy bandwidth of the W4 / W8 layers of >= 100 MB of fp16 weight; issue 18 60% of
-    the MoE decode rows, whose touched experts' bytes are timed too, read only).
+    the MoE decode rows: the touched experts' W4 bytes, beside Gemm.grouped_matmul's
+    default plan, at 1 and 16 tokens, bench.moe's routings).
 
     python -m bench.experiments.read_bound [--models llama3-8b llama3-70b] [--bits 4 8]
 """
@@ -35,6 +36,7 @@ import torch
 import yaml
 
 from bench.decode_chain import GROUP, INT4_INNER_K_TILES
+from bench import moe
 from bench.quant import ROOT, copy_bandwidth, launch_floor_us, tuned_choice
 from gemm_runtime import Gemm, cuda_driver
 from gemm_runtime.compiler import compile_cubin
@@ -48,7 +50,8 @@ CTAS_PER_SM = (1, 2, 4, 8, 16)
 
 SOURCE = r"""
 // kLoads 16-byte loads in flight per thread per step, grid-strided; the XOR of all of
-// them goes to `sink` only if it equals a value random data never gives, which keeps
+// them goes to `sink` only if it equals one value (random data gives it once in 2^32
+// launches), which keeps
 // every load without a store per thread.
 template <int kLoads>
 __device__ __forceinline__ void read_bytes(const uint4* __restrict__ src, long long n16, unsigned* sink) {
@@ -150,19 +153,6 @@ def packed_bytes(packed) -> int:
     return (packed.b.numel() * packed.b.element_size() + packed.v.numel() * packed.v.element_size()) // 16 * 16
 
 
-def expert_bytes(n: int, k: int, bits: int, experts: int) -> int:
-    """Packed bytes of ``experts`` N x K experts with 16-bit scales and zeros per group of 128."""
-    return experts * (n * k * bits // 8 + 2 * 2 * n * math.ceil(k / GROUP))
-
-
-# The MoE decode rows of issue 18 (bench.moe's configurations): the experts one token
-# touches (top-k of them), gate_up (2 x intermediate x hidden) and down.
-MOE_ROWS = {
-    "Mixtral-like 1 token": (2, 4096, 14336),
-    "Qwen-MoE-like 1 token": (6, 2048, 1408),
-}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
@@ -175,8 +165,10 @@ def main() -> None:
     gemm = Gemm()
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     largest = max(n * k for model in args.models for n, k in shapes[model].values())
-    # the largest W8 weight with its scales and zeros (4 bytes a group of 128 weights)
-    buffer = torch.randint(-(2**31), 2**31 - 1, (largest * 33 // 32 // 4 + 1024,), dtype=torch.int32, device="cuda")
+    # the largest W8 weight, or all of an MoE layer's W4 experts, with scales and zeros (4 bytes a group of 128)
+    experts = max(c.experts * 2 * c.intermediate * c.hidden // 2 for c in moe.CONFIGS.values())
+    buffer = torch.randint(-(2**31), 2**31 - 1, (max(largest, experts) * 33 // 32 // 4 + 1024,), dtype=torch.int32,
+                           device="cuda")  # fmt: skip
 
     print("\n| bits | layer | MB | read form | read us | ours us | cuBLAS us | int4 us | read of copy | ours of copy | "
           "cuBLAS / read | int4 / read | cuBLAS / ours | int4 / ours | ours / read |")  # fmt: skip
@@ -201,16 +193,19 @@ def main() -> None:
                       f"{t[2] / t[1]:.2f} | {t_int4 / t[1]:.2f} | {t[1] / t[0]:.2f} |", flush=True)  # fmt: skip
             del w, int4
 
-    print("\n| MoE decode row | projection | MB (W4, touched experts) | read form | read us | read of copy |")
-    print("|---|---|---:|---|---:|---:|")
-    for row, (experts, hidden, inter) in MOE_ROWS.items():
-        for proj, (n, k) in (("gate_up", (2 * inter, hidden)), ("down", (hidden, inter))):
-            nbytes = expert_bytes(n, k, 4, experts) // 16 * 16
-            t, _, form = reader.fastest(buffer, nbytes)
-            t *= 1e3
-            print(f"| {row} | {proj} | {nbytes / 1e6:.1f} | {form} | {t:.1f} | {nbytes / copy * 1e6 / t:.0%} |",
-                  flush=True)  # fmt: skip
-
+    print("\n| MoE decode row | tokens | projection | MB (W4, touched experts) | read form | read us | ours us | "
+          "ours / read | read of copy | ours of copy |")  # fmt: skip
+    print("|---|---:|---|---:|---|---:|---:|---:|---:|---:|")
+    names = {"mixtral": "Mixtral-like", "qwen": "Qwen-MoE-like"}
+    for cfg, tokens, proj, routing, a, w, d in moe.sorted_problems([1, 16], torch.Generator().manual_seed(0),
+                                                                   w4_group=GROUP):  # fmt: skip
+        nbytes = moe.touched_packed_bytes(routing, w) // 16 * 16
+        _, read, form = reader.fastest(buffer, nbytes)
+        t_read, t_ours = (x * 1e3 for x in interleaved_medians_ms(
+            [read, lambda: gemm.grouped_matmul(a, w, routing.offsets, out=d)], reps=40))  # noqa: B023  # fmt: skip
+        bw = nbytes / copy * 1e6
+        print(f"| {names[cfg]} | {tokens} | {proj} | {nbytes / 1e6:.1f} | {form} | {t_read:.1f} | {t_ours:.1f} | "
+              f"{t_ours / t_read:.2f} | {bw / t_read:.0%} | {bw / t_ours:.0%} |", flush=True)  # fmt: skip
 
 if __name__ == "__main__":
     main()
