@@ -49,10 +49,9 @@ LOADS = (1, 2, 4, 8)
 CTAS_PER_SM = (1, 2, 4, 8, 16)
 
 SOURCE = r"""
-// kLoads 16-byte loads in flight per thread per step, grid-strided; the XOR of all of
+// kLoads 16-byte loads in flight per thread per step, grid-strided. The XOR of all of
 // them goes to `sink` only if it equals one value (random data gives it once in 2^32
-// launches), which keeps
-// every load without a store per thread.
+// launches): that keeps every load without a store per thread.
 template <int kLoads>
 __device__ __forceinline__ void read_bytes(const uint4* __restrict__ src, long long n16, unsigned* sink) {
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
