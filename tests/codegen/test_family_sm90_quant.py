@@ -163,11 +163,12 @@ def test_the_box_sizes_the_kernel_expects_are_the_hosts() -> None:
     from M and group_shift, or the barrier never completes and the kernel hangs."""
     from codegen.render import INCLUDE_DIR
 
-    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
-    assert "(M >= kTokens ? kTokens : (M + 7) / 8 * 8) * kCtaK * 2" in header
-    assert "return group_shift < 6 ? 2 : 1;" in header
-    assert "Cfg::x_box_bytes(p.M)) +" in header  # X's box, then W's and V's
-    assert "Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2));" in header
+    config = (INCLUDE_DIR / "gemm" / "sm90" / "quant_config.cuh").read_text()
+    kernel = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    assert "(M >= kTokens ? kTokens : (M + 7) / 8 * 8) * kCtaK * 2" in config
+    assert "return group_shift < 6 ? 2 : 1;" in config
+    assert "Cfg::x_box_bytes(p.M)) +" in kernel  # X's box, then W's and V's
+    assert "Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2));" in kernel
     spec = next(k.spec for k in load_configs([YAML]) if k.spec.cta[0] == 128)
     from gemm_runtime.context import make_key
 
@@ -180,18 +181,19 @@ def test_the_box_sizes_the_kernel_expects_are_the_hosts() -> None:
 @pytest.mark.parametrize("tokens, rows, blocks", [(64, 128, 1), (128, 128, 1), (256, 128, 1), (128, 64, 1),
                                                   (128, 192, 1), (64, 256, 1), (64, 256, 2), (64, 128, 2)])  # fmt: skip
 def test_the_staged_epilogue_covers_the_tile_without_bank_conflicts(tokens: int, rows: int, blocks: int) -> None:
-    """StagedTransposedTile (kernel_sm90_quant.cuh), emulated from the header's index
+    """StagedTransposedTile (quant_epilogue.cuh), emulated from the header's index
     rules: the consumers' D^T fragments (of every m64 block of a warpgroup) land on every
     (token, weight row) of the tile once, a warp's 32 stores of one accumulator fall on
     32 banks (the pitch of rows + 4 floats), and the staging fits the family's shared
     memory however few the stages."""
     from codegen.render import INCLUDE_DIR
 
-    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "quant_epilogue.cuh").read_text()
+    config = (INCLUDE_DIR / "gemm" / "sm90" / "quant_config.cuh").read_text()
     assert "const int row = 64 * (wg * Cfg::kBlocks + b) + 16 * ((threadIdx.x / 32) % 4) + lane / 4;" in header
     assert "const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;" in header
     assert "rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[b * Cfg::kBlockAcc + i];" in header
-    assert "static constexpr int kStagedPitch = kRows + (kSharedB ? 8 : 4);" in header
+    assert "static constexpr int kStagedPitch = kRows + (kSharedB ? 8 : 4);" in config
     pitch, threads = rows + 4, rows // (64 * blocks) * 128
     written: dict[int, int] = {}
     for t in range(threads):
@@ -291,16 +293,18 @@ def test_smem_shared_memory(bits: int, tile: tuple[int, int, int]) -> None:
 
 @pytest.mark.parametrize("rows", [128, 256])
 def test_smem_dequantized_tile_layout(rows: int) -> None:
-    """SharedBWeights::store, emulated from the header's index rules: a warpgroup's
-    stmatrix.x4 of every (n8 tile, k32 block) land each (weight row, 8 K) chunk of its
-    buffer once, where TMA's 128-byte swizzle (smem_desc_kmajor_sw128) puts it, and the
-    8 row addresses of each 8 x 8 matrix fall on 8 different 16-byte bank groups."""
+    """SharedBWeights::store (quant_fragments.cuh), emulated from the header's index
+    rules: a warpgroup's stmatrix.x4 of every (n8 tile, k32 block) land each (weight row,
+    8 K) chunk of its buffer once, where TMA's 128-byte swizzle (smem_desc_kmajor_sw128)
+    puts it, and the 8 row addresses of each 8 x 8 matrix fall on 8 different 16-byte
+    bank groups."""
     from codegen.render import INCLUDE_DIR
 
-    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "quant_fragments.cuh").read_text()
+    kernel = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
     assert "const int n = (local_tile0 + t) * 8 + lane % 8, chunk = 4 * kb + lane / 8;" in header
     assert "stmatrix_x4(buffer + static_cast<u32>(n * 128 + ((chunk ^ (n % 8)) << 4)), f[t][kb][0][0]" in header
-    assert "const int local_tile0 = W::kTiles * warp;" in header
+    assert "const int local_tile0 = W::kTiles * warp;" in kernel
     consumer_rows = rows // 2
     tiles_per_warp = consumer_rows // 32
     written: dict[int, tuple[int, int]] = {}
@@ -324,13 +328,13 @@ def test_smem_dequantized_tile_layout(rows: int) -> None:
 
 @pytest.mark.parametrize("tokens, rows", [(64, 256), (128, 256), (64, 128)])
 def test_smem_staged_epilogue_covers_the_tile(tokens: int, rows: int) -> None:
-    """StagedTile (kernel_sm90_quant.cuh), emulated from the header's index rules: the
+    """StagedTile (quant_epilogue.cuh), emulated from the header's index rules: the
     consumers' D fragments (wgmma_ss's layout, token slices of 64, half the weight rows
     per warpgroup) land on every (token, weight row) once, and a half-warp's 8-byte
     stores fall on 32 different banks (the pitch of rows + 8 floats)."""
     from codegen.render import INCLUDE_DIR
 
-    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "quant_epilogue.cuh").read_text()
     assert "const int token0 = 16 * ((threadIdx.x / 32) % 4) + lane / 4;" in header
     assert "const int col0 = Cfg::kConsumerRows * wg + 2 * (lane % 4);" in header
     assert "const int token = 64 * ts + token0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4);" in header
@@ -378,7 +382,7 @@ def test_consumer_registers_mirror_the_header_and_fit_the_register_file() -> Non
     from codegen.families.sm90_quant import PRODUCER_REGS, consumer_registers, launch_registers, max_tokens
     from codegen.render import INCLUDE_DIR
 
-    header = (INCLUDE_DIR / "gemm" / "sm90" / "kernel_sm90_quant.cuh").read_text()
+    header = (INCLUDE_DIR / "gemm" / "sm90" / "quant_config.cuh").read_text()
     assert "kLaunchRegs = 65536 / kThreads / 8 * 8;" in header
     assert "(kLaunchRegs * kThreads - 128 * kProducerRegs) / kConsumerThreads / 8 * 8" in header
     assert f"kProducerRegs = {PRODUCER_REGS};" in header

@@ -27,11 +27,13 @@
 // 2-9% faster at 64 tokens, 1-4% at 128 (the fortieth session). Reading the partials
 // after the K loop had cost 2-5 us a launch: all CTAs end their shares together, so
 // their takes meet in one burst of L2 traffic.
-// Its experiment knobs (GEMM_SM90Q_LEAVE_OUT, GEMM_SM90Q_SK_FENCE, GEMM_SM90Q_SK_LAND) are
-// kernel_sm90_quant.cuh's, defined there before this file is included.
+// Its experiment knobs (GEMM_SM90Q_LEAVE_OUT, GEMM_SM90Q_SK_FENCE, GEMM_SM90Q_SK_LAND,
+// GEMM_SM90Q_SK_SKEW) are the quantized kernel's, defined in quant_knobs.cuh, which this
+// file includes before it reads them.
 #pragma once
 #include "gemm/ptx.cuh"
 #include "gemm/sm90/ptx_sm90.cuh"
+#include "gemm/sm90/quant_knobs.cuh"
 #include "gemm/split_k.cuh"
 
 namespace gemm {
