@@ -39,8 +39,11 @@ class QuantKernel:
     tokens: int = 64  # rows of D per CTA (wgmma N): 64 | 128
     rows: int = 128  # weight rows per CTA: 64 | 128
     stages: int = 4
-    defines: tuple[str, ...] = ()  # experiment knobs of kernel_sm90_quant.cuh, e.g. ("GEMM_SM90Q_LEAVE_OUT=1",)
-    header: str = ""  # experiments: another kernel_sm90_quant.cuh (a file) in place of the tree's
+    defines: tuple[str, ...] = ()  # experiment knobs (gemm/sm90/quant_knobs.cuh), e.g. ("GEMM_SM90Q_LEAVE_OUT=1",)
+    # Experiments: another kernel_sm90_quant.cuh (a file) in place of the tree's, pasted over
+    # its #include; what it includes comes from the tree (quant_*.cuh: a file from before
+    # those parts moved out of it replaces them too, a later one the kernel's layer only).
+    header: str = ""
     smem: bool = False  # the shared-B form (sm90_quant_smem): D = X . W^T, weights through shared memory
     blocks: int = 1  # register A: m64 blocks of weight rows per consumer warpgroup (Sm90QuantConfig::kBlocks)
 

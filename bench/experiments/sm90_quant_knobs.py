@@ -1,5 +1,5 @@
-"""Experiment: kernel_sm90_quant.cuh's knobs against its defaults, on the plans the cost
-model picks among the SM90 quantized kernels of the default set, timed interleaved
+"""Experiment: the SM90 quantized kernel's knobs (gemm/sm90/quant_knobs.cuh) against
+their defaults, on the plans the cost model picks among the SM90 quantized kernels of the default set, timed interleaved
 (gemm_runtime.timing.interleaved_medians_ms: every variant once per round, so all see
 the same clock), L2 flushed, medians, µs. Each variant is compiled with NVRTC from the
 tree's header with its defines (tests/sm90_quant_kernel.py) and launched directly, so no
@@ -14,7 +14,9 @@ A variant is one or more settings joined by commas: a define of the header, or
 `stages=N` or `blocks=N` (the kernel's tile, tests/sm90_quant_kernel.py's QuantKernel
 fields) or `splits=N` (the launch's) or `header=PATH` (another kernel_sm90_quant.cuh in
 place of the tree's, e.g. an earlier commit's: `git show REV:templates/include/gemm/sm90/
-kernel_sm90_quant.cuh > old.cuh`), e.g. `blocks=2,splits=2`. Prints a row
+kernel_sm90_quant.cuh > old.cuh`; its includes come from the tree, so a file from before
+the kernel's parts moved into quant_*.cuh replaces the whole kernel, a later one the
+kernel's own layer only), e.g. `blocks=2,splits=2`. Prints a row
 per problem (the plan, the defaults' time, each variant's, and defaults / variant: above
 1, the variant is faster; "-" where the variant's tile is not a valid one), then the
 medians of those ratios per M over the problems each variant ran.

@@ -73,8 +73,8 @@ SMEM_LIMIT = 227 * 1024  # Sm90QuantConfig::kSmemLimit: both forms' ring, stagin
 def v_box_rows(group_size: int, k: int) -> int:
     """Group rows of V one K tile needs: two for groups of 32, one from 64 up and for
     one group over all of K (a size of K or more, however small K is). The kernel
-    computes the same from group_shift (quant_v_rows in kernel_sm90_quant.cuh: one
-    group has a shift of 30) for the bytes its full barriers expect; the two must
+    computes the same from group_shift (quant_v_rows in gemm/sm90/quant_config.cuh:
+    one group has a shift of 30) for the bytes its full barriers expect; the two must
     agree, or a barrier never completes."""
     return 2 if group_size < min(CTA_K, k) else 1
 
