@@ -22,6 +22,8 @@ Per llama3 layer at M = 1 (W4 and W8, groups of 128):
     default and tuned plans, at 1 and 16 tokens, bench.moe's routings).
 
     python -m bench.experiments.read_bound [--models llama3-8b llama3-70b] [--bits 4 8]
+    ncu --profile-from-start off --clock-control none --cache-control all \\
+        python -m bench.experiments.read_bound --profile llama3-8b o
 """
 
 from __future__ import annotations
@@ -152,12 +154,40 @@ def packed_bytes(packed) -> int:
     return (packed.b.numel() * packed.b.element_size() + packed.v.numel() * packed.v.element_size()) // 16 * 16
 
 
+def profile(reader: Reader, model: str, layer: str) -> None:
+    """One launch each of the fastest read of ``model`` ``layer``'s W4 bytes, our tuned plan
+    and torch's int4 kernel at M = 1, between cudaProfilerStart and Stop (the sweep and the
+    tuning stay outside)."""
+    n, k = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"][model][layer]
+    w, int4, sz, a, a_bf = decode_operands(n, k)
+    packed = pack_for_gemm(quantize(w, bits=4, group_size=GROUP))
+    nbytes = packed_bytes(packed)
+    _, read, form = reader.fastest(torch.empty(nbytes // 4 + 1024, dtype=torch.int32, device="cuda"), nbytes)
+    gemm = Gemm()
+    out = torch.empty(1, n, device="cuda", dtype=torch.float16)
+    plan = tuned_choice(gemm, a, packed, out)
+    print(f"{model} {layer}: read {form}, ours {plan}", flush=True)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    read()
+    gemm.matmul(a, packed, out=out)
+    torch._weight_int4pack_mm(a_bf, int4, GROUP, sz)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8], choices=(4, 8))
+    ap.add_argument("--profile", nargs=2, metavar=("MODEL", "LAYER"),
+                    help="W4, M = 1: launch the layer's fastest read, our tuned plan and torch int4 once each "
+                         "between cudaProfilerStart / Stop, for ncu --profile-from-start off")  # fmt: skip
     args = ap.parse_args()
     reader = Reader.build()
+    if args.profile is not None:
+        profile(reader, *args.profile)
+        return
     copy = copy_bandwidth()
     floor = launch_floor_us()
     print(f"{torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s; a timed launch's floor {floor:.1f} us")
