@@ -37,12 +37,12 @@ from dataclasses import dataclass
 import torch
 import yaml
 
-from bench.decode_chain import GROUP, INT4_INNER_K_TILES
 from bench import moe
+from bench.decode_chain import GROUP, INT4_INNER_K_TILES
 from bench.quant import ROOT, copy_bandwidth, launch_floor_us, tuned_choice
 from gemm_runtime import DispatchPolicy, Gemm, cuda_driver
 from gemm_runtime.compiler import compile_cubin
-from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.packed_weight import PackedWeight, pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms, median_ms
 
@@ -110,6 +110,8 @@ class Reader:
         return cls(functions, sms, sink)
 
     def call(self, buffer: torch.Tensor, nbytes: int, ctas: int, loads: int) -> Callable[[], None]:
+        """A launch of the read of ``buffer``'s first ``nbytes`` on ``ctas`` CTAs, ``loads``
+        loads in flight a thread, on the current stream."""
         params = [ctypes.c_void_p(buffer.data_ptr()), ctypes.c_longlong(nbytes // 16), ctypes.c_void_p(self.sink.data_ptr())]
         pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
         fn = self.functions[loads]
@@ -148,7 +150,7 @@ def decode_operands(n: int, k: int) -> tuple[torch.Tensor, ...]:
     return w, int4, sz, a, a.to(torch.bfloat16)
 
 
-def packed_bytes(packed) -> int:
+def packed_bytes(packed: PackedWeight) -> int:
     """A PackedWeight's bytes with its scales and zeros, down to a multiple of 16 (the
     read's loads)."""
     return (packed.b.numel() * packed.b.element_size() + packed.v.numel() * packed.v.element_size()) // 16 * 16
