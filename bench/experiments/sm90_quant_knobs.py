@@ -1,11 +1,12 @@
-"""Experiment: the SM90 quantized kernel's knobs (gemm/sm90/quant_knobs.cuh) against
-their defaults, on the plans the cost model picks among the SM90 quantized kernels of the
+"""Experiment: the SM90 quantized kernel's knobs (gemm/sm90/quant_knobs.cuh) against their
+defaults, on the plans the cost model picks among the SM90 quantized kernels of the
 default set, timed interleaved (gemm_runtime.timing.interleaved_medians_ms: every
-variant once per round, so all see the same clock), L2 flushed, medians, µs. Each variant is compiled with NVRTC from the
-tree's header with its defines (tests/sm90_quant_kernel.py) and launched directly, so no
-build of the registry is needed and no variant is the first kernel of the process when
-timed (every one is launched and checked against the defaults' output first, but for
-variants leaving a part out with GEMM_SM90Q_LEAVE_OUT, whose sums are wrong by design):
+variant once per round, so all see the same clock), L2 flushed, medians, µs. Each
+variant is compiled with NVRTC from the tree's header with its defines
+(tests/sm90_quant_kernel.py) and launched directly, so no build of the registry is
+needed and no variant is the first kernel of the process when timed (every one is
+launched and checked against the defaults' output first, but for variants leaving a part
+out with GEMM_SM90Q_LEAVE_OUT, whose sums are wrong by design):
 
     python -m bench.experiments.sm90_quant_knobs GEMM_SM90Q_INTERLEAVE=1 GEMM_SM90Q_INTERLEAVE=2 \\
         [--layers llama3-8b llama3-70b] [--m 64 128 256] [--bits 4] [--dtype f16] [--rounds 2]
