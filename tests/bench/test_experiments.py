@@ -67,6 +67,25 @@ def test_the_read_bound_and_gemv_probe_kernels_compile_without_spills():
         assert name in reads.log + probes.log, name
 
 
+def test_the_merge_probe_compiles_and_knows_its_sums():
+    """bench/experiments/merge_probe.py: its three merge paths compile for sm_90 without
+    spills, and the sums it checks each launch against are the kernel's (no GPU needed)."""
+    from bench.experiments import merge_probe
+    from codegen.render import INCLUDE_DIR
+    from gemm_runtime.compiler import compile_cubin
+
+    result = compile_cubin(merge_probe.source([32, 64]), name="merge_probe", arch=90, include_dirs=[INCLUDE_DIR],
+                           cache_dir=None)  # fmt: skip
+    assert result.cubin and result.spill_stores == result.spill_loads == 0, result.log
+    for mode in merge_probe.MODES:
+        assert merge_probe.kernel_name(64, mode) in result.log
+    # pair 1, thread 2: rank 0 is block 2, rank 1 block 3; 16 floats a thread
+    own = sum((2 * 7 + 2 * 3 + i) % 17 for i in range(16))
+    given = sum((3 * 7 + 2 * 3 + i) % 17 for i in range(16))
+    assert merge_probe.expected_sums(2, 16, False)[1, 2].item() == own
+    assert merge_probe.expected_sums(2, 16, True)[1, 2].item() == own + given
+
+
 def test_register_cap_pairs_every_default_twin_with_its_capped_tile():
     """bench/experiments/register_cap.py times each uncapped twin beside the capped tile of
     the family it shadows; a renamed family or token would leave it timing nothing."""
