@@ -10,7 +10,8 @@ where a loop split into basic blocks shows (ptxas schedules inside a block only)
 
 Without --config the default set's YAML files are read; --match keeps the kernels whose
 name holds every substring. cuobjdump comes from $CUOBJDUMP, PATH, or the pip wheel
-(`pip install nvidia-cuda-cuobjdump`). Symbols: M an MMA, L ldmatrix, s another shared
+(`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`: cuobjdump runs nvdisasm, looked
+for beside it first). Symbols: M an MMA, L ldmatrix, s another shared
 load, G cp.async, W a TMA or bulk copy, | a CTA barrier, D a cp.async wait, b a branch,
 . anything else.
 """
@@ -123,7 +124,8 @@ def find_cuobjdump() -> str:
 
 
 def sass_of(cubin: Path, cuobjdump: str) -> str:
-    return subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(cuobjdump).parent), os.environ.get("PATH", "")]))
+    return subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True, env=env).stdout
 
 
 def report_cubin(cubin: Path, cuobjdump: str, order: bool) -> None:

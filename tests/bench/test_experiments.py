@@ -227,3 +227,25 @@ def test_sm90_quant_launch_parses_tiles_and_rejects_bad_ones():
     for bad in ("64x128", "64x128s8k2", "x128s8", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="TOKENSxROWSsSTAGES"):
             parse_tile(bad)
+
+
+def test_the_read_order_kernels_compile_and_read_a_plans_geometry():
+    """bench/experiments/read_order.py: its tile-order reads compile for sm_90 without
+    spills, a tuned plan's text gives its geometry, and every candidate form covers the
+    packed rows exactly."""
+    from bench.experiments import read_order
+    from gemm_runtime.compiler import compile_cubin
+
+    result = compile_cubin(read_order.source(), name="read_order", arch=90, include_dirs=[], cache_dir=None)
+    assert result.cubin and result.spill_stores == result.spill_loads == 0, result.log
+    plan = read_order.plan_form("sm80 16x128x256 w1x4x2 s3 (1, z0)", 4)
+    assert plan == read_order.Form(16, 1024, 1, 1)
+    assert read_order.plan_form("sm90_quant 64x128x64 w1x8x1 s8 (3, z0)", 4) is None
+    rows, row_bytes = 28672 // 8, 4096 * 4  # llama3-8b gate_up, 4-bit
+    forms = read_order.candidate_forms(rows, row_bytes, plan, 132)
+    assert forms[:3] == [read_order.Form(16, 1024, 1, d) for d in read_order.DEPTHS]
+    assert len(forms) > 6 and len(set(forms)) == len(forms)
+    for form in forms:
+        assert form.fits(rows, row_bytes)
+        assert form.rows_per_cta * form.chunk == form.per_thread() * 16 * read_order.THREADS
+    assert not read_order.Form(16, 1024, 3, 1).fits(rows, row_bytes)  # 16 KB rows do not cut three ways

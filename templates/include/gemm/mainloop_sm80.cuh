@@ -70,6 +70,14 @@
 #ifndef GEMM_SM80_QUANT_LEAN
 #define GEMM_SM80_QUANT_LEAN 1
 #endif
+// 1 in every build: the direct-B decode loop for M <= 8 (`upper` false, the CTA's rows 8-15
+// outside M) issues only the copies of A's rows 0-7 (kLowerItersA); 0 issues all 16 rows'
+// (those past M predicated off, but their address arithmetic and LDGSTS still issued).
+// The decode tiles are bound by their warps' instruction streams, not by their loads
+// (docs/perf/read_order_h100.md, forty-third session).
+#ifndef GEMM_SM80_LOWER_A_COPIES
+#define GEMM_SM80_LOWER_A_COPIES 1
+#endif
 // 1 in every build: 0 keeps the dense tiles' barrier after the last step (kEarlyBarrier).
 #ifndef GEMM_SM80_EARLY_BARRIER
 #define GEMM_SM80_EARLY_BARRIER 1
@@ -186,6 +194,12 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   static constexpr int kDirectWords = DirectShape<Warp, kDirectB>::kWords;
   static constexpr int kBlockBytes = Cfg::kQuantBlockUnits * 2;  // one n8 x k32 block of packed B
   using Cursor = WeightCursor<kDirectNI, kDirectWords, kBlockBytes, Cfg::kCtaK / 32>;
+  // A 16-row direct-B tile's copies of A that can hold rows 0-7: thread t's copy i is row
+  // t / (vectors a row) + i * kRowStep (TileCopy), so the first ceil(8 / kRowStep).
+  static constexpr bool kLowerCopiesA = GEMM_SM80_LOWER_A_COPIES && kDirectB && Cfg::kTileARows == 16;
+  static constexpr int kLowerItersA = (8 + CopyA::kRowStep - 1) / CopyA::kRowStep < CopyA::kIters
+                                          ? (8 + CopyA::kRowStep - 1) / CopyA::kRowStep
+                                          : CopyA::kIters;
   using StepWords = typename Cursor::StepWords;
   using TileWords = StepWords[kSteps];
 
@@ -310,8 +324,11 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 
   // Slice `step` of `slices` of the copies of K tile `tile` into ring buffer `stage`;
   // `kInsideK`: the caller knows the tile lies inside K (the branch-free loop bodies).
+  // `lower_only`: the CTA's A rows 8-15 lie outside M (direct B, 16-row tiles: only A's
+  // copies of rows 0-7 go out; a constant in each of run_registers' two loops).
   template <bool kInsideK = false>
-  __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step, int slices = kSteps) const {
+  __device__ __forceinline__ void issue_tile(u32 smem, int stage, int tile, int step, int slices = kSteps,
+                                             bool lower_only = false) const {
     const u32 sa = smem + stage * Cfg::kStageBytes;
     const u32 sb = sa + Cfg::kStageBytesA;
     const int k0 = tile * Cfg::kCtaK;
@@ -319,7 +336,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     // thread: all of A's go out at the tile's first step, with the scale rows, so
     // the copy set-up (K-edge test, row mask) is paid once per tile, not per step.
     const int a_begin = kDirectB ? (step == 0 ? 0 : CopyA::kIters) : step * CopyA::kIters / slices;
-    const int a_end = kDirectB ? CopyA::kIters : (step + 1) * CopyA::kIters / slices;
+    const int a_end = kDirectB ? (kLowerCopiesA && lower_only ? kLowerItersA : CopyA::kIters)
+                               : (step + 1) * CopyA::kIters / slices;
     const int b_begin = step * CopyB::kIters / slices, b_end = (step + 1) * CopyB::kIters / slices;
     // Every tile but the last lies inside K: whole vectors, no per-copy edge arithmetic.
     const bool inside_k = kInsideK || k0 + Cfg::kCtaK <= this->k_extent;
@@ -370,12 +388,12 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   }
 
   // The copies of K tiles 0 .. Stages - 2 into stages 0 .. Stages - 2, a commit group each.
-  __device__ __forceinline__ void issue_prologue(u32 smem, int k_tiles) const {
+  __device__ __forceinline__ void issue_prologue(u32 smem, int k_tiles, bool lower_only = false) const {
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
       if (s < k_tiles) {
 #pragma unroll
-        for (int step = 0; step < kSteps; ++step) issue_tile(smem, s, s, step);
+        for (int step = 0; step < kSteps; ++step) issue_tile(smem, s, s, step, kSteps, lower_only);
       }
       cp_async_commit();  // NOTE: empty groups keep the wait count uniform for short K
     }
@@ -534,7 +552,11 @@ struct MainloopSm80 : OperandCopies<Cfg> {
         load_step(warp, buf, smem, stage, tile, kk, warp_m0, warp_n0);
       }
     };
-    issue_prologue(smem, k_tiles);
+    bool lower_only = false;  // `upper` is a constant in each of run_registers' loops, so this is too
+    if constexpr (kLowerCopiesA) {  // (direct B: the quantized warps, which have `upper`)
+      if constexpr (Warp::kDeferred) lower_only = !warp.upper;
+    }
+    issue_prologue(smem, k_tiles, lower_only);
     cp_async_wait<S - 2>();
     __syncthreads();
 
@@ -618,7 +640,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
             const u32 sa = smem + write * Cfg::kStageBytes;
             issue_lean(sa, lean_src, t + S - 1, step, kSteps);
           } else if (refill && GEMM_SM80_LEAVE_OUT != 3) {
-            issue_tile(smem, write, t + S - 1, step);
+            issue_tile(smem, write, t + S - 1, step, kSteps, lower_only);
           }
           if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
           this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_k0, warp_n0);
