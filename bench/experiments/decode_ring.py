@@ -35,8 +35,9 @@ from gemm_runtime.timing import interleaved_medians_ms, median_ms
 from tests.decode_ring_kernels import YAML, build
 
 
-def best_ring_plan(ring: Gemm, bits: int, a, packed, out) -> tuple[str, int, float]:
-    """(kernel, splits, ms) of the fastest candidate launch for ``a @ packed``."""
+def best_ring_plan(ring: Gemm, bits: int, a, packed, out, each: dict | None = None) -> tuple[str, int, float]:
+    """(kernel, splits, ms) of the fastest candidate launch for ``a @ packed``; ``each``, if
+    given, gets every candidate kernel's fastest (splits, ms)."""
     best = ("", 0, float("inf"))
     a_type = "bf16" if a.dtype == torch.bfloat16 else "f16"
     for kern in ring.kernels:
@@ -51,6 +52,8 @@ def best_ring_plan(ring: Gemm, bits: int, a, packed, out) -> tuple[str, int, flo
                           max_ms=50)  # fmt: skip
             if t < best[2]:
                 best = (kern.name, splits, t)
+            if each is not None and t < each.get(kern.name, (0, float("inf")))[1]:
+                each[kern.name] = (splits, t)
     return best
 
 
@@ -58,7 +61,8 @@ def short(name: str) -> str:
     """The tile part of a kernel name (16x128x256_w1x4x2_s6)."""
     parts = name.split("_")
     i = next(j for j, p in enumerate(parts) if p.count("x") == 2 and p[0].isdigit())
-    return "_".join(parts[i:i + 3])
+    capped = [p for p in parts if p.startswith("ctas")]  # a register-capped twin (spec.ctas_per_sm)
+    return "_".join(parts[i:i + 3] + capped)
 
 
 def main() -> None:
@@ -68,6 +72,7 @@ def main() -> None:
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--yaml", type=Path, default=YAML, help="the candidate kernels (default: the ring tiles)")
     ap.add_argument("--a-type", default="f16", choices=["f16", "bf16"], help="activations and scales")
+    ap.add_argument("--each", action="store_true", help="also print every candidate's fastest split and time")
     args = ap.parse_args()
     major, minor = torch.cuda.get_device_capability()
     ring = Gemm(build_dir=build(Path(tempfile.mkdtemp(prefix="decode_ring_")), 10 * major + minor, args.yaml))
@@ -95,7 +100,8 @@ def main() -> None:
                     a_bf = a.to(torch.bfloat16)
                     out_d, out_r, out_h = (torch.empty(m, n, device="cuda", dtype=dt) for _ in range(3))
                     plan = tuned_choice(gemm, a, packed, out_d)
-                    name, splits, _ = best_ring_plan(ring, bits, a, packed, out_r)
+                    each: dict = {}
+                    name, splits, _ = best_ring_plan(ring, bits, a, packed, out_r, each)
                     fns = [lambda: gemm.matmul(a, packed, out=out_d),
                            lambda: ring.matmul(a, packed, out=out_r, kernel=LaunchSpec(name, splits)),
                            lambda: torch.matmul(a, w.t(), out=out_h)]  # fmt: skip
@@ -108,6 +114,10 @@ def main() -> None:
                           f"{t[1]:.1f} | {t[2]:.1f} | {t_int4:.1f} | {t[2] / t[1]:.2f} | {t_int4 / t[1]:.2f} | "
                           f"{t[1] / t[0]:.2f} | {weight_bytes / (t[1] * 1e-6) / copy:.0%} | {diff:.1e} |",
                           flush=True)  # fmt: skip
+                    if args.each:
+                        print("  candidates, fastest split each (short medians): " + " | ".join(
+                            f"{short(k)} ({sp}) {ms * 1e3:.1f}" for k, (sp, ms) in sorted(each.items(), key=lambda e: e[1][1])),
+                            flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
