@@ -412,9 +412,9 @@ def test_default_configs() -> None:
     # sm_75 and sm_70 (fp32 outputs, unaligned rows, packed weights at any alignment) and 6
     # prefill tiles of the sm80_xor family; (thirty-third session) their "kn" forms, 6;
     # (thirty-fourth) W8 32x128x64 and 64x128x64 tiles for each activation type, 4;
-    # (thirty-fifth) bf16 W4's 32x128x64 (fp16 W4 had it), 1; (forty-third) fp16 W4's
-    # 16x16x512 with three stages, 1.
-    assert len(loaded) == 296
+    # (thirty-fifth) bf16 W4's 32x128x64 (fp16 W4 had it), 1; (forty-third) 16x16x512
+    # with three stages for fp16 and bf16 W4, 2.
+    assert len(loaded) == 297
     assert sum(k.spec.family.endswith("_100k") for k in loaded) == 8
     # Swizzled: the dense prefill tiles (3 an a type and B order) and the grouped 128x128x32
     # (one an a type).
