@@ -113,15 +113,20 @@ class Reader:
         """A launch of the read of ``buffer``'s first ``nbytes`` on ``ctas`` CTAs, ``loads``
         loads in flight a thread, on the current stream."""
         params = [ctypes.c_void_p(buffer.data_ptr()), ctypes.c_longlong(nbytes // 16), ctypes.c_void_p(self.sink.data_ptr())]
-        pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
-        fn = self.functions[loads]
+        return launcher(self.functions[loads], ctas, params)
 
-        def launch() -> None:
-            # params / pointers stay alive in this closure
-            fn.launch((ctas, 1, 1), THREADS, 0, torch.cuda.current_stream().cuda_stream, ctypes.addressof(pointers))
-            _ = params
 
-        return launch
+def launcher(fn: cuda_driver.LoadedFunction, ctas: int, params: list) -> Callable[[], None]:
+    """A launch of ``fn`` on ``ctas`` CTAs of THREADS threads with the ctypes ``params``, on
+    the stream current when it is called."""
+    pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+
+    def launch() -> None:
+        # params / pointers stay alive in this closure
+        fn.launch((ctas, 1, 1), THREADS, 0, torch.cuda.current_stream().cuda_stream, ctypes.addressof(pointers))
+        _ = params
+
+    return launch
 
     def fastest(self, buffer: torch.Tensor, nbytes: int) -> tuple[float, Callable[[], None], str]:
         """(ms, call, form) of the fastest read of ``nbytes`` over the sweep."""

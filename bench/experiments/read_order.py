@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 import yaml
 
-from bench.experiments.read_bound import GROUP, THREADS, Reader, decode_operands
+from bench.experiments.read_bound import GROUP, THREADS, Reader, decode_operands, launcher
 from bench.quant import ROOT, copy_bandwidth, tuned_choice
 from gemm_runtime import Gemm, cuda_driver
 from gemm_runtime.compiler import compile_cubin
@@ -164,15 +164,7 @@ class TileReader:
         params = [ctypes.c_void_p(b.data_ptr()), ctypes.c_longlong(row_bytes // 16), ctypes.c_int(form.rows_per_cta),
                   ctypes.c_int((form.chunk // 16).bit_length() - 1), ctypes.c_int(steps), ctypes.c_int(form.splits),
                   ctypes.c_void_p(self.sink.data_ptr())]  # fmt: skip
-        pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
-        fn = self.functions[(form.per_thread(), form.depth)]
-        grid = rows // form.rows_per_cta * form.splits
-
-        def launch() -> None:
-            fn.launch((grid, 1, 1), THREADS, 0, torch.cuda.current_stream().cuda_stream, ctypes.addressof(pointers))
-            _ = params
-
-        return launch
+        return launcher(self.functions[(form.per_thread(), form.depth)], rows // form.rows_per_cta * form.splits, params)
 
 
 def main() -> None:
