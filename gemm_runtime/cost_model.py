@@ -344,7 +344,27 @@ def predict(
     handovers = (splits - 1) * handover_waves
     handover = spec.mainloop.split_seconds(spec, min(cm, key.m))
     fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + handovers * handover
+    fixed += (ring_fills(spec, key, splits, device, ctas_per_sm) - 1) * _DRAM_LATENCY_S
     return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_bandwidth) + fixed
+
+
+def ring_fills(spec: KernelSpec, key: ProblemKey, splits: int, device: DeviceModel, ctas_per_sm: int) -> int:
+    """How many times the busiest SM waits for a quantized kernel's ring to fill: once
+    per round of the CTAs it runs, where the launch gives it more than it holds at once
+    (1 for dense kernels, whose latency_time prices their first K loop).
+
+    NOTE: a CTA's first packed weights and A tile are a DRAM round trip away, which the
+    SM's other resident CTAs hide only while they run: a CTA that starts when one of the
+    first round exits finds the others finishing. The dequantization term counts CTAs,
+    not rounds, so without this a split that makes a second round looked as cheap as
+    one round of the same work (H100, bf16 W4 llama3-70b qkv at M = 1: 16x32x512 split
+    two ways, 640 CTAs at three an SM, was picked and ran 26.3 us, where plans of one
+    round ran 23.7-24.0; docs/NOTES.md, forty-fourth session)."""
+    if not spec.quantized:
+        return 1
+    grid = spec.mainloop.grid(spec, tiles_of(spec, key), splits, 0, resident_ctas(device, ctas_per_sm))
+    per_sm = math.ceil(grid[0] * grid[1] * grid[2] / device.sms)
+    return max(1, math.ceil(per_sm / max(1, ctas_per_sm)))
 
 
 def hot_a_seconds(spec: KernelSpec, key: ProblemKey, k_read: int, device: DeviceModel) -> float:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import gemm_runtime.cost_model as cost_model
 from codegen.config import default_config_paths, load_configs
 from codegen.families import Mainloop
 from codegen.families.sm90 import _HANDOVER_LATENCY_S
@@ -22,7 +23,7 @@ from codegen.vocabulary import ARCH_SMEM_LIMIT, BOrder, DataType, MmaAtom
 from gemm_runtime.context import ProblemKey, infeasible_reason, make_key
 from gemm_runtime.cost_model import (
     _DRAM_LATENCY_S, DeviceModel, dequant_time, fits_workspace, hot_a_seconds, latency_time, predict, rank,
-    split_options, tiles_of, workspace_bytes,
+    ring_fills, split_options, tiles_of, workspace_bytes,
 )
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.feasibility import launch_error
@@ -423,6 +424,30 @@ def test_narrow_decode_tiles_rank_where_they_measured_faster() -> None:
                   and kk.spec.a_type is DataType.F16)  # fmt: skip
     one, sixteen = (dequant_time(narrow.spec, 256, 2, H200, 16 * 4096, rows=r) for r in (1, 16))
     assert sixteen == pytest.approx(one * 0.75 / 0.3)
+
+
+def test_a_quantized_grid_pays_a_ring_fill_per_round_of_ctas_on_an_sm() -> None:
+    """bf16 W4 llama3-70b qkv at M = 1 (10240 x 8192): 16x32x512 makes 320 CTAs unsplit
+    and 640 split two ways; at three CTAs an SM the first is one round on 132 SMs, the
+    second two (five CTAs on the busiest SM). Only quantized mma.sync kernels count
+    rounds: the sm90_quant grid never exceeds the CTAs the device holds, and dense
+    kernels price their first K loop in latency_time."""
+    key = make_key(DataType.BF16, BOrder.NK, DataType.BF16, 1, 10240, 8192, arch=90)._replace(
+        b_type=DataType.U4, quant="u4g128")
+    narrow = next(kk.spec for kk in _kernels(90) if kk.spec.cta == (16, 32, 512) and kk.spec.b_type is DataType.U4
+                  and kk.spec.a_type is DataType.BF16 and kk.spec.mainloop is Mainloop.SM80)  # fmt: skip
+    assert [ring_fills(narrow, key, s, H200, 3) for s in (1, 2, 4)] == [1, 2, 4]  # 3, 5, 10 CTAs an SM
+    assert ring_fills(narrow, key, 2, H200, 5) == 1
+    # Each round beyond the first adds a DRAM round trip to the launch's fixed time.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cost_model, "ring_fills", lambda *args: 1)
+        one_round = predict(narrow, 3, H200, key, 2)
+    assert predict(narrow, 3, H200, key, 2) - one_round == pytest.approx(_DRAM_LATENCY_S)
+    wgmma = next(kk.spec for kk in _kernels(90) if kk.spec.mainloop is Mainloop.SM90_QUANT
+                 and kk.spec.b_type is DataType.U4 and kk.spec.a_type is DataType.BF16)  # fmt: skip
+    assert ring_fills(wgmma, key, 8, H200, 1) == 1
+    dense = next(kk.spec for kk in _kernels(90) if kk.spec.cta[0] == 16 and not kk.spec.quantized)
+    assert ring_fills(dense, key._replace(b_type=DataType.BF16, quant="none"), 8, H200, 1) == 1
 
 
 def _dense_f16(m: int, n: int, k: int):
