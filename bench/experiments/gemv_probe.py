@@ -50,13 +50,22 @@ SOURCE = r"""
 using namespace gemm;
 
 // kRows n8 rows of the packed weight a CTA (8 kRows columns of D), kWarps warps along K,
-// each a contiguous run of groups of 128; x staged once in shared memory, its A fragments
-// (row 0 of m16n8k16's A) by ldmatrix with rows 1-7 pointed at 16 zero bytes, so lanes
-// 4-31 receive zeros; a group's packed words are loaded one group ahead.
-template <int kWarps, int kRows>
+// each a contiguous run of groups of 128; x staged once in shared memory; kDepth groups'
+// packed words in flight a warp (the one multiplied and kDepth - 1 ahead), the first
+// ones asked for before anything else.
+//   kSwapped false: m16n8k16 with x as A's row 0 (ldmatrix, rows 1-7 pointed at 16 zero
+//     bytes) and the dequantized weights (Dequant::apply) as B: two MMAs a packed word.
+//   kSwapped true (kRows even): D^T = W . x^T on the same instruction, the weights of two
+//     n8 rows as A (16 rows: the packed words of rows 2p and 2p + 1 are, register for
+//     register, m16n8k16's A fragment rows g and g + 8) and x as B, every column the same
+//     token: one MMA a packed word. The weights enter as their bare codes (Dequant's
+//     deferred form, q * 2^-24, the high nibbles 16 q * 2^-24 met by x / 16); per group
+//     the sums P become s * 2^24 * P - s * z * R with R the group's sum of x.
+template <int kWarps, int kRows, int kDepth, bool kSwapped>
 __device__ __forceinline__ void gemv_w4(const u32* __restrict__ b, const u16* __restrict__ v,
                                         const u16* __restrict__ x, u16* __restrict__ d, int n, int k, int groups,
                                         long long row_words, int np) {
+  static_assert(!kSwapped || kRows % 2 == 0, "the swapped form takes n8 rows in pairs");
   using Dq = Dequant<Half, 4>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float partial[kWarps][8 * kRows];
@@ -67,16 +76,21 @@ __device__ __forceinline__ void gemv_w4(const u32* __restrict__ b, const u16* __
   const int per_warp = (groups + kWarps - 1) / kWarps;
   const int first = warp * per_warp, last = min(groups, first + per_warp);
   const u32* src = b + row0 * row_words + lane;
-  // ldmatrix: lane L gives row L % 8 of matrix L / 8; row 0 is x's 8 halves, the others zeros.
+  // kSwapped false: ldmatrix: lane L gives row L % 8 of matrix L / 8; row 0 is x's 8
+  // halves, the others zeros.
   const u32 x_base = smem_addr(xs), zeros = smem_addr(xs + k);
   const int m = lane >> 3;
   const u32 lane_x = (lane & 7) == 0 ? x_base + 2 * (16 * (m >> 1) + 8 * (m & 1)) : zeros;
   const u32 lane_step = (lane & 7) == 0 ? 64u : 0u;  // bytes of x per pair of k16 steps
+  // kSwapped: x's B fragment of k16 step s for lane (g, t) at xs[(4 s + t) * 4]: x[16 s + 2 t],
+  // x[16 s + 2 t + 1], x[16 s + 2 t + 8] / 16, x[16 s + 2 t + 9] / 16.
+  const u32 lane_xb = x_base + 8 * t;
+  constexpr int kPairs = kSwapped ? kRows / 2 : 1;
   float acc[kRows][4];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.f;
   using Words = u32[kRows][4][1];
-  Words w0, w1;  // two groups' words: the one multiplied and the next (named, not indexed: no local memory)
+  Words buf[kDepth];  // indexed by unrolled constants only: registers, no local memory
   auto load_group = [&](int grp, Words& into) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
@@ -84,45 +98,99 @@ __device__ __forceinline__ void gemv_w4(const u32* __restrict__ b, const u16* __
       for (int blk = 0; blk < 4; ++blk) ld_stream(into[r][blk], src + r * row_words + (grp * 4 + blk) * 32);
   };
   auto multiply = [&](int grp, const Words& w) {
-    u32 a[4][4];  // pairs of k16 steps: {step 2p a0, a2, step 2p + 1 a0, a2}
+    if constexpr (kSwapped) {
+      // R: the group's sum of x, from global memory (L1 / L2: every warp reads x).
+      const uint2 xr = *reinterpret_cast<const uint2*>(x + grp * 128 + 4 * lane);
+      float sum = f16_to_f32(static_cast<u16>(xr.x)) + f16_to_f32(static_cast<u16>(xr.x >> 16)) +
+                  f16_to_f32(static_cast<u16>(xr.y)) + f16_to_f32(static_cast<u16>(xr.y >> 16));
 #pragma unroll
-    for (int p = 0; p < 4; ++p) ldmatrix_x4(a[p], lane_x + (grp * 4 + p) * lane_step);
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int col = (row0 + r) * 8 + g;
-      const Dq::Consts c = Dq::make(ld_global_u16(v + grp * np + col), ld_global_u16(v + (groups + grp) * np + col));
+      for (int p = 0; p < kPairs; ++p) {
+        float sums[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int blk = 0; blk < 4; ++blk) {
-        BlockFragments f;
-        Dq::apply(w[r][blk], c, f);
+        for (int blk = 0; blk < 4; ++blk) {
+          BlockFragments lo, hi;  // rows 2p and 2p + 1: A rows g and g + 8
+          Dq::apply_codes(w[2 * p][blk], lo);
+          Dq::apply_codes(w[2 * p + 1][blk], hi);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int s = 2 * blk + h;  // the k16 step in the group
-          const u32 af[4] = {a[s >> 1][2 * (s & 1)], 0u, a[s >> 1][2 * (s & 1) + 1], 0u};
-          mma_m16n8k16(acc[r], af, f[h], MmaF16{});
+          for (int h = 0; h < 2; ++h) {
+            const int s = grp * 8 + blk * 2 + h;  // the k16 step
+            u32 xb[2];
+            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(xb[0]), "=r"(xb[1]) : "r"(lane_xb + 32 * s));
+            const u32 a[4] = {lo[h][0], hi[h][0], lo[h][1], hi[h][1]};
+            mma_m16n8k16(sums, a, xb, MmaF16{});
+          }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // A rows g (n8 row 2p) and g + 8 (row 2p + 1)
+          const int col = (row0 + 2 * p + half) * 8 + g;
+          const float s = f16_to_f32(ld_global_u16(v + grp * np + col));
+          const float z = f16_to_f32(ld_global_u16(v + (groups + grp) * np + col));
+          acc[p][2 * half] = fmaf(s * 16777216.f, sums[2 * half], fmaf(-s * z, sum, acc[p][2 * half]));
+        }
+      }
+    } else {
+      u32 a[4][4];  // pairs of k16 steps: {step 2p a0, a2, step 2p + 1 a0, a2}
+#pragma unroll
+      for (int p = 0; p < 4; ++p) ldmatrix_x4(a[p], lane_x + (grp * 4 + p) * lane_step);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int col = (row0 + r) * 8 + g;
+        const Dq::Consts c =
+            Dq::make(ld_global_u16(v + grp * np + col), ld_global_u16(v + (groups + grp) * np + col));
+#pragma unroll
+        for (int blk = 0; blk < 4; ++blk) {
+          BlockFragments f;
+          Dq::apply(w[r][blk], c, f);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int s = 2 * blk + h;  // the k16 step in the group
+            const u32 af[4] = {a[s >> 1][2 * (s & 1)], 0u, a[s >> 1][2 * (s & 1) + 1], 0u};
+            mma_m16n8k16(acc[r], af, f[h], MmaF16{});
+          }
         }
       }
     }
   };
-  // The first group's weights go out before x is staged: its loads wait on nothing.
-  if (first < last) load_group(first, w0);
-  for (int i = threadIdx.x; i < k / 8; i += 32 * kWarps)
-    reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(x)[i];
-  if (threadIdx.x == 0) reinterpret_cast<uint4*>(xs + k)[0] = make_uint4(0, 0, 0, 0);
+  // The first groups' weights go out before x is staged: their loads wait on nothing.
+#pragma unroll
+  for (int i = 0; i < kDepth; ++i)
+    if (first + i < last) load_group(first + i, buf[i]);
+  if constexpr (kSwapped) {
+    for (int i = threadIdx.x; i < k / 4; i += 32 * kWarps) {  // (k16 step, t) pairs
+      const int s = i >> 2, tt = i & 3;
+      const u32 lo = *reinterpret_cast<const u32*>(x + 16 * s + 2 * tt);
+      const u32 hi = *reinterpret_cast<const u32*>(x + 16 * s + 2 * tt + 8);
+      reinterpret_cast<uint2*>(xs)[i] = make_uint2(lo, fma2(hi, 0x2C002C00u, 0x80008000u, MmaF16{}));  // hi / 16
+    }
+  } else {
+    for (int i = threadIdx.x; i < k / 8; i += 32 * kWarps)
+      reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(x)[i];
+    if (threadIdx.x == 0) reinterpret_cast<uint4*>(xs + k)[0] = make_uint4(0, 0, 0, 0);
+  }
   __syncthreads();
-  for (int grp = first; grp < last; grp += 2) {
-    if (grp + 1 < last) load_group(grp + 1, w1);
-    multiply(grp, w0);
-    if (grp + 1 < last) {
-      if (grp + 2 < last) load_group(grp + 2, w0);
-      multiply(grp + 1, w1);
+  for (int grp = first; grp < last; grp += kDepth) {
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) {
+      if (grp + i < last) {
+        multiply(grp + i, buf[i]);
+        if (grp + i + kDepth < last) load_group(grp + i + kDepth, buf[i]);
+      }
     }
   }
-  if (g == 0) {
+  if (kSwapped ? t == 0 : g == 0) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      partial[warp][8 * r + 2 * t] = acc[r][0];
-      partial[warp][8 * r + 2 * t + 1] = acc[r][1];
+      if constexpr (kSwapped) {  // lane (g, 0): row g of n8 rows 2p (acc[p][0]) and 2p + 1 (acc[p][2])
+        if (r < kPairs) {
+          partial[warp][8 * (2 * r) + g] = acc[r][0];
+          partial[warp][8 * (2 * r + 1) + g] = acc[r][2];
+        }
+      } else {
+        partial[warp][8 * r + 2 * t] = acc[r][0];
+        partial[warp][8 * r + 2 * t + 1] = acc[r][1];
+      }
     }
   }
   __syncthreads();
@@ -136,17 +204,24 @@ __device__ __forceinline__ void gemv_w4(const u32* __restrict__ b, const u16* __
 }
 """
 
-
-def kernel_name(warps: int, rows: int) -> str:
-    return f"gemv_w4_w{warps}_r{rows}"
+Form = tuple[int, int, int, bool]  # warps, n8 rows a CTA, groups in flight a warp, swapped
 
 
-def source(forms: list[tuple[int, int]]) -> str:
+def kernel_name(warps: int, rows: int, depth: int = 2, swapped: bool = False) -> str:
+    return f"gemv_w4_w{warps}_r{rows}_d{depth}{'_t' if swapped else ''}"
+
+
+def label(form: Form) -> str:
+    warps, rows, depth, swapped = form
+    return f"w{warps} r{rows} d{depth}{' T' if swapped else ''}"
+
+
+def source(forms: list[Form]) -> str:
     entries = "".join(
-        f'extern "C" __global__ void __launch_bounds__({32 * w}) {kernel_name(w, r)}(const u32* b, const u16* v, '
-        f"const u16* x, u16* d, int n, int k, int groups, long long row_words, int np) "
-        f"{{ gemv_w4<{w}, {r}>(b, v, x, d, n, k, groups, row_words, np); }}\n"
-        for w, r in forms
+        f'extern "C" __global__ void __launch_bounds__({32 * w}) {kernel_name(w, r, dd, sw)}(const u32* b, '
+        f"const u16* v, const u16* x, u16* d, int n, int k, int groups, long long row_words, int np) "
+        f"{{ gemv_w4<{w}, {r}, {dd}, {'true' if sw else 'false'}>(b, v, x, d, n, k, groups, row_words, np); }}\n"
+        for w, r, dd, sw in forms
     )
     return SOURCE + entries
 
@@ -156,8 +231,12 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["llama3-8b"])
     ap.add_argument("--warps", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--rows", nargs="+", type=int, default=[1, 2, 4], help="n8 rows of the weight a CTA")
+    ap.add_argument("--depth", nargs="+", type=int, default=[2], help="groups of packed words in flight a warp")
+    ap.add_argument("--form", nargs="+", choices=["plain", "swapped"], default=["plain"],
+                    help="plain: x as A's row 0, two MMAs a packed word; swapped: the weights as A, one")
     args = ap.parse_args()
-    forms = list(itertools.product(args.warps, args.rows))
+    forms = [(w, r, dd, f == "swapped") for w, r, dd, f in itertools.product(args.warps, args.rows, args.depth, args.form)
+             if f == "plain" or r % 2 == 0]  # fmt: skip
     major, minor = torch.cuda.get_device_capability()
     result = compile_cubin(source(forms), name="gemv_probe", arch=10 * major + minor, include_dirs=[INCLUDE_DIR],
                            cache_dir=None)  # fmt: skip
@@ -165,13 +244,14 @@ def main() -> None:
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     max_smem = 2 * max(k for model in args.models for _, k in shapes[model].values()) + 16  # x and 16 zero bytes
     functions = {f: cuda_driver.LoadedFunction(result.cubin, kernel_name(*f), max_smem, 32 * f[0]) for f in forms}
+    print("CTAs an SM at the largest x: " + ", ".join(f"{label(f)} {functions[f].ctas_per_sm}" for f in forms))
     copy, floor = copy_bandwidth(), launch_floor_us()
     print(f"{torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s; a timed launch's floor {floor:.1f} us")
     print(result.log.strip().splitlines()[-1] if result.log.strip() else "")
     gemm = Gemm()
     largest = max(n * k for model in args.models for n, k in shapes[model].values())
     buffer = torch.randint(-(2**31), 2**31 - 1, (largest // 6 + 1024,), dtype=torch.int32, device="cuda")
-    head = " | ".join(f"w{w} r{r} us" for w, r in forms)
+    head = " | ".join(f"{label(f)} us" for f in forms)
     print(f"\n| layer | MB | read us | ours us | {head} | cuBLAS us | int4 us | best probe / ours | best probe / read | "
           "cuBLAS / best probe | int4 / best probe | probe max diff |")  # fmt: skip
     print("|---|---:|---:|---:|" + "---:|" * len(forms) + "---:|---:|---:|---:|---:|---:|---:|")

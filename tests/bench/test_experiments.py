@@ -51,14 +51,14 @@ def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
 
 
 def test_the_read_bound_and_gemv_probe_kernels_compile_without_spills():
-    """bench/experiments/read_bound.py's read kernels and gemv_probe.py's forms (no GPU
-    needed)."""
+    """bench/experiments/read_bound.py's read kernels and gemv_probe.py's forms, plain and
+    swapped, at several depths (no GPU needed)."""
     from bench.experiments import gemv_probe, read_bound
     from codegen.render import INCLUDE_DIR
     from gemm_runtime.compiler import compile_cubin
 
     reads = compile_cubin(read_bound.source(), name="read_bound", arch=90, include_dirs=[], cache_dir=None)
-    forms = [(8, 1), (16, 2), (8, 4)]
+    forms = [(8, 1, 2, False), (16, 2, 4, False), (8, 4, 2, False), (8, 2, 4, True), (8, 4, 8, True)]
     probes = compile_cubin(gemv_probe.source(forms), name="gemv_probe", arch=90, include_dirs=[INCLUDE_DIR],
                            cache_dir=None)  # fmt: skip
     for result in (reads, probes):
