@@ -16,13 +16,22 @@ kernel without the ring, the per-K-tile barriers and the staged A tiles gets clo
   4-31 receive zeros); dequantization as every quantized kernel here (gemm/dequant.cuh);
   the warps' sums met in shared memory.
 
+Two knobs since the forty-fourth session: `--depth` groups of packed words in flight a
+warp (2: the first form's one group ahead), and `--form swapped`, which computes D^T = W .
+x^T on the same instruction: the packed words of two n8 rows are, register for register,
+m16n8k16's A fragment (rows g and g + 8), x is B (every column the same token), so a
+packed word takes one MMA instead of two, and the weights enter as their bare codes
+(gemm/dequant.cuh's deferred form: one or two LOP3 a register instead of three
+instructions), scaled per group as s * sum(x q) - s * z * sum(x).
+
 fp16, 4-bit, groups of 128, M = 1, K a multiple of 128 and N of 8 (the llama3 layers).
 Timed interleaved with the fastest read of the packed bytes (read_bound's sweep), the
 default tuned plan, fp16 cuBLAS and torch's int4 kernel; its output against the default
 plan's (max |diff| over max |out|). docs/perf/gemv_probe_h100.md has the runs: no form
 beat the default plans.
 
-    python -m bench.experiments.gemv_probe [--models llama3-8b] [--warps 8 16] [--rows 1 2 4]
+    python -m bench.experiments.gemv_probe [--models llama3-8b] [--warps 8 16] [--rows 1 2 4] [--depth 2 4]
+        [--form plain swapped]
 """
 
 from __future__ import annotations
