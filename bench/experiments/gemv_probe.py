@@ -100,11 +100,17 @@ __device__ __forceinline__ void gemv_w4(const u32* __restrict__ b, const u16* __
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.f;
   using Words = u32[kRows][4][1];
   Words buf[kDepth];  // indexed by unrolled constants only: registers, no local memory
+  // Each row's base once; a group's four blocks are then constant offsets of one pointer.
+  const u32* rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) rows[r] = src + r * row_words;
   auto load_group = [&](int grp, Words& into) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < kRows; ++r) {
+      const u32* at = rows[r] + grp * 128;
 #pragma unroll
-      for (int blk = 0; blk < 4; ++blk) ld_stream(into[r][blk], src + r * row_words + (grp * 4 + blk) * 32);
+      for (int blk = 0; blk < 4; ++blk) ld_stream(into[r][blk], at + blk * 32);
+    }
   };
   auto multiply = [&](int grp, const Words& w) {
     if constexpr (kSwapped) {
