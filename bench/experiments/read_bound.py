@@ -115,19 +115,6 @@ class Reader:
         params = [ctypes.c_void_p(buffer.data_ptr()), ctypes.c_longlong(nbytes // 16), ctypes.c_void_p(self.sink.data_ptr())]
         return launcher(self.functions[loads], ctas, params)
 
-
-def launcher(fn: cuda_driver.LoadedFunction, ctas: int, params: list) -> Callable[[], None]:
-    """A launch of ``fn`` on ``ctas`` CTAs of THREADS threads with the ctypes ``params``, on
-    the stream current when it is called."""
-    pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
-
-    def launch() -> None:
-        # params / pointers stay alive in this closure
-        fn.launch((ctas, 1, 1), THREADS, 0, torch.cuda.current_stream().cuda_stream, ctypes.addressof(pointers))
-        _ = params
-
-    return launch
-
     def fastest(self, buffer: torch.Tensor, nbytes: int) -> tuple[float, Callable[[], None], str]:
         """(ms, call, form) of the fastest read of ``nbytes`` over the sweep."""
         best: tuple[float, Callable[[], None], str] = (math.inf, lambda: None, "")
@@ -141,6 +128,19 @@ def launcher(fn: cuda_driver.LoadedFunction, ctas: int, params: list) -> Callabl
                 if t < best[0]:
                     best = (t, call, f"{per_sm}/SM x {loads}")
         return best
+
+
+def launcher(fn: cuda_driver.LoadedFunction, ctas: int, params: list) -> Callable[[], None]:
+    """A launch of ``fn`` on ``ctas`` CTAs of THREADS threads with the ctypes ``params``, on
+    the stream current when it is called."""
+    pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+
+    def launch() -> None:
+        # params / pointers stay alive in this closure
+        fn.launch((ctas, 1, 1), THREADS, 0, torch.cuda.current_stream().cuda_stream, ctypes.addressof(pointers))
+        _ = params
+
+    return launch
 
 
 def decode_operands(n: int, k: int) -> tuple[torch.Tensor, ...]:

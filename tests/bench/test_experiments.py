@@ -50,6 +50,15 @@ def test_the_wgmma_rate_probes_compile_for_sm90a_without_spills():
         Probe(64, True, 8, 1, blocks=3)
 
 
+def test_the_read_bound_reader_times_its_sweep():
+    """read_bound.Reader keeps its sweep (fastest) as a method: the forty-third session's
+    launcher, pasted inside the class, left it in the launcher's closure, where read_bound,
+    read_order and gemv_probe failed on the GPU at their first read."""
+    from bench.experiments.read_bound import Reader
+
+    assert callable(getattr(Reader, "fastest", None)) and callable(getattr(Reader, "call", None))
+
+
 def test_the_read_bound_and_gemv_probe_kernels_compile_without_spills():
     """bench/experiments/read_bound.py's read kernels and gemv_probe.py's forms, plain and
     swapped, at several depths (no GPU needed)."""
