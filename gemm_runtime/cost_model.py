@@ -73,6 +73,16 @@ _NARROW_CTA_RATE = 0.6
 # form's time at M = 16 on 128-768 CTAs, and 0.99-1.09x at M = 1. Smaller spills (16
 # bytes stored and 16 loaded, the f16 tiles' 9-16-row loop on sm_80) measured nothing.
 _SPILLED_RATE = 0.85
+# Per weight, what the kernels' dequantization of a type pair costs against the fp16 4-bit
+# one the rate above was fitted to. bf16 activations with 8-bit codes go through fp32
+# (gemm/dequant.cuh, Dequant<BFloat16, 8>: the codes do not fit bf16's mantissa, so no
+# deferred scaling either): about 3.5 instructions a weight in the loop, where the others
+# take 1-1.5. Fitted to the H100's bf16 decode run (docs/perf/data/
+# dispatch_quant_bf16_decode_h100.json.gz, forty-fourth session): the model's bf16 W8
+# picks at M = 1 went from 1.030 of the fastest timed plan in the median (1.32 at worst:
+# llama3-70b qkv on the 16x32x512 tile, 51.4 us against 38.9) to 1.008 (1.03), at M = 16
+# from 1.065 (1.25) to 1.046 (1.12); 1.2-1.3 fit about as well, the other pairs want 1.
+_DEQUANT_TYPE_COST = {("bf16", 8): 1.25}
 _SPILL_BYTES_PRICED = 64  # spill stores and loads together (build_manifest's spills)
 _SPILL_BYTES_ALWAYS_PRICED = 192  # beyond this, priced whatever the grid at more than 8 rows
 # A lone token tile's rows of A, read by every CTA of the grid through cp.async (the
@@ -415,6 +425,7 @@ def dequant_time(
     rate = device.sm_clock_hz * _DEQUANT_WEIGHTS_PER_CLOCK * (1.0 - math.exp(-warps / _DEQUANT_WARPS_SCALE))
     rate *= steps / (steps + _DEQUANT_TILE_STEPS)
     rate *= spec.mainloop.dequant_rate(spec)
+    rate /= _DEQUANT_TYPE_COST.get((spec.a_type.value, spec.b_type.bits), 1.0)
     if spec.warp_tile[0] == 16 and spec.warp_tile[1] == 16:
         rate *= _ONE_PAIR_RATE[rows > 8]
     if spec.cta[1] == 32 and rows > 8:
