@@ -133,3 +133,21 @@ def test_the_trees_model_on_the_recorded_h100_bf16_w8_decode_run():
     for r in w8_decode:
         assert r.ratio <= 1.05, (r.label, r.pick, r.best, r.ratio)
     assert statistics.median(r.ratio for r in rows) <= 1.02
+
+
+def test_the_trees_model_on_the_recorded_h100_fp16_decode_run():
+    """docs/perf/data/dispatch_quant_decode_h100.json.gz: fp16 W4 and W8 at M = 1 and 16 on
+    an H100 (32 problems, every feasible plan timed, forty-fourth session, with the ring
+    fill per round of CTAs and the bf16 W8 price). The W4 picks are within 10% of the
+    fastest timed plan, 1.01 in the median; the W8 ones are the model's known weak spot
+    (it takes sm90's 64x128 split where sm80's 16x128x128 split is faster: 1.04 / 1.06 in
+    the median at M = 1 / 16, 1.25 at worst, llama3-70b gate_up unsplit at M = 16) and are
+    held to where they are."""
+    path = Path(__file__).resolve().parents[2] / "docs" / "perf" / "data" / "dispatch_quant_decode_h100.json.gz"
+    rows = regrets(read_timings(path))
+    assert len(rows) == 32
+    w4 = [r for r in rows if r.key.b_type.bits == 4]
+    assert all(r.ratio <= 1.10 for r in w4), [(r.label, r.ratio) for r in w4 if r.ratio > 1.10]
+    assert statistics.median(r.ratio for r in w4) <= 1.01
+    w8 = [r for r in rows if r.key.b_type.bits == 8]
+    assert max(r.ratio for r in w8) <= 1.26 and statistics.median(r.ratio for r in w8) <= 1.06
