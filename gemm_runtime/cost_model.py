@@ -73,8 +73,10 @@ _NARROW_CTA_RATE = 0.6
 # form's time at M = 16 on 128-768 CTAs, and 0.99-1.09x at M = 1. Smaller spills (16
 # bytes stored and 16 loaded, the f16 tiles' 9-16-row loop on sm_80) measured nothing.
 _SPILLED_RATE = 0.85
+_SPILL_BYTES_PRICED = 64  # spill stores and loads together (build_manifest's spills)
+_SPILL_BYTES_ALWAYS_PRICED = 192  # beyond this, priced whatever the grid at more than 8 rows
 # Per weight, what the kernels' dequantization of a type pair costs against the fp16 4-bit
-# one the rate above was fitted to. bf16 activations with 8-bit codes go through fp32
+# one that _DEQUANT_WEIGHTS_PER_CLOCK was fitted to. bf16 activations with 8-bit codes go through fp32
 # (gemm/dequant.cuh, Dequant<BFloat16, 8>: the codes do not fit bf16's mantissa, so no
 # deferred scaling either): about 3.5 instructions a weight in the loop, where the others
 # take 1-1.5. Fitted to the H100's bf16 decode run (docs/perf/data/
@@ -83,8 +85,6 @@ _SPILLED_RATE = 0.85
 # llama3-70b qkv on the 16x32x512 tile, 51.4 us against 38.9) to 1.008 (1.03), at M = 16
 # from 1.065 (1.25) to 1.046 (1.12); 1.2-1.3 fit about as well, the other pairs want 1.
 _DEQUANT_TYPE_COST = {("bf16", 8): 1.25}
-_SPILL_BYTES_PRICED = 64  # spill stores and loads together (build_manifest's spills)
-_SPILL_BYTES_ALWAYS_PRICED = 192  # beyond this, priced whatever the grid at more than 8 rows
 # A lone token tile's rows of A, read by every CTA of the grid through cp.async (the
 # sm80 family; not TMA's boxes): those few lines are hot in L2 and come at about DRAM's
 # rate, on top of the weights. H200, dense fp16 at M = 16 against M = 1, the same plans
