@@ -22,7 +22,9 @@ x^T on the same instruction: the packed words of two n8 rows are, register for r
 m16n8k16's A fragment (rows g and g + 8), x is B (every column the same token), so a
 packed word takes one MMA instead of two, and the weights enter as their bare codes
 (gemm/dequant.cuh's deferred form: one or two LOP3 a register instead of three
-instructions), scaled per group as s * sum(x q) - s * z * sum(x).
+instructions), scaled per group as s * sum(x q) - s * z * sum(x). That is how the default
+decode tiles already multiply (gemm/warp_mma_quant.cuh, mma_transposed), so the swapped
+form puts their arithmetic in this probe's structure.
 
 fp16, 4-bit, groups of 128, M = 1, K a multiple of 128 and N of 8 (the llama3 layers).
 Timed interleaved with the fastest read of the packed bytes (read_bound's sweep), the
