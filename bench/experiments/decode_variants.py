@@ -2,8 +2,8 @@
 took 12.3 us where torch's int4 kernel took 9.0). Builds the default set's 16-row W4 fp16
 sm80 tiles and the narrow candidates of bench/experiments/decode_narrow_tiles.yaml, each
 with one part of the kernel left out (templates/include/gemm/mainloop_sm80.cuh's
-GEMM_SM80_LEAVE_OUT: the MMAs, the epilogue, split-K's hand-over, the tile-end barrier;
-the sums are then wrong) or one setting changed (handover_fence: split_k.cuh's
+GEMM_SM80_LEAVE_OUT: the MMAs, the epilogue, split-K's hand-over, the tile-end barrier,
+the K loop's refilling copies; the sums are then wrong) or one setting changed (handover_fence: split_k.cuh's
 GEMM_SPLIT_K_FENCE=1, the old fence, sums right), then per layer at M = 1 (or each of --m):
 
 * every base kernel at every split count (short medians), the fastest first;
@@ -49,6 +49,7 @@ VARIANTS = {
     "no_handover": ("-DGEMM_SM80_LEAVE_OUT=6",),
     "handover_fence": ("-DGEMM_SPLIT_K_FENCE=1",),  # split_k.cuh: every thread fences its partials (before 2026-12-06)
     "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
+    "no_refill": ("-DGEMM_SM80_LEAVE_OUT=3",),  # the K loop's refilling copies (A and the scale rows; prologue kept)
     "all_a_rows": ("-DGEMM_SM80_LOWER_A_COPIES=0",),  # A's copies of rows 8-15 at M <= 8 too (before 2026-12-06)
     "l2_64": ("-DGEMM_CP_ASYNC_PREFETCH=64",),  # cp.async's L2 prefetch size (ptx.cuh)
     "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),
