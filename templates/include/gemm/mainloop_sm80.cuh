@@ -31,7 +31,9 @@
 // the pipeline with one part left out; the sums are then wrong): 1 the epilogue
 // (gemm/kernel.cuh), 2 the MMAs, 3 the refilling copies, 4 the barrier after each tile,
 // 5 the staged tiles' dequantization inside the K loop (run_staged), 6 split-K's hand-over
-// and the epilogue (gemm/kernel.cuh).
+// and the epilogue (gemm/kernel.cuh), 7 the quantized warps' tensor MMAs, their operands
+// XORed into a sink the output takes, so that the loads and dequantization stay
+// (gemm/warp_mma_quant.cuh).
 #ifndef GEMM_SM80_STAGED_SPLIT
 // 0: run_staged's loop dequantizes a step's units between its copies and its MMAs;
 // 1: reads their inputs first in the step and converts and stores them after the MMAs;

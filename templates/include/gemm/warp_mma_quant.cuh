@@ -56,6 +56,9 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   float row_sums[2][4];      // its sums of A's rows, C registers 0, 1: rows 8 ti + 2t, + 1 (2, 3 repeat them;
                              // for rows 0-7 alone, see mma_transposed)
   bool upper = true;         // whether the warp has rows 8-15 of A (when not, their sums stay 0)
+#if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 7
+  u32 sink = 0;  // the experiment without the tensor MMAs (mma)
+#endif
   // Whether rows 8-15's MMAs are skipped when the warp has no such rows: MainloopSm80
   // (direct B, decode ring) runs its loop twice, `upper` a constant in each. The register-staged
   // SM70 mainloop keeps one loop for all rows: with both, NVRTC 13 allocates 151
@@ -160,6 +163,19 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   }
 
   __device__ __forceinline__ void mma(int buf) {
+#if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 7
+    // The experiment without the tensor MMAs (mainloop_sm80.cuh's knob): their operands
+    // are XORed into `sink`, which end_groups adds to the output, so that the loads and
+    // the dequantization feeding them stay in the kernel.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) sink ^= a[buf][h][0][r];
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) sink ^= b[buf][ni][h][0] ^ b[buf][ni][h][1];
+    }
+    return;
+#endif
     if constexpr (kDeferred) {
       // NOTE: `upper` is a constant in each of MainloopSm80's two loops, so this
       // branch folds away there.
@@ -270,6 +286,9 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   // Deferred: after the last group, the accumulators transposed back into the C-fragment
   // layout, in output units.
   __device__ __forceinline__ void end_groups() {
+#if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 7
+    acc[0][0][0] += __uint_as_float(sink & 1u);
+#endif
     if constexpr (kDeferred) {
       const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
       float out[kNI][4];
