@@ -3,8 +3,9 @@ took 12.3 us where torch's int4 kernel took 9.0). Builds the default set's 16-ro
 sm80 tiles and the narrow candidates of bench/experiments/decode_narrow_tiles.yaml, each
 with one part of the kernel left out (templates/include/gemm/mainloop_sm80.cuh's
 GEMM_SM80_LEAVE_OUT: the MMAs, the epilogue, split-K's hand-over, the tile-end barrier,
-the K loop's refilling copies; the sums are then wrong) or one setting changed (handover_fence: split_k.cuh's
-GEMM_SPLIT_K_FENCE=1, the old fence, sums right), then per layer at M = 1 (or each of --m):
+the K loop's refilling copies, the quantized warps' tensor MMAs alone; the sums are then
+wrong) or one setting changed (handover_fence: split_k.cuh's GEMM_SPLIT_K_FENCE=1, the old
+fence, sums right), then per layer at M = 1 (or each of --m):
 
 * every base kernel at every split count (short medians), the fastest first;
 * the two fastest plans under every variant, interleaved, beside fp16 cuBLAS, torch's

@@ -85,6 +85,11 @@ def test_read_refuses_another_format(tmp_path):
         read_timings(path)
 
 
+def _recorded(name: str) -> list:
+    """The regrets of a timings file under docs/perf/data, re-ranked with this tree's model."""
+    return regrets(read_timings(Path(__file__).resolve().parents[2] / "docs" / "perf" / "data" / name))
+
+
 def test_the_trees_model_on_the_recorded_h100_run():
     """docs/perf/data/dispatch_quant_h100.json.gz: every feasible plan of 48 quantized
     problems (llama3-8b / 70b, W4 / W8, M = 16, 128, 1024) timed on an H100, re-ranked with
@@ -93,8 +98,7 @@ def test_the_trees_model_on_the_recorded_h100_run():
     price, 1.79 at M = 1024, llama3-70b down), and the model is within 1% of the oracle in
     the median over all 48 (1.005; 1.036 without that price). M = 16 is not pinned: its W8
     picks are the model's known weak spot (up to 1.29, docs/NOTES.md)."""
-    path = Path(__file__).resolve().parents[2] / "docs" / "perf" / "data" / "dispatch_quant_h100.json.gz"
-    rows = regrets(read_timings(path))
+    rows = _recorded("dispatch_quant_h100.json.gz")
     assert len(rows) == 48
     prefill = [r for r in rows if r.key.m >= 128]
     assert len(prefill) == 32
@@ -109,8 +113,7 @@ def test_the_trees_model_on_the_recorded_h100_bf16_decode_run():
     pick is within 1.5% of the fastest timed plan in the median (1.021 before the ring
     fill per round of CTAs, cost_model.ring_fills) and llama3-70b qkv's within 3% (1.11
     before: 16x32x512 split into a second round of CTAs)."""
-    path = Path(__file__).resolve().parents[2] / "docs" / "perf" / "data" / "dispatch_w4_bf16_decode_h100.json.gz"
-    rows = regrets(read_timings(path))
+    rows = _recorded("dispatch_w4_bf16_decode_h100.json.gz")
     assert len(rows) == 16
     decode = [r for r in rows if r.key.m == 1]
     assert len(decode) == 8 and statistics.median(r.ratio for r in decode) <= 1.015
@@ -125,8 +128,7 @@ def test_the_trees_model_on_the_recorded_h100_bf16_w8_decode_run():
     _DEQUANT_TYPE_COST): the W8 picks at M = 1 are within 5% of the fastest timed plan
     (llama3-70b qkv was 1.32x on the 16x32x512 tile without it) and the file's median
     within 2% (1.034 before)."""
-    path = Path(__file__).resolve().parents[2] / "docs" / "perf" / "data" / "dispatch_quant_bf16_decode_h100.json.gz"
-    rows = regrets(read_timings(path))
+    rows = _recorded("dispatch_quant_bf16_decode_h100.json.gz")
     assert len(rows) == 32
     w8_decode = [r for r in rows if r.key.b_type.bits == 8 and r.key.m == 1]
     assert len(w8_decode) == 8
@@ -143,8 +145,7 @@ def test_the_trees_model_on_the_recorded_h100_fp16_decode_run():
     (it takes sm90's 64x128 split where sm80's 16x128x128 split is faster: 1.04 / 1.06 in
     the median at M = 1 / 16, 1.25 at worst, llama3-70b gate_up unsplit at M = 16) and are
     held to where they are."""
-    path = Path(__file__).resolve().parents[2] / "docs" / "perf" / "data" / "dispatch_quant_decode_h100.json.gz"
-    rows = regrets(read_timings(path))
+    rows = _recorded("dispatch_quant_decode_h100.json.gz")
     assert len(rows) == 32
     w4 = [r for r in rows if r.key.b_type.bits == 4]
     assert all(r.ratio <= 1.10 for r in w4), [(r.label, r.ratio) for r in w4 if r.ratio > 1.10]
