@@ -26,6 +26,16 @@
 #include "gemm/dequant.cuh"
 #include "gemm/warp_mma.cuh"
 
+// Experiment knob, 0 in every build (bench/experiments/decode_variants.py's
+// row_sums_alu): 1 sums A's rows for the deferred zero term on the ALUs at M <= 8 (each
+// lane adds its own four values a k16 step in fp32; the quad's partial sums meet at the
+// group's end), where the default takes one m16n8k8 MMA a k16 step. Left out, the tensor
+// MMAs took 21-31% of the M = 1 decode plans' time on an H100, half of them these row
+// sums (docs/NOTES.md, forty-fourth session). Not yet run on a GPU.
+#ifndef GEMM_SM80_ROW_SUMS_ALU
+#define GEMM_SM80_ROW_SUMS_ALU 0
+#endif
+
 namespace gemm {
 
 template <class Cfg>
@@ -212,7 +222,12 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
 #pragma unroll
       for (int ti = 0; ti < TI; ++ti) {
         const u32 tokens[2] = {a[buf][h][0][2 * ti], a[buf][h][0][2 * ti + 1]};
-        if (TI == 1) {
+        if (TI == 1 && GEMM_SM80_ROW_SUMS_ALU) {
+          // This lane's share: row g's k 2t, 2t + 1 (C register 0's row) and its k + 8
+          // half (register 2's, prescaled as the MMA form's rows g + 8 are).
+          row_sums[0][0] += pair_sum(tokens[0]);
+          row_sums[0][2] += pair_sum(tokens[1]);
+        } else if (TI == 1) {
           mma_m16n8k8(row_sums[0], tokens[0], tokens[1], Dq::kOnesLo, MmaKind{});
         } else {
           mma_k16<typename Cfg::Atom>(row_sums[ti], ones, tokens, MmaKind{});
@@ -224,6 +239,11 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
           mma_k16<typename Cfg::Atom>(part[p][ti], weights, tokens, MmaKind{});
         }
       }
+  }
+
+  // The two 16-bit values of a register, in fp32, added (GEMM_SM80_ROW_SUMS_ALU).
+  __device__ __forceinline__ static float pair_sum(u32 v) {
+    return T::to_f32(static_cast<u16>(v & 0xFFFFu)) + T::to_f32(static_cast<u16>(v >> 16));
   }
 
   // Deferred: the group whose partial sums these are ended; `smem_v`: the V tile of
@@ -251,7 +271,14 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
       // Undoes A's prescale of k 8-15, which the m16n8k16 form undid with kOnesHi.
       static_assert(Dq::kAHiScale == 0 || Dq::kOnesHi == 16 * Dq::kOnesLo, "k 8-15 prescaled by 1/16");
       constexpr float kHiSumScale = Dq::kAHiScale != 0 ? 16.f : 1.f;
-      const float mine = row_sums[0][0] + kHiSumScale * row_sums[0][2];
+      float mine = row_sums[0][0] + kHiSumScale * row_sums[0][2];
+      if constexpr (GEMM_SM80_ROW_SUMS_ALU) {
+        // The quad's four lanes hold row g's partial sums, in A's own units: add them and
+        // take them to the MMA form's (A times the ones operand, kOnesLo).
+        mine += __shfl_xor_sync(0xffffffffu, mine, 1);
+        mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+        mine *= T::to_f32(static_cast<u16>(Dq::kOnesLo & 0xFFFFu));
+      }
       sums[0][0] = __shfl_sync(0xffffffffu, mine, 8 * t);
       sums[0][1] = __shfl_sync(0xffffffffu, mine, 8 * t + 4);
     } else {
