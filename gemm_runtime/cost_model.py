@@ -76,10 +76,10 @@ _SPILLED_RATE = 0.85
 _SPILL_BYTES_PRICED = 64  # spill stores and loads together (build_manifest's spills)
 _SPILL_BYTES_ALWAYS_PRICED = 192  # beyond this, priced whatever the grid at more than 8 rows
 # Per weight, what the kernels' dequantization of a type pair costs against the fp16 4-bit
-# one that _DEQUANT_WEIGHTS_PER_CLOCK was fitted to. bf16 activations with 8-bit codes go through fp32
-# (gemm/dequant.cuh, Dequant<BFloat16, 8>: the codes do not fit bf16's mantissa, so no
-# deferred scaling either): about 3.5 instructions a weight in the loop, where the others
-# take 1-1.5. Fitted to the H100's bf16 decode run (docs/perf/data/
+# one that _DEQUANT_WEIGHTS_PER_CLOCK was fitted to. bf16 activations with 8-bit codes go
+# through fp32 (gemm/dequant.cuh, Dequant<BFloat16, 8>: the codes do not fit bf16's
+# mantissa, so no deferred scaling either): about 3.5 instructions a weight in the loop,
+# where the others take 1-1.5. Fitted to the H100's bf16 decode run (docs/perf/data/
 # dispatch_quant_bf16_decode_h100.json.gz, forty-fourth session): the model's bf16 W8
 # picks at M = 1 went from 1.030 of the fastest timed plan in the median (1.32 at worst:
 # llama3-70b qkv on the 16x32x512 tile, 51.4 us against 38.9) to 1.008 (1.03), at M = 16
