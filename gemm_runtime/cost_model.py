@@ -420,10 +420,8 @@ def dequant_time(
     if not spec.quantized:
         return 0.0
     per_sm = math.ceil(ctas / device.sms)
-    warps = min(per_sm, resident) * spec.threads // 32
     steps = spec.warp_tile[2] / 32
-    rate = device.sm_clock_hz * _DEQUANT_WEIGHTS_PER_CLOCK * (1.0 - math.exp(-warps / _DEQUANT_WARPS_SCALE))
-    rate *= steps / (steps + _DEQUANT_TILE_STEPS)
+    rate = device.sm_clock_hz * _DEQUANT_WEIGHTS_PER_CLOCK * steps / (steps + _DEQUANT_TILE_STEPS)
     rate *= spec.mainloop.dequant_rate(spec)
     rate /= _DEQUANT_TYPE_COST.get((spec.a_type.value, spec.b_type.bits), 1.0)
     if spec.warp_tile[0] == 16 and spec.warp_tile[1] == 16:
@@ -432,7 +430,22 @@ def dequant_time(
         rate *= _NARROW_CTA_RATE
     if (spills >= _SPILL_BYTES_ALWAYS_PRICED and rows > 8) or (spills >= _SPILL_BYTES_PRICED and per_sm <= 1):
         rate *= _SPILLED_RATE
-    return per_sm * weights_per_cta / rate
+    # NOTE: CTAs beyond whole rounds of the resident ones run with fewer warps beside
+    # them, at their own warps' rate: a launch that gives the busiest SM one CTA past a
+    # round pays it at a lone CTA's rate (H100, fp16 W8 llama3-70b gate_up at M = 16:
+    # 16x128x128 unsplit, four CTAs an SM at three resident, 212 us, where split four
+    # ways, 13.6 an SM, it took 169; docs/NOTES.md, forty-fifth session).
+    cta_warps = spec.threads // 32
+    full, tail = divmod(per_sm, resident) if per_sm > resident else (0, per_sm)
+    cta_seconds = full * resident / _warps_share(resident * cta_warps)
+    if tail:
+        cta_seconds += tail / _warps_share(tail * cta_warps)
+    return cta_seconds * weights_per_cta / rate
+
+
+def _warps_share(warps: int) -> float:
+    """The share of an SM's dequantization rate that ``warps`` resident warps reach."""
+    return 1.0 - math.exp(-warps / _DEQUANT_WARPS_SCALE)
 
 
 def rank(

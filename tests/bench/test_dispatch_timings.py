@@ -143,12 +143,15 @@ def test_the_trees_model_on_the_recorded_h100_fp16_decode_run():
     fill per round of CTAs and the bf16 W8 price). The W4 picks are within 10% of the
     fastest timed plan, 1.01 in the median; the W8 ones are the model's known weak spot
     (it takes sm90's 64x128 split where sm80's 16x128x128 split is faster: 1.04 / 1.06 in
-    the median at M = 1 / 16, 1.25 at worst, llama3-70b gate_up unsplit at M = 16) and are
-    held to where they are."""
+    the median at M = 1 / 16, 1.18 at worst) and are held to where they are. The CTAs
+    past a whole round priced at their own warps' rate (forty-fifth session) took
+    llama3-70b gate_up at M = 16 off its unsplit plan, 1.25x the fastest."""
     rows = _recorded("dispatch_quant_decode_h100.json.gz")
     assert len(rows) == 32
     w4 = [r for r in rows if r.key.b_type.bits == 4]
     assert all(r.ratio <= 1.10 for r in w4), [(r.label, r.ratio) for r in w4 if r.ratio > 1.10]
     assert statistics.median(r.ratio for r in w4) <= 1.01
     w8 = [r for r in rows if r.key.b_type.bits == 8]
-    assert max(r.ratio for r in w8) <= 1.26 and statistics.median(r.ratio for r in w8) <= 1.06
+    assert max(r.ratio for r in w8) <= 1.19 and statistics.median(r.ratio for r in w8) <= 1.06
+    gate_up = next(r for r in w8 if r.label == "llama3-70b gate_up w8 M=16")
+    assert gate_up.ratio <= 1.05, (gate_up.pick, gate_up.best)
