@@ -52,7 +52,6 @@ VARIANTS = {
     "no_barrier": ("-DGEMM_SM80_LEAVE_OUT=4",),
     "no_refill": ("-DGEMM_SM80_LEAVE_OUT=3",),  # the K loop's refilling copies (A and the scale rows; prologue kept)
     "no_tensor_ops": ("-DGEMM_SM80_LEAVE_OUT=7",),  # the MMAs only: loads and dequantization kept (a sink)
-    "row_sums_alu": ("-DGEMM_SM80_ROW_SUMS_ALU=1",),  # M <= 8: A's row sums on the ALUs, not by MMA (sums right)
     "all_a_rows": ("-DGEMM_SM80_LOWER_A_COPIES=0",),  # A's copies of rows 8-15 at M <= 8 too (before 2026-12-06)
     "l2_64": ("-DGEMM_CP_ASYNC_PREFETCH=64",),  # cp.async's L2 prefetch size (ptx.cuh)
     "l2_128": ("-DGEMM_CP_ASYNC_PREFETCH=128",),

@@ -26,16 +26,6 @@
 #include "gemm/dequant.cuh"
 #include "gemm/warp_mma.cuh"
 
-// Experiment knob, 0 in every build (bench/experiments/decode_variants.py's
-// row_sums_alu): 1 sums A's rows for the deferred zero term on the ALUs at M <= 8 (each
-// lane adds its own four values a k16 step in fp32; the quad's partial sums meet at the
-// group's end), where the default takes one m16n8k8 MMA a k16 step. Left out, the tensor
-// MMAs took 21-31% of the M = 1 decode plans' time on an H100, half of them these row
-// sums (docs/NOTES.md, forty-fourth session). Not yet run on a GPU.
-#ifndef GEMM_SM80_ROW_SUMS_ALU
-#define GEMM_SM80_ROW_SUMS_ALU 0
-#endif
-
 namespace gemm {
 
 template <class Cfg>
@@ -207,12 +197,13 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
 
   // Deferred: the k32 step's MMAs for the first `TI` token tiles (1: rows 0-7 of A).
   // NOTE: for rows 0-7 alone (TI = 1 in MainloopSm80's loop without them), the row
-  // sums take one m16n8k8 MMA per k16 with A's two registers as its 16-row operand
-  // (rows g: row g's k 0-7, rows g + 8: its k 8-15) and one register of ones as the
-  // 8-column one; end_group adds the two halves. The m16n8k16 form needs a four-register
-  // constant, which NVRTC rebuilds before every MMA under the register cap. (TI = 1
-  // comes only from direct-B and decode-ring kernels, kSkipUpperTokens: the SM80 mainloop, sm_80 and
-  // later, where m16n8k8 exists for both types.)
+  // sums of both k16 halves take one m16n8k16 MMA with A's registers as its 16-row
+  // operand (rows g: each half's k 0-7, rows g + 8: its k 8-15) and ones as the 8-column
+  // one; fold_group adds the two row halves. Two m16n8k8 MMAs, one per half, took 0-3%
+  // longer at M = 1 (H100, docs/NOTES.md, forty-fifth session). With ones as the 16-row
+  // operand instead, the four-register constant is rebuilt by NVRTC before every MMA
+  // under the register cap. (TI = 1 comes only from direct-B and decode-ring kernels,
+  // kSkipUpperTokens: the SM80 mainloop, sm_80 and later.)
 
   template <int TI>
   __device__ __forceinline__ void mma_transposed(int buf) {
@@ -222,15 +213,12 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
 #pragma unroll
       for (int ti = 0; ti < TI; ++ti) {
         const u32 tokens[2] = {a[buf][h][0][2 * ti], a[buf][h][0][2 * ti + 1]};
-        if (TI == 1 && GEMM_SM80_ROW_SUMS_ALU) {
-          // This lane's share: row g's k 2t, 2t + 1 (C register 0's row) and its k + 8
-          // half (register 2's, prescaled as the MMA form's rows g + 8 are).
-          row_sums[0][0] += pair_sum(tokens[0]);
-          row_sums[0][2] += pair_sum(tokens[1]);
-        } else if (TI == 1) {
-          mma_m16n8k8(row_sums[0], tokens[0], tokens[1], Dq::kOnesLo, MmaKind{});
-        } else {
+        if (TI > 1) {
           mma_k16<typename Cfg::Atom>(row_sums[ti], ones, tokens, MmaKind{});
+        } else if (h == 1) {
+          const u32 halves[4] = {a[buf][0][0][0], a[buf][0][0][1], a[buf][1][0][0], a[buf][1][0][1]};
+          const u32 ones_b[2] = {Dq::kOnesLo, Dq::kOnesLo};
+          mma_m16n8k16(row_sums[0], halves, ones_b, MmaKind{});
         }
 #pragma unroll
         for (int p = 0; p < kPairs; ++p) {
@@ -239,11 +227,6 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
           mma_k16<typename Cfg::Atom>(part[p][ti], weights, tokens, MmaKind{});
         }
       }
-  }
-
-  // The two 16-bit values of a register, in fp32, added (GEMM_SM80_ROW_SUMS_ALU).
-  __device__ __forceinline__ static float pair_sum(u32 v) {
-    return T::to_f32(static_cast<u16>(v & 0xFFFFu)) + T::to_f32(static_cast<u16>(v >> 16));
   }
 
   // Deferred: the group whose partial sums these are ended; `smem_v`: the V tile of
@@ -271,14 +254,7 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
       // Undoes A's prescale of k 8-15, which the m16n8k16 form undid with kOnesHi.
       static_assert(Dq::kAHiScale == 0 || Dq::kOnesHi == 16 * Dq::kOnesLo, "k 8-15 prescaled by 1/16");
       constexpr float kHiSumScale = Dq::kAHiScale != 0 ? 16.f : 1.f;
-      float mine = row_sums[0][0] + kHiSumScale * row_sums[0][2];
-      if constexpr (GEMM_SM80_ROW_SUMS_ALU) {
-        // The quad's four lanes hold row g's partial sums, in A's own units: add them and
-        // take them to the MMA form's (A times the ones operand, kOnesLo).
-        mine += __shfl_xor_sync(0xffffffffu, mine, 1);
-        mine += __shfl_xor_sync(0xffffffffu, mine, 2);
-        mine *= T::to_f32(static_cast<u16>(Dq::kOnesLo & 0xFFFFu));
-      }
+      const float mine = row_sums[0][0] + kHiSumScale * row_sums[0][2];
       sums[0][0] = __shfl_sync(0xffffffffu, mine, 8 * t);
       sums[0][1] = __shfl_sync(0xffffffffu, mine, 8 * t + 4);
     } else {
