@@ -88,16 +88,17 @@ def branch_target(instr: Instr) -> int | None:
     return int(m.group(1), 16) if m else None
 
 
-def mma_loops(instrs: list[Instr]) -> list[Loop]:
+def mma_loops(instrs: list[Instr], min_body: int = 0) -> list[Loop]:
     """Every backward branch's body (target .. branch) that holds an MMA, outermost last
-    for loops that share a start."""
+    for loops that share a start; with ``min_body``, every body of at least that many
+    instructions instead, MMA or not (a variant built without its MMAs)."""
     at = {i.address: n for n, i in enumerate(instrs)}
     found = []
     for n, instr in enumerate(instrs):
         target = branch_target(instr)
         if target is not None and target <= instr.address and target in at:
             loop = Loop(tuple(instrs[at[target]:n + 1]))
-            if loop.mmas():
+            if (loop.mmas() if not min_body else len(loop.body) >= min_body):
                 found.append(loop)
     return found
 
@@ -128,10 +129,10 @@ def sass_of(cubin: Path, cuobjdump: str) -> str:
     return subprocess.run([cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True, env=env).stdout
 
 
-def report_cubin(cubin: Path, cuobjdump: str, order: bool) -> None:
+def report_cubin(cubin: Path, cuobjdump: str, order: bool, min_body: int = 0) -> None:
     for name, instrs in parse_sass(sass_of(cubin, cuobjdump)).items():
         print(f"{name[:100]}: {len(instrs)} instructions")
-        for loop in mma_loops(instrs):
+        for loop in mma_loops(instrs, min_body):
             print(describe(loop, order))
 
 
@@ -143,10 +144,12 @@ def main() -> None:
     ap.add_argument("-D", dest="defines", action="append", default=[], help="a macro for the compile, e.g. X=0")
     ap.add_argument("--order", action="store_true", help="print each loop's issue order as symbols")
     ap.add_argument("--cubin", type=Path, help="read this cubin instead of compiling")
+    ap.add_argument("--min-body", type=int, default=0,
+                    help="report every loop of at least this many instructions, with or without MMAs")
     args = ap.parse_args()
     cuobjdump = find_cuobjdump()
     if args.cubin:
-        report_cubin(args.cubin, cuobjdump, args.order)
+        report_cubin(args.cubin, cuobjdump, args.order, args.min_body)
         return
     from codegen.config import default_config_paths, load_configs
     from codegen.render import render_kernel
@@ -169,7 +172,7 @@ def main() -> None:
             cubin = Path(tmp) / f"{spec.name}.cubin"
             cubin.write_bytes(result.cubin)
             print(f"{spec.name}: {result.registers} registers, spills {result.spill_stores} / {result.spill_loads} bytes")
-            report_cubin(cubin, cuobjdump, args.order)
+            report_cubin(cubin, cuobjdump, args.order, args.min_body)
 
 
 if __name__ == "__main__":

@@ -48,3 +48,12 @@ def test_only_backward_branches_around_an_mma_are_loops():
     assert "6 instructions, 1 MMA, 2 branches" in text and text.splitlines()[-1].strip() == "MLbG|b"
     (hgmma,) = mma_loops(functions["kernel_b"])
     assert hgmma.start == 0 and hgmma.order() == "Mb"
+
+
+def test_min_body_reports_loops_without_an_mma_too():
+    """--min-body: every loop of at least that many instructions, MMA or not (a variant
+    built without its MMAs, e.g. decode_variants' no_tensor_ops, has none to find)."""
+    functions = parse_sass(LISTING)
+    assert [(loop.start, len(loop.body)) for loop in mma_loops(functions["kernel_a"], min_body=2)] == [
+        (0x20, 6), (0x80, 2)]  # fmt: skip
+    assert [loop.start for loop in mma_loops(functions["kernel_a"], min_body=3)] == [0x20]

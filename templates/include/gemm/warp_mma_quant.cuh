@@ -167,10 +167,17 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
     // The experiment without the tensor MMAs (mainloop_sm80.cuh's knob): their operands
     // are XORed into `sink`, which end_groups adds to the output, so that the loads and
     // the dequantization feeding them stay in the kernel.
+    // NOTE: only the A registers the loop loaded: at M <= 8 (kSkipUpperTokens, `upper`
+    // false) registers 2 and 3 are never written, and XORing them made the whole sink
+    // undefined, so that ptxas dropped 12 of the loop's 15 weight loads and every
+    // ldmatrix (the forty-fourth session's timings of this variant; docs/NOTES.md,
+    // forty-fifth session).
+    const int a_regs = !kDeferred || !kSkipUpperTokens || upper ? 4 : 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) sink ^= a[buf][h][0][r];
+      for (int r = 0; r < 4; ++r)
+        if (r < a_regs) sink ^= a[buf][h][0][r];
 #pragma unroll
       for (int ni = 0; ni < kNI; ++ni) sink ^= b[buf][ni][h][0] ^ b[buf][ni][h][1];
     }
