@@ -11,9 +11,9 @@
 //
 // Deferred scaling (Dq::kDeferred, see dequant.cuh), for one-m16 warp tiles (decode):
 // the MMAs take the bare codes into fp32 partial sums of the current group, one more
-// MMA per k16 sums A's rows, and the mainloop calls end_group when the warp's next
-// step lies in another group (or there is none), which scales the partials into the
-// accumulators.
+// MMA per k16 (per k32 at up to 8 rows) sums A's rows, and the mainloop calls end_group
+// when the warp's next step lies in another group (or there is none), which scales the
+// partials into the accumulators.
 //
 // NOTE: the deferred product is computed transposed, D^T = B^T A^T. The weights are
 // the MMA's 16-row operand: a lane's codes of n8 tiles 2p and 2p + 1 (its column g of
