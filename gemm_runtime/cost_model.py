@@ -436,7 +436,7 @@ def dequant_time(
     # 16x128x128 unsplit, four CTAs an SM at three resident, 212 us, where split four
     # ways, 13.6 an SM, it took 169; docs/NOTES.md, forty-fifth session).
     cta_warps = spec.threads // 32
-    full, tail = divmod(per_sm, resident) if per_sm > resident else (0, per_sm)
+    full, tail = divmod(per_sm, resident)
     cta_seconds = full * resident / _warps_share(resident * cta_warps)
     if tail:
         cta_seconds += tail / _warps_share(tail * cta_warps)

@@ -206,7 +206,7 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
   // NOTE: for rows 0-7 alone (TI = 1 in MainloopSm80's loop without them), the row
   // sums of both k16 halves take one m16n8k16 MMA with A's registers as its 16-row
   // operand (rows g: each half's k 0-7, rows g + 8: its k 8-15) and ones as the 8-column
-  // one; fold_group adds the two row halves. Two m16n8k8 MMAs, one per half, took 0-3%
+  // one; fold_group adds the two row halves. Two m16n8k8 MMAs, one per half, took 0-2%
   // longer at M = 1 (H100, docs/NOTES.md, forty-fifth session). With ones as the 16-row
   // operand instead, the four-register constant is rebuilt by NVRTC before every MMA
   // under the register cap. (TI = 1 comes only from direct-B and decode-ring kernels,
