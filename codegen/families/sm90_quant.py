@@ -35,6 +35,7 @@ PRODUCER_REGS = 40  # Sm90QuantConfig::kProducerRegs
 # registers (32) and about 40 for addresses, scales, zeros and the loop's state.
 CONSUMER_REGS_BESIDE_ACC = 72
 _STREAM_K_COMPUTE_FACTOR = 1.05  # split_compute_factor
+_STREAM_K_TAKE_S = 2.0e-6  # split_seconds
 
 
 def consumer_registers(consumers: int) -> int:
@@ -270,6 +271,21 @@ class Sm90QuantFamily(MainloopFamily):
         if splits == 1:
             return super().rounds(spec, tiles, splits, slots)
         return max(1.0, tiles * splits / min(slots, tiles * splits)), 1
+
+    # ---- the cost model ---------------------------------------------------------------
+    def split_seconds(self, spec: KernelSpec, rows: int) -> float:
+        """What each share of a tile beyond the first adds: the tile's taker reads the
+        ranks above's partials one after another (stream_k_take), each a flag and a read
+        through L2 after its last K tile.
+
+        NOTE: fitted to the H100's decode runs (docs/perf/data/dispatch_quant_*_h100,
+        M = 1 and 16), where the base family's 1.5 us made every further share look cheaper
+        than it ran: 64x128 on llama3-8b o (W4, M = 1) took 15.8 / 15.2 / 16.1 / 17.3 us
+        split 2 / 3 / 4 / 5 ways where the model said 16.8 / 14.5 / 13.7 / 15.4, and on 8b
+        qkv (W8) three shares ran 20.0 us against 17.5 for two. At 2 us the fp16 decode
+        runs' worst picks go from 1.18-1.22 to 1.09-1.11 of the fastest timed plan; no
+        file's median moves by more than 0.002 (docs/NOTES.md, forty-sixth session)."""
+        return _STREAM_K_TAKE_S
 
     # ---- the cost model ---------------------------------------------------------------
     def split_compute_factor(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> float:

@@ -145,16 +145,21 @@ def test_the_trees_model_on_the_recorded_h100_fp16_decode_run():
     (it takes sm90's 64x128 split where sm80's 16x128x128 split is faster: 1.04 / 1.06 in
     the median at M = 1 / 16, 1.18 at worst) and are held to where they are. The CTAs
     past a whole round priced at their own warps' rate (forty-fifth session) took
-    llama3-70b gate_up at M = 16 off its unsplit plan, 1.25x the fastest."""
+    llama3-70b gate_up at M = 16 off its unsplit plan, 1.25x the fastest. sm90's
+    stream-K take priced at 2 us a share (forty-sixth session) takes llama3-8b qkv off
+    64x128 split three ways (1.18 / 1.13 at M = 1 / 16) and the W8 worst to 1.11; that
+    gate_up problem goes from 1.03 to 1.07 (sm80's two splits where four ran faster)."""
     rows = _recorded("dispatch_quant_decode_h100.json.gz")
     assert len(rows) == 32
     w4 = [r for r in rows if r.key.b_type.bits == 4]
     assert all(r.ratio <= 1.10 for r in w4), [(r.label, r.ratio) for r in w4 if r.ratio > 1.10]
     assert statistics.median(r.ratio for r in w4) <= 1.01
     w8 = [r for r in rows if r.key.b_type.bits == 8]
-    assert max(r.ratio for r in w8) <= 1.19 and statistics.median(r.ratio for r in w8) <= 1.06
+    assert max(r.ratio for r in w8) <= 1.12 and statistics.median(r.ratio for r in w8) <= 1.06
     gate_up = next(r for r in w8 if r.label == "llama3-70b gate_up w8 M=16")
-    assert gate_up.ratio <= 1.05, (gate_up.pick, gate_up.best)
+    assert gate_up.ratio <= 1.08, (gate_up.pick, gate_up.best)
+    for qkv in (r for r in w8 if r.label.startswith("llama3-8b qkv")):
+        assert qkv.ratio <= 1.05, (qkv.label, qkv.pick, qkv.best)
 
 
 def test_the_trees_model_on_the_h100_run_after_the_round_tail_term():
@@ -162,9 +167,14 @@ def test_the_trees_model_on_the_h100_run_after_the_round_tail_term():
     and W8 at M = 1 and 16) timed again on an H100 with the tail round priced at its own
     warps' rate (forty-fifth session): llama3-70b gate_up W8 at M = 16 stays within 5% of
     the fastest timed plan in a run of its own, not only in the run the term was fitted
-    on; the W8 picks at M <= 16 are still the weak spot (1.19 at worst)."""
+    on; the W8 picks at M <= 16 are still the weak spot (1.19 at worst). With sm90's
+    stream-K take at 2 us a share (forty-sixth session) llama3-8b qkv W8 leaves 64x128
+    split three ways (1.16 / 1.19 at M = 1 / 16: 144 shares for 132 CTAs) and the worst is
+    1.11; that gate_up problem goes to 1.08."""
     rows = _recorded("dispatch_quant_decode_tail_h100.json.gz")
     assert len(rows) == 32
-    assert statistics.median(r.ratio for r in rows) <= 1.03 and max(r.ratio for r in rows) <= 1.2
+    assert statistics.median(r.ratio for r in rows) <= 1.03 and max(r.ratio for r in rows) <= 1.12
     gate_up = next(r for r in rows if r.label == "llama3-70b gate_up w8 M=16")
-    assert gate_up.ratio <= 1.05, (gate_up.pick, gate_up.best)
+    assert gate_up.ratio <= 1.08, (gate_up.pick, gate_up.best)
+    for qkv in (r for r in rows if r.label.startswith("llama3-8b qkv w8")):
+        assert qkv.ratio <= 1.05, (qkv.label, qkv.pick, qkv.best)
