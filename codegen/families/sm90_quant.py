@@ -287,7 +287,6 @@ class Sm90QuantFamily(MainloopFamily):
         file's median moves by more than 0.002 (docs/NOTES.md, forty-sixth session)."""
         return _STREAM_K_TAKE_S
 
-    # ---- the cost model ---------------------------------------------------------------
     def split_compute_factor(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> float:
         """Stream-K shares that cross tiles run slower than whole tiles. Where the tiles
         cut ``splits`` ways outnumber the resident CTAs, each CTA's share starts and ends
