@@ -71,6 +71,21 @@ def is_prefill(name: str, spec: dict, bits: int = 4, dtype: str = "f16") -> bool
     return f"_sm80_m16n8k16_a{dtype}_bu{bits}_" in name and spec["cta"][0] >= 32 and not spec.get("grouped")
 
 
+def timed_plans(gemm: Gemm, a: torch.Tensor, packed, out: torch.Tensor) -> list[tuple[float, LaunchSpec]]:
+    """(short median in ms, plan) of every kernel of `gemm` at every split count K takes,
+    fastest first."""
+    plans = []
+    for kern in gemm.kernels:
+        for splits in (1, 2, 3, 4, 6, 8):
+            spec = LaunchSpec(kern.name, splits)
+            try:
+                gemm.matmul(a, packed, out=out, kernel=spec)
+            except Exception:  # a split count K cannot take
+                continue
+            plans.append((median_ms(lambda: gemm.matmul(a, packed, out=out, kernel=spec), reps=15, max_ms=50), spec))
+    return sorted(plans, key=lambda p: p[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", nargs="+", default=["4096x4096", "6144x4096", "4096x14336"], help="N x K")
@@ -107,16 +122,7 @@ def main() -> None:
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         a_bf = a.to(torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=dtype)
-        plans = []
-        for kern in base.kernels:
-            for splits in (1, 2, 3, 4, 6, 8):
-                spec = LaunchSpec(kern.name, splits)
-                try:
-                    base.matmul(a, packed, out=out, kernel=spec)
-                except Exception:  # a split count K cannot take
-                    continue
-                plans.append((median_ms(lambda: base.matmul(a, packed, out=out, kernel=spec), reps=15, max_ms=50), spec))
-        plans.sort(key=lambda p: p[0])
+        plans = timed_plans(base, a, packed, out)
         print(f"\n### {layer} (N x K), M = {m}: every base plan, fastest first (us)\n")
         print(" | ".join(f"{short(s.kernel)} ({s.splits}) {t * 1e3:.1f}" for t, s in plans[:12]))
         refs = [lambda: tiny.add_(1), lambda: torch.matmul(a, w.t(), out=out),

@@ -37,3 +37,21 @@ def test_the_decode_loop_for_m_up_to_8_copies_only_a_rows_0_to_7(tile: str) -> N
     assert 0 < lower < every, (lower, every)
     dense = ("gemm_sm80_f16_sm80_", "_df16_128x128x32_", "_nk_")
     assert _ptx(dense).count(COPY) == _ptx(dense, "#define GEMM_SM80_LOWER_A_COPIES 0\n").count(COPY)
+
+
+def test_the_cta_trace_knob_stamps_every_phase_and_is_absent_by_default() -> None:
+    """gemm/cta_trace.cuh (bench/experiments/decode_trace.py): with GEMM_CTA_TRACE 1 the
+    kernel defines the module global the experiment reads (C linkage, its size from the
+    header's constants) and stores a stamp at each of the header's points; by default the
+    PTX holds neither the global nor a clock or global-timer read."""
+    import re
+
+    from bench.experiments import decode_trace
+
+    parts = ("gemm_sm80_f16_w4_sm80_", "_df16_16x16x1024_w1x1x8_s3_nk_")
+    plain, traced = _ptx(parts), _ptx(parts, "#define GEMM_CTA_TRACE 1\n")
+    for marker in ("gemm_cta_trace", "%globaltimer", "%clock64", "%smid"):
+        assert marker not in plain and marker in traced, marker
+    size = re.search(r"\.global \.align \d+ \.b8 gemm_cta_trace\[(\d+)\]", traced)
+    assert size and int(size.group(1)) == 8 * decode_trace.TRACE_CTAS * decode_trace.TRACE_POINTS, size
+    assert traced.count("%clock64") >= 6 and traced.count("%globaltimer") >= 2

@@ -2,6 +2,7 @@
 // K-slice reduction, epilogue. A generated file defines the parameter struct and
 // instantiates gemm_sm80 or gemm_sm70 once.
 #pragma once
+#include "gemm/cta_trace.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/epilogue_staged.cuh"
 #include "gemm/grouped.cuh"
@@ -68,6 +69,11 @@ template <class Cfg, class Mainloop, class Params>
 __device__ __forceinline__ void gemm_tile(const Params& p, const GroupTile& g, int tile_m, int tile_n, int split,
                                           int tile_id) {
   extern __shared__ __align__(16) char smem[];
+  if (GEMM_CTA_TRACE) {
+    cta_trace(kTraceStartNs, trace_global_ns());
+    cta_trace(kTraceSm, trace_sm());
+    cta_trace(kTraceStart, trace_clock());
+  }
   const int m0 = tile_m * Cfg::kCtaM;
   const int n0 = tile_n * Cfg::kCtaN;
   const int warp_id = threadIdx.x >> 5;
@@ -93,8 +99,13 @@ __device__ __forceinline__ void gemm_tile(const Params& p, const GroupTile& g, i
   warp.clear();
   mainloop(warp, smem_addr(smem), k_tiles, warp_m * Cfg::kWarpTileM, warp_n * Cfg::kWarpTileN,
            warp_k * Cfg::kWarpTileK);
+  if (GEMM_CTA_TRACE) {
+    cta_trace(kTraceLoopEnd, trace_clock());
+    cta_trace(kTraceKTiles, k_tiles);
+  }
 
   if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k)) return;
+  if (GEMM_CTA_TRACE) cta_trace(kTraceReduced, trace_clock());
 #if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 6
   return;  // the experiment without split-K's hand-over nor the epilogue (mainloop_sm80.cuh)
 #endif
@@ -102,6 +113,10 @@ __device__ __forceinline__ void gemm_tile(const Params& p, const GroupTile& g, i
   with_problem<Cfg>(p, g, [&](const Params& q) {
     handed_over = q.splits > 1 && !split_k_reduce<Cfg>(warp, q, tile_id, split, q.M - m0);
   });
+  if (GEMM_CTA_TRACE) {
+    cta_trace(handed_over ? kTraceEnd : kTraceHandedOver, trace_clock());
+    if (handed_over) cta_trace(kTraceEndNs, trace_global_ns());
+  }
   if (handed_over) return;
 #if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 1
   return;  // the experiment without an epilogue (mainloop_sm80.cuh)
@@ -116,6 +131,10 @@ __device__ __forceinline__ void gemm_tile(const Params& p, const GroupTile& g, i
     }
     Epilogue<Cfg>::store(warp, q, m0 + warp_m * Cfg::kWarpTileM, n0 + warp_n * Cfg::kWarpTileN);
   });
+  if (GEMM_CTA_TRACE) {
+    cta_trace(kTraceEnd, trace_clock());
+    cta_trace(kTraceEndNs, trace_global_ns());
+  }
 }
 
 template <class Cfg, class Mainloop, class Params>

@@ -22,6 +22,7 @@
 // Warps are laid out (WarpsM x WarpsN x WarpsK); a K-slice of warps multiplies its
 // own share of every CTA K tile, and the slices are summed after the loop.
 #pragma once
+#include "gemm/cta_trace.cuh"
 #include "gemm/group_rows_copy.cuh"
 #include "gemm/operand_copies.cuh"
 #include "gemm/warp_mma_of.cuh"
@@ -561,6 +562,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     issue_prologue(smem, k_tiles, lower_only);
     cp_async_wait<S - 2>();
     __syncthreads();
+    if (GEMM_CTA_TRACE) cta_trace(kTraceFirstTile, trace_clock());
 
     int read = 0;
     int write = S - 1;
