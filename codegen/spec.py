@@ -140,6 +140,12 @@ class KernelSpec:
         return self.mainloop.lean_kn(self)
 
     @property
+    def a_rows(self) -> int:
+        """Rows of A a stage holds: the CTA's M, or 8 for the decode tiles that serve at
+        most 8 rows (sm80_rows8)."""
+        return self.mainloop.a_rows(self)
+
+    @property
     def min_ctas_per_sm(self) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return self.ctas_per_sm or self.mainloop.min_ctas_per_sm(self)

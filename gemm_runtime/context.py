@@ -431,4 +431,4 @@ def infeasible_reason(spec: KernelSpec, key: ProblemKey) -> str | None:
         return f"needs rows aligned to {spec.align} elements, problem has {key.align}"
     if math.ceil(key.n / spec.cta[1]) > MAX_GRID_Y:
         return f"N = {key.n} needs more than {MAX_GRID_Y} CTA columns"
-    return spec.mainloop.problem_error(spec, key.k)
+    return spec.mainloop.problem_error(spec, key.k) or spec.mainloop.rows_error(spec, key.m)

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from codegen.families.base import MainloopFamily, TensorMapBox
 from codegen.families.sm70 import Sm70Family
-from codegen.families.sm80 import Sm80Family, Sm80RingFamily, Sm80StagedFamily, Sm80XorRowsFamily
+from codegen.families.sm80 import (
+    Sm80Family,
+    Sm80RingFamily,
+    Sm80Rows8Family,
+    Sm80StagedFamily,
+    Sm80XorRowsFamily,
+)
 from codegen.families.sm90 import Sm90Family
 from codegen.families.sm90_quant import Sm90QuantFamily, Sm90QuantSmemFamily
 
@@ -55,6 +61,7 @@ class Mainloop:
     SM80_STAGED = register(Sm80StagedFamily())
     SM80_RING = register(Sm80RingFamily())
     SM80_XOR = register(Sm80XorRowsFamily())
+    SM80_ROWS8 = register(Sm80Rows8Family())
 
 
 __all__ = ["MainloopFamily", "Mainloop", "TensorMapBox", "families", "get", "register", "unregister"]

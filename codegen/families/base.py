@@ -116,6 +116,11 @@ class MainloopFamily:
         tile, as "nk" B's do, not by the general copies (GemmConfig::kLeanKN)."""
         return False
 
+    def a_rows(self, spec: KernelSpec) -> int:
+        """Rows of A a stage holds (GemmConfig's RowsA_): the CTA's M, the most rows of
+        A the kernel serves per tile."""
+        return spec.cta[0]
+
     def min_ctas_per_sm(self, spec: KernelSpec) -> int:
         """CTAs per SM the compiler must leave registers for (1: no constraint)."""
         return 1
@@ -133,7 +138,7 @@ class MainloopFamily:
         """Dynamic shared memory: the stage ring, or the K-slice reduction if larger."""
         m, n, k = spec.cta
         pad = 0 if self.xor_rows(spec) else SMEM_PAD  # of A's rows and "nk" B's
-        a_bytes = m * (k + pad) * 2
+        a_bytes = self.a_rows(spec) * (k + pad) * 2
         v_bytes = 0
         if spec.quantized:
             # Fragment-ordered rows of 8 columns, plus scale and zero rows per stage.
@@ -178,6 +183,11 @@ class MainloopFamily:
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:
         """Why the kernel cannot serve a problem of depth ``k`` beyond what the
         problem key says (types, order, alignment), else None."""
+        return None
+
+    def rows_error(self, spec: KernelSpec, m: int) -> str | None:
+        """Why the kernel cannot serve ``m`` rows of A, else None (every M by default:
+        the grid covers M with CTA tiles)."""
         return None
 
     def grid(

@@ -359,3 +359,60 @@ class Sm80XorRowsFamily(Sm80Family):
         over the padded K-64 ones of the same CTA shape on every llama3 problem at M = 1024
         and 4096, and its plans went from 0.97 of CUTLASS 2.x's best (padded, H200) to 1.01."""
         return super().mma_efficiency(spec) * _XOR_RATE
+
+
+class Sm80Rows8Family(Sm80Family):
+    """The sm80 family's 4- and 8-bit decode tiles (16 rows, one warp along M, the weights
+    straight into registers) for at most 8 rows of A (GemmConfig's RowsA_ 8): A's stages
+    hold rows 0-7 only and the decode loop is compiled once, for them, where the 16-row
+    tile compiles it for rows 0-7 and again for 0-15. A CTA then takes about half the
+    shared memory (the 16-row ring of 16x16x1024 s3 is 96 KiB, 15 rows of it zeros at
+    M = 1) and fewer registers (96 against 122 uncapped; 80 without spills under a
+    three-CTA cap, sm_90, NVRTC 13.5), so an SM holds more warps. Our M = 1 decode plans
+    issue on 45-53% of an H100's scheduler cycles with 13-15 warps an SM, waiting on
+    fixed-latency results rather than memory (docs/perf/read_order_h100.md), where
+    torch's int4 kernel runs at twice the warps.
+
+    Serves M <= 8 only (rows_error); the 16-row tiles take the rest."""
+
+    value = "sm80_rows8"
+    summary = "multi-stage cp.async pipeline, quantized decode tiles for at most 8 rows of A"
+    # NOTE: not in the default set until measured (bench/experiments/decode_rows8_tiles.yaml).
+    experimental = True
+
+    def tile_error(
+        self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int, cluster: int = 1
+    ) -> tuple[str, str] | None:
+        error = super().tile_error(cta, warps, stages, cluster)
+        if error:
+            return error
+        if cta[0] != 16 or warps[0] != 1:
+            return "cta", f"m = 16 with one warp along M (a decode tile of rows 0-7; got {cta[0]} over {warps[0]})"
+        return None
+
+    def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
+        if not spec.quantized:
+            return "b_type", spec.b_type.value, f"u4 or u8 (the {self.value} family is for packed weights)"
+        return None
+
+    def grouped_error(self, spec: KernelSpec) -> str | None:
+        return f"false (the {self.value} family has no grouped kernels yet)"
+
+    def a_rows(self, spec: KernelSpec) -> int:
+        return 8
+
+    def rows_error(self, spec: KernelSpec, m: int) -> str | None:
+        if m > 8:
+            return f"serves at most 8 rows of A (M = {m}; the {self.value} family's decode tiles)"
+        return None
+
+    def min_ctas_per_sm(self, spec: KernelSpec) -> int:
+        """Registers for three CTAs of 8 warps an SM (80 a thread: the loop for rows 0-7
+        of 16x16x1024 fits without spills) or five of 4."""
+        return {256: 3, 128: 5}.get(spec.threads, 1)
+
+    def min_ctas_per_sm_hopper(self, spec: KernelSpec) -> int:
+        return self.min_ctas_per_sm(spec)
+
+    def spill_budget(self, spec: KernelSpec, arch: int) -> int:
+        return 0

@@ -19,7 +19,8 @@ enum class OrderB { kNK, kKN };
 
 template <class Atom_, class TA_, class TB_, class TD_, int CtaM_, int CtaN_, int CtaK_, int WarpsM_, int WarpsN_,
           int WarpsK_, int Stages_, OrderB OrderB_, int Align_, bool DirectB_, bool Grouped_ = false,
-          bool StagedB_ = false, bool DecodeRing_ = false, bool XorRows_ = false, bool LeanKN_ = false>
+          bool StagedB_ = false, bool DecodeRing_ = false, bool XorRows_ = false, bool LeanKN_ = false,
+          int RowsA_ = 0>
 struct GemmConfig {
   using Atom = Atom_;
   using TA = TA_;
@@ -63,7 +64,12 @@ struct GemmConfig {
   // weights in flight per SM (codegen: sm80_ring); the SM80 mainloop compiles its loop
   // once for rows 0-7 and once for 0-15, as it does for direct B.
   static constexpr bool kDecodeRing = DecodeRing_;
-  static constexpr int kTileARows = kCtaM, kTileACols = kCtaK;
+  // A quantized decode tile for at most 8 rows of A (RowsA_ 8; codegen: sm80_rows8): its
+  // stages hold A's rows 0-7 only, and the SM80 mainloop compiles its loop once, for
+  // them, so a CTA takes about half the shared memory and fewer registers than the
+  // 16-row tile, and an SM holds more of them. 0: the CTA's M.
+  static constexpr int kTileARows = RowsA_ ? RowsA_ : kCtaM, kTileACols = kCtaK;
+  static constexpr bool kRowsUpTo8 = RowsA_ == 8;
   static constexpr int kTileBRows = kQuantB ? kCtaN / 8 : (kOrderB == OrderB::kNK ? kCtaN : kCtaK);
   static constexpr int kTileBCols = kQuantB ? kCtaK / 32 * kQuantBlockUnits : (kOrderB == OrderB::kNK ? kCtaK : kCtaN);
   // Shared rows (gemm/smem_layout.cuh): padded by 16 bytes, or with XorRows_ (codegen:
@@ -106,6 +112,8 @@ struct GemmConfig {
                 "staged B: the tile's k32 blocks of n8-tile pairs split evenly over the warps");
   static_assert(!kDecodeRing || (kQuantB && !kDirectB && !kStagedB && kWarpsM == 1 && kCtaM == 16),
                 "decode ring: quantized B through the ring, one m16 tile per warp");
+  static_assert(RowsA_ == 0 || (RowsA_ == 8 && kDirectB && kCtaM == 16),
+                "A's stages hold fewer rows than the CTA only on direct-B decode tiles: 8 of 16");
   static_assert(!kXorRows || (!kQuantB && !kSame<Atom, AtomM8N8K4> && kCtaK == 32 && kAlign == 8),
                 "XOR-swizzled rows: dense B, an m16n8 atom, K tiles of 32 and 16-byte vectors");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");

@@ -513,10 +513,11 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     if constexpr (Cfg::kQuantB && (kDirectB || Cfg::kDecodeRing)) {
       if constexpr (Warp::kDeferred) {
         // NOTE: the whole loop twice, once for warps without rows 8-15 (M <= 8: half the
-        // MMAs), with `upper` a constant in each copy. Tested per step instead (one loop,
+        // MMAs), with `upper` a constant in each copy; once, for rows 0-7, in the tiles
+        // for at most 8 rows (Cfg::kRowsUpTo8). Tested per step instead (one loop,
         // a uniform branch around each step's MMAs), the decode kernel ran no faster
         // at M = 1 than the m16 form, and 14% slower at M = 16 (H200).
-        if (warp.upper) {
+        if (!Cfg::kRowsUpTo8 && warp.upper) {
           warp.upper = true;
           run(warp, smem, k_tiles, warp_m0, warp_n0, warp_k0);
         } else {
