@@ -164,15 +164,26 @@ class Sm80Family(MainloopFamily):
         return not spec.quantized and spec.cta[2] == 32 and not self.xor_rows(spec)
 
 
+def _decode_tile_error(cta: tuple[int, int, int], warps: tuple[int, int, int]) -> tuple[str, str] | None:
+    """The deferred decode form's tile: 16 rows on one warp along M."""
+    if cta[0] != 16 or warps[0] != 1:
+        return "cta", f"16 rows on one warp along M (the deferred decode form; got {cta[0]} on {warps[0]})"
+    return None
+
+
+def _packed_only_error(family: Sm80Family, spec: KernelSpec) -> tuple[str, object, str] | None:
+    if not spec.quantized:
+        return "b_type", spec.b_type.value, f"u4 or u8 (the {family.value} family is for packed weights)"
+    return None
+
+
 class _Sm80PackedRingFamily(Sm80Family):
     """What the SM80 mainloop's variants with the packed weights in the cp.async ring
     (not loaded straight into registers) share: quantized kernels only, not grouped yet,
     and no register cap (the ring, not warps, keeps the weights in flight)."""
 
     def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
-        if not spec.quantized:
-            return "b_type", spec.b_type.value, f"u4 or u8 (the {self.value} family is for packed weights)"
-        return None
+        return _packed_only_error(self, spec)
 
     def grouped_error(self, spec: KernelSpec) -> str | None:
         return f"false (the {self.value} family has no grouped kernels yet)"
@@ -203,11 +214,9 @@ class Sm80RingFamily(_Sm80PackedRingFamily):
     def tile_error(
         self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int, cluster: int = 1
     ) -> tuple[str, str] | None:
-        error = super().tile_error(cta, warps, stages, cluster)
+        error = super().tile_error(cta, warps, stages, cluster) or _decode_tile_error(cta, warps)
         if error:
             return error
-        if cta[0] != 16 or warps[0] != 1:
-            return "cta", f"16 rows on one warp along M (the deferred decode form; got {cta[0]} on {warps[0]})"
         if stages < 3:
             return "stages", "3 or more (the ring is what keeps weights in flight)"
         return None
@@ -383,17 +392,10 @@ class Sm80Rows8Family(Sm80Family):
     def tile_error(
         self, cta: tuple[int, int, int], warps: tuple[int, int, int], stages: int, cluster: int = 1
     ) -> tuple[str, str] | None:
-        error = super().tile_error(cta, warps, stages, cluster)
-        if error:
-            return error
-        if cta[0] != 16 or warps[0] != 1:
-            return "cta", f"m = 16 with one warp along M (a decode tile of rows 0-7; got {cta[0]} over {warps[0]})"
-        return None
+        return super().tile_error(cta, warps, stages, cluster) or _decode_tile_error(cta, warps)
 
     def kernel_error(self, spec: KernelSpec) -> tuple[str, object, str] | None:
-        if not spec.quantized:
-            return "b_type", spec.b_type.value, f"u4 or u8 (the {self.value} family is for packed weights)"
-        return None
+        return _packed_only_error(self, spec)
 
     def grouped_error(self, spec: KernelSpec) -> str | None:
         return f"false (the {self.value} family has no grouped kernels yet)"

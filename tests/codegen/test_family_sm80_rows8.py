@@ -43,9 +43,9 @@ def test_the_experiment_yaml_is_the_family_alone() -> None:
 
 def test_tile_and_kernel_rules(tmp_path: Path) -> None:
     cfg.fam_error(tmp_path, family(tiles=[{"cta": [32, 128, 64], "warps": [1, 4, 1], "stages": 4}]), TILE, "cta",
-                  "m = 16 with one warp along M", "got 32 over 1")  # fmt: skip
+                  "16 rows on one warp along M", "got 32 on 1")  # fmt: skip
     cfg.fam_error(tmp_path, family(tiles=[{"cta": [16, 128, 64], "warps": [2, 2, 1], "stages": 4}]), TILE, "cta",
-                  "got 16 over 2")  # fmt: skip
+                  "got 16 on 2")  # fmt: skip
     cfg.fam_error(tmp_path, family(b_type="f16"), TILE, "b_type", "u4 or u8 (the sm80_rows8 family is for packed weights")
     cfg.fam_error(tmp_path, family(grouped=True), TILE, "grouped", "no grouped kernels yet")
 
