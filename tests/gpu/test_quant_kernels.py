@@ -63,8 +63,9 @@ def test_quant_kernel_matches_dequantized_reference(gemm, name, group_size):
         packed = pack_for_gemm(qw)
         ref_w = qw.dequantize().float()
         # M: decode tiles run one loop up to 8 rows per tile and another for 9-16
-        # (MainloopSm80); 8 and 9 sit on that edge, 33 and 257 end on a 1-row tile.
-        for m in (1, 7, 8, 9, 33, 257):
+        # (MainloopSm80); 8 and 9 sit on that edge, 33 and 257 end on a 1-row tile. The
+        # sm80_rows8 tiles serve at most 8 rows (test_quant_kernel_refuses_rows_it_cannot_serve).
+        for m in (m for m in (1, 7, 8, 9, 33, 257) if spec.mainloop.rows_error(spec, m) is None):
             a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
             gemm.matmul(a, packed, out=out, kernel=name)
@@ -76,7 +77,24 @@ def test_quant_kernel_matches_dequantized_reference(gemm, name, group_size):
 
 @pytest.mark.parametrize("name", _quant_kernels())
 def test_quant_kernel_epilogues_and_split_k(gemm, name):
-    check_quant_epilogues_and_split_k(gemm, name, rows=19)
+    spec = gemm.registry.get(name).spec
+    check_quant_epilogues_and_split_k(gemm, name, rows=19 if spec.mainloop.rows_error(spec, 19) is None else 7)
+
+
+def test_quant_kernel_refuses_rows_it_cannot_serve(gemm):
+    """A kernel forced on more rows than its family serves (the sm80_rows8 decode tiles:
+    8) is refused before launch with the family's reason; default dispatch still serves
+    the problem with another kernel."""
+    limited = [k for k in gemm.kernels if k.spec.quantized and k.spec.mainloop.rows_error(k.spec, 9) is not None]
+    if not limited:
+        pytest.skip("no quantized kernel of the build serves fewer rows than its tile")
+    spec = limited[0].spec
+    dt = torch_dtype(spec.a_type)
+    packed = pack_for_gemm(_weight(64, 1024, dt, spec.b_type.bits, 128, torch.Generator(device="cuda")))
+    a = torch.randn(9, 1024, device="cuda", dtype=dt)
+    with pytest.raises(GemmArgumentError, match=r"\(M = 9"):
+        gemm.matmul(a, packed, kernel=limited[0].name)
+    assert gemm.matmul(a, packed).isfinite().all()
 
 
 def _wgmma_quant_kernels():

@@ -1,0 +1,88 @@
+"""GPU test of the sm80_rows8 family (quantized decode tiles for at most 8 rows of A,
+bench/experiments/decode_rows8_tiles.yaml; the default set does not have them): every
+kernel against the fp32 product with the dequantized weight, with groups of 32, 64, 128
+and one over all of K, N and K with residues against the tile, K = 7392 with groups of
+32, M of 1, 3 and 8, symmetric and asymmetric weights, every split count a slice of K
+allows up to 8; the bias and gated epilogues; and a clear refusal of 9 rows. Outputs
+are NaN-poisoned first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from codegen.config import load_configs
+from gemm_runtime import GemmArgumentError
+from gemm_runtime.packed_weight import pack_for_gemm
+from gemm_runtime.quant import quantize
+from gemm_runtime.types import torch_dtype
+from tests.decode_ring_kernels import build
+from tests.gpu.test_sm80_ring import _check
+from tests.gpu.util import check_quant_epilogues_and_split_k, experimental_gemm, registered_spec
+
+pytestmark = pytest.mark.gpu
+
+YAML = Path(__file__).resolve().parents[2] / "bench" / "experiments" / "decode_rows8_tiles.yaml"
+NAMES = [k.spec.name for k in load_configs([YAML])]
+
+
+@pytest.fixture(scope="module")
+def rows8_gemm(tmp_path_factory):
+    return experimental_gemm(tmp_path_factory, "sm80_rows8", lambda work, arch: build(work, arch, YAML))
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128, -1])
+@pytest.mark.parametrize("name", NAMES)
+def test_rows8_kernel_matches_dequantized_reference(rows8_gemm, name, group_size):
+    spec = registered_spec(rows8_gemm, name)
+    dt = torch_dtype(spec.a_type)
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, group_size)) % 2**31)
+    _, cn, ck = spec.cta
+    failures = []
+    for n, k, symmetric in [(2 * cn + 8, 3 * ck + 32, False), (cn + 27, 3 * 128 + 72, True), (cn // 2 + 8, ck, False)]:
+        w = torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05
+        qw = quantize(w, bits=spec.b_type.bits, group_size=group_size, symmetric=symmetric)
+        packed, ref_w = pack_for_gemm(qw), qw.dequantize().float()
+        k_tiles = -(-k // ck)
+        for m in (1, 3, 8):
+            a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+            ref = a.float() @ ref_w.t()
+            for splits in sorted({1, 2, min(3, k_tiles), min(8, k_tiles)}):
+                _check(rows8_gemm, name, a, packed, ref, splits, failures, f"M={m} N={n} K={k} sym={symmetric}")
+    assert not failures, f"{name} group {group_size}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rows8_kernel_long_k_with_small_groups(rows8_gemm, name):
+    # K = 7392 (not a multiple of the K tile) with groups of 32: a group change every step.
+    spec = registered_spec(rows8_gemm, name)
+    dt = torch_dtype(spec.a_type)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    n, k = spec.cta[1] + 40, 7392
+    qw = quantize(torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05, bits=spec.b_type.bits,
+                  group_size=32)  # fmt: skip
+    packed, ref_w = pack_for_gemm(qw), qw.dequantize().float()
+    failures = []
+    for m in (1, 8):
+        a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+        for splits in (1, 5):
+            _check(rows8_gemm, name, a, packed, a.float() @ ref_w.t(), splits, failures, f"M={m} K={k}")
+    assert not failures, f"{name}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rows8_kernel_epilogues_and_split_k(rows8_gemm, name):
+    registered_spec(rows8_gemm, name)
+    check_quant_epilogues_and_split_k(rows8_gemm, name, rows=7)
+
+
+def test_rows8_kernels_refuse_9_rows(rows8_gemm):
+    name = NAMES[0]
+    spec = registered_spec(rows8_gemm, name)
+    qw = quantize(torch.randn(64, 2048, device="cuda").to(torch_dtype(spec.a_type)) * 0.05, bits=spec.b_type.bits,
+                  group_size=128)  # fmt: skip
+    a = torch.randn(9, 2048, device="cuda", dtype=torch_dtype(spec.a_type))
+    with pytest.raises(GemmArgumentError, match=r"at most 8 rows of A \(M = 9"):
+        rows8_gemm.matmul(a, pack_for_gemm(qw), kernel=name)
