@@ -16,7 +16,12 @@ from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.quant import quantize
 from gemm_runtime.types import torch_dtype
 from tests.decode_ring_kernels import build, kernel_names
-from tests.gpu.util import check_quant_epilogues_and_split_k, experimental_gemm, registered_spec
+from tests.gpu.util import (
+    check_long_k_with_small_groups,
+    check_quant_epilogues_and_split_k,
+    experimental_gemm,
+    registered_spec,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -29,6 +34,8 @@ def ring_gemm(tmp_path_factory):
 
 
 def _check(gemm, name, a, packed, ref, splits, failures, label):
+    """The plan (name, splits) on ``a @ packed`` against ``ref``; a NaN or an error past
+    test_quant_kernels.py's tolerance appends to ``failures``."""
     spec = gemm.registry.get(name).spec
     rel_tol, max_tol = _TOLERANCE[torch_dtype(spec.a_type)]
     out = torch.full((a.shape[0], ref.shape[1]), float("nan"), device="cuda", dtype=torch_dtype(spec.d_type))
@@ -65,20 +72,7 @@ def test_ring_kernel_matches_dequantized_reference(ring_gemm, name, group_size):
 
 @pytest.mark.parametrize("name", kernel_names())
 def test_ring_kernel_long_k_with_small_groups(ring_gemm, name):
-    # K = 7392 (not a multiple of the K tile) with groups of 32: a group change every step.
-    spec = registered_spec(ring_gemm, name)
-    dt = torch_dtype(spec.a_type)
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    n, k = spec.cta[1] + 40, 7392
-    qw = quantize(torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05, bits=spec.b_type.bits,
-                  group_size=32)  # fmt: skip
-    packed, ref_w = pack_for_gemm(qw), qw.dequantize().float()
-    failures = []
-    for m in (1, 13):
-        a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
-        for splits in (1, 5):
-            _check(ring_gemm, name, a, packed, a.float() @ ref_w.t(), splits, failures, f"M={m} K={k}")
-    assert not failures, f"{name}: " + "; ".join(failures)
+    check_long_k_with_small_groups(ring_gemm, name, rows=(1, 13), check=_check)
 
 
 @pytest.mark.parametrize("name", kernel_names())

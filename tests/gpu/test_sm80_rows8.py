@@ -20,7 +20,12 @@ from gemm_runtime.quant import quantize
 from gemm_runtime.types import torch_dtype
 from tests.decode_ring_kernels import build
 from tests.gpu.test_sm80_ring import _check
-from tests.gpu.util import check_quant_epilogues_and_split_k, experimental_gemm, registered_spec
+from tests.gpu.util import (
+    check_long_k_with_small_groups,
+    check_quant_epilogues_and_split_k,
+    experimental_gemm,
+    registered_spec,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -56,20 +61,7 @@ def test_rows8_kernel_matches_dequantized_reference(rows8_gemm, name, group_size
 
 @pytest.mark.parametrize("name", NAMES)
 def test_rows8_kernel_long_k_with_small_groups(rows8_gemm, name):
-    # K = 7392 (not a multiple of the K tile) with groups of 32: a group change every step.
-    spec = registered_spec(rows8_gemm, name)
-    dt = torch_dtype(spec.a_type)
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    n, k = spec.cta[1] + 40, 7392
-    qw = quantize(torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05, bits=spec.b_type.bits,
-                  group_size=32)  # fmt: skip
-    packed, ref_w = pack_for_gemm(qw), qw.dequantize().float()
-    failures = []
-    for m in (1, 8):
-        a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
-        for splits in (1, 5):
-            _check(rows8_gemm, name, a, packed, a.float() @ ref_w.t(), splits, failures, f"M={m} K={k}")
-    assert not failures, f"{name}: " + "; ".join(failures)
+    check_long_k_with_small_groups(rows8_gemm, name, rows=(1, 8), check=_check)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -93,3 +93,26 @@ def check_quant_epilogues_and_split_k(gemm, name: str, rows: int) -> None:
     gated = gemm.matmul(a, packed, bias=bias, kernel=name, operation=Operation(epilogue=Epilogue.GATED_SILU),
                         out_dtype=out_dt)  # fmt: skip
     assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
+
+
+def check_long_k_with_small_groups(gemm, name: str, rows: tuple[int, ...], check) -> None:
+    """K = 7392 (not a multiple of any K tile) with groups of 32, a group change every
+    k32 step, for each of ``rows`` rows of A, unsplit and split 5 ways; ``check``: a
+    test's plan check (tests/gpu/test_sm80_ring.py's _check)."""
+    from gemm_runtime.packed_weight import pack_for_gemm
+    from gemm_runtime.quant import quantize
+    from gemm_runtime.types import torch_dtype
+
+    spec = registered_spec(gemm, name)
+    dt = torch_dtype(spec.a_type)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    n, k = spec.cta[1] + 40, 7392
+    qw = quantize(torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05, bits=spec.b_type.bits,
+                  group_size=32)  # fmt: skip
+    packed, ref_w = pack_for_gemm(qw), qw.dequantize().float()
+    failures: list[str] = []
+    for m in rows:
+        a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+        for splits in (1, 5):
+            check(gemm, name, a, packed, a.float() @ ref_w.t(), splits, failures, f"M={m} K={k}")
+    assert not failures, f"{name}: " + "; ".join(failures)
