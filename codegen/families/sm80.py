@@ -382,11 +382,20 @@ class Sm80Rows8Family(Sm80Family):
     fixed-latency results rather than memory (docs/perf/read_order_h100.md), where
     torch's int4 kernel runs at twice the warps.
 
-    Serves M <= 8 only (rows_error); the 16-row tiles take the rest."""
+    Serves M <= 8 only (rows_error); the 16-row tiles take the rest.
+
+    Measured on an H100 at M = 1, W4, against the default set's tuned plans, same run
+    (docs/perf/data/decode_rows8_h100.txt, forty-seventh session): llama3-8b qkv 11.2 ->
+    10.6 us (16x16x1024 s3, three CTAs an SM) and 70b qkv 23.6 -> 21.7 (16x16x512 w1x1x4
+    s4, five), level within 2% on the other six layers. The loop for rows 0-7 compiles
+    28-50 instructions longer here than in the 16-row kernel (sass_loops: 475-497
+    against 447), and the phase stamps (docs/perf/data/decode_trace_h100.txt) find the
+    16-row loop no faster with the weights in L2: it is bound by its instructions, which
+    more warps an SM do not shorten."""
 
     value = "sm80_rows8"
     summary = "multi-stage cp.async pipeline, quantized decode tiles for at most 8 rows of A"
-    # NOTE: not in the default set until measured (bench/experiments/decode_rows8_tiles.yaml).
+    # NOTE: not in the default set: it gains on two of eight llama3 layers only (above).
     experimental = True
 
     def tile_error(
