@@ -100,8 +100,10 @@ def summarize(t: torch.Tensor, event_us: float) -> None:
     tick = min((b - a for a, b in zip(steps, steps[1:])), default=0)
     late = sum(1 for x in starts if x > 1.0)
     sms = len({int(x) for x in s[:, SM].tolist()})
-    print(f"  {len(starts)} CTAs on {sms} SMs; event time {event_us:.1f} us; first start to last end {launch_span:.2f} us "
-          f"(global timer tick {tick} ns); clock {statistics.median(ghz.tolist()):.2f} GHz; "
+    # NOTE: the events bracket the host's launch too (the GPU idles after the flush until
+    # the launch arrives): the kernel's own time is the global timer's span.
+    print(f"  {len(starts)} CTAs on {sms} SMs; events {event_us:.1f} us (with the host's launch); "
+          f"first start to last end {launch_span:.2f} us (global timer tick {tick} ns); clock {statistics.median(ghz.tolist()):.2f} GHz; "
           f"CTAs starting > 1 us after the first: {late}; start offsets p50 / p90 / max "
           f"{statistics.median(starts):.2f} / {starts[len(starts) * 9 // 10]:.2f} / {starts[-1]:.2f} us")  # fmt: skip
     ended = s[:, HANDED_OVER] > 0
