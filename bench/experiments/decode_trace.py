@@ -41,10 +41,14 @@ from gemm_runtime.quant import quantize
 from gemm_runtime.timing import flush_l2, interleaved_medians_ms
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE_CTAS, TRACE_POINTS = 8192, 10  # cta_trace.cuh: kCtaTraceCtas, kCtaTracePoints
-START_NS, SM, START, FIRST_TILE, LOOP_END, REDUCED, HANDED_OVER, END, END_NS, K_TILES = range(TRACE_POINTS)
+TRACE_CTAS, TRACE_POINTS = 8192, 12  # cta_trace.cuh: kCtaTraceCtas, kCtaTracePoints
+(START_NS, SM, START, FIRST_TILE, LOOP_END, REDUCED, HANDED_OVER, END, END_NS, K_TILES, SET_UP,
+ ISSUED) = range(TRACE_POINTS)  # fmt: skip
 PHASES = {  # label: (from point, to point)
     "first tile (prologue round trip)": (START, FIRST_TILE),
+    "  of it: set-up (the mainloop's state)": (START, SET_UP),
+    "  of it: the prologue's loads issued": (SET_UP, ISSUED),
+    "  of it: the wait for tile 0 and the barrier": (ISSUED, FIRST_TILE),
     "K loop": (FIRST_TILE, LOOP_END),
     "K slices' reduction (waits for the slowest warp)": (LOOP_END, REDUCED),
     "split-K hand-over (CTAs that go on)": (REDUCED, HANDED_OVER),

@@ -16,7 +16,7 @@ namespace gemm {
 // clock stamps are the SM's cycles, comparable within a CTA only.
 // NOTE: enumerators, not constexpr ints: NVRTC emitted those as module globals, so
 // every build's cubins changed with the header included.
-enum : int { kCtaTraceCtas = 8192, kCtaTracePoints = 10 };
+enum : int { kCtaTraceCtas = 8192, kCtaTracePoints = 12 };
 enum TracePoint : int {
   kTraceStartNs = 0,      // %globaltimer at entry
   kTraceSm = 1,           // %smid
@@ -28,6 +28,8 @@ enum TracePoint : int {
   kTraceEnd = 7,          // the epilogue's stores issued (or the partials handed over)
   kTraceEndNs = 8,        // %globaltimer then
   kTraceKTiles = 9,       // the K tiles this CTA ran
+  kTraceSetUp = 10,       // the mainloop's state built (pointers, copy state), before any load
+  kTraceIssued = 11,      // the prologue's loads issued (before its wait)
 };
 
 }  // namespace gemm

@@ -97,6 +97,7 @@ __device__ __forceinline__ void gemm_tile(const Params& p, const GroupTile& g, i
 
   WarpMma<Cfg> warp;
   warp.clear();
+  if (GEMM_CTA_TRACE) cta_trace(kTraceSetUp, trace_clock());
   mainloop(warp, smem_addr(smem), k_tiles, warp_m * Cfg::kWarpTileM, warp_n * Cfg::kWarpTileN,
            warp_k * Cfg::kWarpTileK);
   if (GEMM_CTA_TRACE) {

@@ -561,6 +561,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
       if constexpr (Warp::kDeferred) lower_only = !warp.upper;
     }
     issue_prologue(smem, k_tiles, lower_only);
+    if (GEMM_CTA_TRACE) cta_trace(kTraceIssued, trace_clock());
     cp_async_wait<S - 2>();
     __syncthreads();
     if (GEMM_CTA_TRACE) cta_trace(kTraceFirstTile, trace_clock());
