@@ -19,8 +19,8 @@ from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.types import torch_dtype
 from tests.decode_ring_kernels import build
-from tests.gpu.test_sm80_ring import _check
 from tests.gpu.util import (
+    check_decode_tile,
     check_long_k_with_small_groups,
     check_quant_epilogues_and_split_k,
     experimental_gemm,
@@ -41,27 +41,12 @@ def rows8_gemm(tmp_path_factory):
 @pytest.mark.parametrize("group_size", [32, 64, 128, -1])
 @pytest.mark.parametrize("name", NAMES)
 def test_rows8_kernel_matches_dequantized_reference(rows8_gemm, name, group_size):
-    spec = registered_spec(rows8_gemm, name)
-    dt = torch_dtype(spec.a_type)
-    gen = torch.Generator(device="cuda").manual_seed(hash((name, group_size)) % 2**31)
-    _, cn, ck = spec.cta
-    failures = []
-    for n, k, symmetric in [(2 * cn + 8, 3 * ck + 32, False), (cn + 27, 3 * 128 + 72, True), (cn // 2 + 8, ck, False)]:
-        w = torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05
-        qw = quantize(w, bits=spec.b_type.bits, group_size=group_size, symmetric=symmetric)
-        packed, ref_w = pack_for_gemm(qw), qw.dequantize().float()
-        k_tiles = -(-k // ck)
-        for m in (1, 3, 8):
-            a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
-            ref = a.float() @ ref_w.t()
-            for splits in sorted({1, 2, min(3, k_tiles), min(8, k_tiles)}):
-                _check(rows8_gemm, name, a, packed, ref, splits, failures, f"M={m} N={n} K={k} sym={symmetric}")
-    assert not failures, f"{name} group {group_size}: " + "; ".join(failures)
+    check_decode_tile(rows8_gemm, name, group_size, rows=(1, 3, 8))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_rows8_kernel_long_k_with_small_groups(rows8_gemm, name):
-    check_long_k_with_small_groups(rows8_gemm, name, rows=(1, 8), check=_check)
+    check_long_k_with_small_groups(rows8_gemm, name, rows=(1, 8))
 
 
 @pytest.mark.parametrize("name", NAMES)

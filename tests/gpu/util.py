@@ -95,10 +95,59 @@ def check_quant_epilogues_and_split_k(gemm, name: str, rows: int) -> None:
     assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
 
 
-def check_long_k_with_small_groups(gemm, name: str, rows: tuple[int, ...], check) -> None:
+_DECODE_TOLERANCE = {torch.float16: (1e-3, 2e-3), torch.bfloat16: (6e-3, 1e-2)}  # as test_quant_kernels.py
+
+
+def check_plan(gemm, name, a, packed, ref, splits, failures, label) -> None:
+    """The plan (name, splits) on ``a @ packed`` against ``ref``, its output NaN-poisoned
+    first; a NaN or an error past test_quant_kernels.py's tolerance appends to
+    ``failures``."""
+    from gemm_runtime.plan import LaunchSpec
+    from gemm_runtime.types import torch_dtype
+
+    spec = gemm.registry.get(name).spec
+    rel_tol, max_tol = _DECODE_TOLERANCE[torch_dtype(spec.a_type)]
+    out = torch.full((a.shape[0], ref.shape[1]), float("nan"), device="cuda", dtype=torch_dtype(spec.d_type))
+    gemm.matmul(a, packed, out=out, kernel=LaunchSpec(name, splits))
+    if torch.isnan(out).any():
+        failures.append(f"{label} splits={splits}: {int(torch.isnan(out).sum())} NaN")
+        return
+    diff = (out.float() - ref).abs()
+    rel, worst = (diff.norm() / ref.norm()).item(), (diff.max() / ref.abs().max()).item()
+    if not (rel < rel_tol and worst < max_tol):
+        failures.append(f"{label} splits={splits}: rel {rel:.2e} max {worst:.2e}")
+
+
+def check_decode_tile(gemm, name: str, group_size: int, rows: tuple[int, ...]) -> None:
+    """A quantized decode kernel of an experimental family against the fp32 product with
+    the dequantized weight: N and K with residues against its tile, symmetric and
+    asymmetric weights, each of ``rows`` rows of A, every split count a slice of K
+    allows up to 8."""
+    from gemm_runtime.packed_weight import pack_for_gemm
+    from gemm_runtime.quant import quantize
+    from gemm_runtime.types import torch_dtype
+
+    spec = registered_spec(gemm, name)
+    dt = torch_dtype(spec.a_type)
+    gen = torch.Generator(device="cuda").manual_seed(hash((name, group_size)) % 2**31)
+    _, cn, ck = spec.cta
+    failures: list[str] = []
+    for n, k, symmetric in [(2 * cn + 8, 3 * ck + 32, False), (cn + 27, 3 * 128 + 72, True), (cn // 2 + 8, ck, False)]:
+        w = torch.randn(n, k, device="cuda", generator=gen).to(dt) * 0.05
+        qw = quantize(w, bits=spec.b_type.bits, group_size=group_size, symmetric=symmetric)
+        packed, ref_w = pack_for_gemm(qw), qw.dequantize().float()
+        k_tiles = -(-k // ck)
+        for m in rows:
+            a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+            ref = a.float() @ ref_w.t()
+            for splits in sorted({1, 2, min(3, k_tiles), min(8, k_tiles)}):
+                check_plan(gemm, name, a, packed, ref, splits, failures, f"M={m} N={n} K={k} sym={symmetric}")
+    assert not failures, f"{name} group {group_size}: " + "; ".join(failures)
+
+
+def check_long_k_with_small_groups(gemm, name: str, rows: tuple[int, ...]) -> None:
     """K = 7392 (not a multiple of any K tile) with groups of 32, a group change every
-    k32 step, for each of ``rows`` rows of A, unsplit and split 5 ways; ``check``: a
-    test's plan check (tests/gpu/test_sm80_ring.py's _check)."""
+    k32 step, for each of ``rows`` rows of A, unsplit and split 5 ways."""
     from gemm_runtime.packed_weight import pack_for_gemm
     from gemm_runtime.quant import quantize
     from gemm_runtime.types import torch_dtype
@@ -114,5 +163,5 @@ def check_long_k_with_small_groups(gemm, name: str, rows: tuple[int, ...], check
     for m in rows:
         a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
         for splits in (1, 5):
-            check(gemm, name, a, packed, a.float() @ ref_w.t(), splits, failures, f"M={m} K={k}")
+            check_plan(gemm, name, a, packed, a.float() @ ref_w.t(), splits, failures, f"M={m} K={k}")
     assert not failures, f"{name}: " + "; ".join(failures)
