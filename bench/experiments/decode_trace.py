@@ -114,7 +114,7 @@ def summarize(t: torch.Tensor, event_us: float) -> None:
     print(f"  {'phase (us)':52s} median    p90    max   | last CTA to end")
     last = int(torch.argmax(s[:, END_NS]))
     for label, (a, b) in PHASES.items():
-        rows = ended if a == REDUCED or b == HANDED_OVER or a == HANDED_OVER else torch.ones_like(ended)
+        rows = ended if HANDED_OVER in (a, b) else torch.ones_like(ended)  # the CTAs that went on
         sel = rows & (s[:, b] > 0) & (s[:, a] > 0)
         if not sel.any():
             continue

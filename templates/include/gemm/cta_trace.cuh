@@ -11,7 +11,7 @@
 
 namespace gemm {
 
-// The trace's layout: per CTA (linear block index, the first kTraceCtas) kTracePoints
+// The trace's layout: per CTA (linear block index, the first kCtaTraceCtas) kCtaTracePoints
 // stamps; TracePoint names them. Global-timer stamps are in ns and comparable across SMs;
 // clock stamps are the SM's cycles, comparable within a CTA only.
 // NOTE: enumerators, not constexpr ints: NVRTC emitted those as module globals, so
