@@ -16,6 +16,7 @@ hand-over and the epilogue). Per layer and M, the fastest two plans of the untra
   own clock rate), and the same for the CTA that ended last.
 
     python -m bench.experiments.decode_trace [--layers 4096x4096 6144x4096] [--m 1 16] [--bits 4]
+        [--define GEMM_LEAN_TAIL=0]
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ from gemm_runtime.quant import quantize
 from gemm_runtime.timing import flush_l2, interleaved_medians_ms
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE_CTAS, TRACE_POINTS = 8192, 12  # cta_trace.cuh: kCtaTraceCtas, kCtaTracePoints
+TRACE_CTAS, TRACE_POINTS = 8192, 13  # cta_trace.cuh: kCtaTraceCtas, kCtaTracePoints
 (START_NS, SM, START, FIRST_TILE, LOOP_END, REDUCED, HANDED_OVER, END, END_NS, K_TILES, SET_UP,
- ISSUED) = range(TRACE_POINTS)  # fmt: skip
+ ISSUED, ALL_LEFT) = range(TRACE_POINTS)  # fmt: skip
 PHASES = {  # label: (from point, to point)
     "first tile (prologue round trip)": (START, FIRST_TILE),
     "  of it: set-up (the mainloop's state)": (START, SET_UP),
@@ -51,6 +52,8 @@ PHASES = {  # label: (from point, to point)
     "  of it: the wait for tile 0 and the barrier": (ISSUED, FIRST_TILE),
     "K loop": (FIRST_TILE, LOOP_END),
     "K slices' reduction (waits for the slowest warp)": (LOOP_END, REDUCED),
+    "  of it: the wait for the slowest warp": (LOOP_END, ALL_LEFT),
+    "  of it: the sum after": (ALL_LEFT, REDUCED),
     "split-K hand-over (CTAs that go on)": (REDUCED, HANDED_OVER),
     "epilogue": (HANDED_OVER, END),
     "whole CTA": (START, END),
@@ -137,6 +140,8 @@ def main() -> None:
     ap.add_argument("--bits", type=int, choices=[4, 8], default=4)
     ap.add_argument("--plans", type=int, default=2, help="the fastest plans traced per problem")
     ap.add_argument("--launches", type=int, default=5, help="traced launches per L2 state (medians of phases)")
+    ap.add_argument("--define", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="knobs for both builds (e.g. GEMM_LEAN_TAIL=0)")  # fmt: skip
     args = ap.parse_args()
     dtype = torch.float16
     work = Path(tempfile.mkdtemp(prefix="decode_trace_"))
@@ -144,8 +149,9 @@ def main() -> None:
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
     subset_manifest(work / "all", work / "gen", lambda name, spec: is_decode(name, spec, args.bits, "f16"))
     gemms = {}
+    defines = tuple(f"-D{d}" for d in args.define)
     for variant, options in (("base", ()), ("traced", ("-DGEMM_CTA_TRACE=1",))):
-        build_mod.BUILD_OPTIONS = options
+        build_mod.BUILD_OPTIONS = defines + options
         build_mod.build(work / "gen", work / variant, archs=[90], progress=False)
         gemms[variant] = Gemm(build_dir=work / variant)
     base, traced = gemms["base"], gemms["traced"]

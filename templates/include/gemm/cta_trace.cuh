@@ -16,7 +16,7 @@ namespace gemm {
 // clock stamps are the SM's cycles, comparable within a CTA only.
 // NOTE: enumerators, not constexpr ints: NVRTC emitted those as module globals, so
 // every build's cubins changed with the header included.
-enum : int { kCtaTraceCtas = 8192, kCtaTracePoints = 12 };
+enum : int { kCtaTraceCtas = 8192, kCtaTracePoints = 13 };
 enum TracePoint : int {
   kTraceStartNs = 0,      // %globaltimer at entry
   kTraceSm = 1,           // %smid
@@ -30,6 +30,7 @@ enum TracePoint : int {
   kTraceKTiles = 9,       // the K tiles this CTA ran
   kTraceSetUp = 10,       // the mainloop's state built (pointers, copy state), before any load
   kTraceIssued = 11,      // the prologue's loads issued (before its wait)
+  kTraceAllLeft = 12,     // every warp had left the K loop (K-sliced tiles: after the first barrier)
 };
 
 }  // namespace gemm

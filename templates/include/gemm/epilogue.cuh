@@ -10,6 +10,7 @@
 //                column c/2 = silu(v[c]) * v[c + 1], so D has N/2 columns. A pair is
 //                always held by one thread (even column first), so no exchange is needed.
 #pragma once
+#include "gemm/config.cuh"
 #include "gemm/grouped.cuh"
 #include "gemm/numeric.cuh"
 
@@ -20,6 +21,17 @@ constexpr int kEpilogueGatedSilu = 2;
 // Set by the runtime (gemm_runtime.launch) for SM90 kernels whose D tensor map it could
 // encode: they may store through it (gemm/sm90/store_sm90.cuh). The others ignore it.
 constexpr int kEpilogueTmaStore = 4;
+
+// A warp fragment's accumulators per thread (Warp::kAcc), or "many" for the fragments
+// that do not say (the sm90 shared-B tiles' staged rows).
+template <class Warp, class = void>
+struct AccumulatorsOf {
+  static constexpr int value = 1 << 30;
+};
+template <class Warp>
+struct AccumulatorsOf<Warp, decltype(void(Warp::kAcc))> {
+  static constexpr int value = Warp::kAcc;
+};
 
 template <class Cfg>
 struct Epilogue {
@@ -42,6 +54,24 @@ struct Epilogue {
     const bool add_bias = (p.epilogue & kEpilogueBias) != 0;
     const bool gated = (p.epilogue & kEpilogueGatedSilu) != 0;
     const Storage* bias = static_cast<const Storage*>(p.bias);
+    if constexpr (GEMM_LEAN_TAIL && !Cfg::kGrouped && AccumulatorsOf<Warp>::value <= 16) {
+      // D = alpha * acc alone (config.cuh's knob): none of the other cases' addresses,
+      // loads or branches on the path. Only for warps of few accumulators (decode tiles,
+      // where this chain follows the K loop directly): the second path cost the 128x128
+      // tiles' registers (8 bytes of spills).
+      if (!read_c && !add_bias && !gated && paired) {
+        warp.for_each_pair(row0, col0, [&](int r, int c, float acc0, float acc1) {
+          if (r >= M || c >= N) return;
+          Storage* d = D + static_cast<i64>(r) * p.ldd + c;
+          if (c + 1 < N) {
+            *reinterpret_cast<typename PairT::Type*>(d) = PairT::pack(alpha * acc0, alpha * acc1);
+          } else {
+            *d = TD::from_f32(alpha * acc0);
+          }
+        });
+        return;
+      }
+    }
     warp.for_each_pair(row0, col0, [&](int r, int c, float acc0, float acc1) {
       if (r >= M || c >= N) return;
       Storage* d_row = D + static_cast<i64>(r) * p.ldd;

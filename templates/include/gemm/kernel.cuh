@@ -13,8 +13,9 @@ namespace gemm {
 
 // Sum the accumulators of K-slices 1.. into slice 0 through shared memory.
 // Returns false for the warps that are done (their partial sums were handed over).
+// `rows_left`: the rows of the output from the tile's first (M - m0).
 template <class Cfg, class Warp>
-__device__ __forceinline__ bool reduce_k_slices(Warp& warp, char* smem, int warp_mn, int warp_k) {
+__device__ __forceinline__ bool reduce_k_slices(Warp& warp, char* smem, int warp_mn, int warp_k, int rows_left) {
   if constexpr (Cfg::kWarpsK == 1) {
     return true;
   } else {
@@ -22,11 +23,17 @@ __device__ __forceinline__ bool reduce_k_slices(Warp& warp, char* smem, int warp
     const int lane = threadIdx.x & 31;
     float* red = reinterpret_cast<float*>(smem);
     float* acc = warp.acc_flat();
+    // GEMM_LEAN_TAIL (config.cuh): entries whose rows lie past M in every lane stay put
+    // (a uniform test per entry: at M <= 8 a 16-row warp tile moves half its sums).
+    const int warp_rows = rows_left - (warp_mn % Cfg::kWarpsM) * Cfg::kWarpTileM;
+    auto needed = [&](int i) { return !GEMM_LEAN_TAIL || Warp::acc_row_base(i) < warp_rows; };
     __syncthreads();  // the pipeline buffers are free once every warp left the mainloop
+    if (GEMM_CTA_TRACE) cta_trace(kTraceAllLeft, trace_clock());
     if (warp_k > 0) {
       float* dst = red + ((warp_k - 1) * kWarpsMN + warp_mn) * Warp::kAcc * 32;
 #pragma unroll
-      for (int i = 0; i < Warp::kAcc; ++i) dst[i * 32 + lane] = acc[i];
+      for (int i = 0; i < Warp::kAcc; ++i)
+        if (needed(i)) dst[i * 32 + lane] = acc[i];
     }
     __syncthreads();
     if (warp_k > 0) return false;
@@ -34,7 +41,8 @@ __device__ __forceinline__ bool reduce_k_slices(Warp& warp, char* smem, int warp
     for (int s = 0; s < Cfg::kWarpsK - 1; ++s) {
       const float* src = red + (s * kWarpsMN + warp_mn) * Warp::kAcc * 32;
 #pragma unroll
-      for (int i = 0; i < Warp::kAcc; ++i) acc[i] += src[i * 32 + lane];
+      for (int i = 0; i < Warp::kAcc; ++i)
+        if (needed(i)) acc[i] += src[i * 32 + lane];
     }
     return true;
   }
@@ -105,7 +113,9 @@ __device__ __forceinline__ void gemm_tile(const Params& p, const GroupTile& g, i
     cta_trace(kTraceKTiles, k_tiles);
   }
 
-  if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k)) return;
+  int rows_left = 0;  // the output's rows from the tile's first
+  with_problem<Cfg>(p, g, [&](const Params& q) { rows_left = q.M - m0; });
+  if (!reduce_k_slices<Cfg>(warp, smem, warp_id % (Cfg::kWarpsM * Cfg::kWarpsN), warp_k, rows_left)) return;
   if (GEMM_CTA_TRACE) cta_trace(kTraceReduced, trace_clock());
 #if defined(GEMM_SM80_LEAVE_OUT) && GEMM_SM80_LEAVE_OUT == 6
   return;  // the experiment without split-K's hand-over nor the epilogue (mainloop_sm80.cuh)

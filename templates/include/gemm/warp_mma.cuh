@@ -70,6 +70,10 @@ struct M16N8Accumulators {
     return i / (kNI * 4) * 16 + ((threadIdx.x & 31) >> 2) + (e >= 2 ? 8 : 0);
   }
 
+  // The least row, over the warp's lanes, of accumulator acc_flat()[i] (a constant):
+  // a warp needs entry i only where that row exists.
+  __device__ __forceinline__ static constexpr int acc_row_base(int i) { return i / (kNI * 4) * 16 + (i % 4 >= 2 ? 8 : 0); }
+
   // Visit the accumulators as pairs of adjacent columns: f(row, col, v[col], v[col + 1]).
   template <class F>
   __device__ __forceinline__ void for_each_pair(int row0, int col0, F&& f) const {

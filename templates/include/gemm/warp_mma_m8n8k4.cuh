@@ -43,6 +43,8 @@ struct WarpMmaM8N8K4 {
 
   // The row inside the warp tile of this thread's accumulator acc_flat()[i].
   __device__ __forceinline__ static int acc_row(int i) { return i / (kNI * 8) * 16 + qp_row() + acc_row_in() + (i & 2); }
+  // The least row, over the warp's lanes, of acc_flat()[i] (a constant; see M16N8Accumulators).
+  __device__ __forceinline__ static constexpr int acc_row_base(int i) { return i / (kNI * 8) * 16 + (i & 2); }
   __device__ __forceinline__ static int qp_col() { return ((threadIdx.x >> 3) & 1) * 8; }
 
   __device__ __forceinline__ void load(int buf, u32 smem_a, u32 smem_b, int warp_m0, int warp_n0, int k0) {
