@@ -11,6 +11,21 @@
 
 namespace gemm {
 
+// Moves a K slice's accumulators to shared memory (kStore) or adds them from there, all
+// of them or (kRows0To7) only those of rows 0-7 of a 16-row warp tile.
+template <bool kStore, bool kRows0To7, class Warp>
+__device__ __forceinline__ void move_k_slice(float* acc, float* slot, int lane) {
+#pragma unroll
+  for (int i = 0; i < Warp::kAcc; ++i) {
+    if (kRows0To7 && Warp::acc_row_base(i) >= 8) continue;
+    if constexpr (kStore) {
+      slot[i * 32 + lane] = acc[i];
+    } else {
+      acc[i] += slot[i * 32 + lane];
+    }
+  }
+}
+
 // Sum the accumulators of K-slices 1.. into slice 0 through shared memory.
 // Returns false for the warps that are done (their partial sums were handed over).
 // `rows_left`: the rows of the output from the tile's first (M - m0).
@@ -23,26 +38,32 @@ __device__ __forceinline__ bool reduce_k_slices(Warp& warp, char* smem, int warp
     const int lane = threadIdx.x & 31;
     float* red = reinterpret_cast<float*>(smem);
     float* acc = warp.acc_flat();
-    // GEMM_LEAN_TAIL (config.cuh): entries whose rows lie past M in every lane stay put
-    // (a uniform test per entry: at M <= 8 a 16-row warp tile moves half its sums).
-    const int warp_rows = rows_left - (warp_mn % Cfg::kWarpsM) * Cfg::kWarpTileM;
-    auto needed = [&](int i) { return !GEMM_LEAN_TAIL || Warp::acc_row_base(i) < warp_rows; };
+    // GEMM_LEAN_TAIL (config.cuh): a 16-row warp tile with at most 8 rows of output (decode)
+    // moves half its sums. One uniform branch around each whole loop: tested per entry,
+    // each test split the loads into blocks whose adds waited before the next loads issued.
+    const bool rows_0_to_7 = GEMM_LEAN_TAIL && Cfg::kWarpTileM == 16 &&
+                             rows_left - (warp_mn % Cfg::kWarpsM) * Cfg::kWarpTileM <= 8;
+    constexpr bool kLean = GEMM_LEAN_TAIL && Cfg::kWarpTileM == 16;
     __syncthreads();  // the pipeline buffers are free once every warp left the mainloop
     if (GEMM_CTA_TRACE) cta_trace(kTraceAllLeft, trace_clock());
     if (warp_k > 0) {
       float* dst = red + ((warp_k - 1) * kWarpsMN + warp_mn) * Warp::kAcc * 32;
-#pragma unroll
-      for (int i = 0; i < Warp::kAcc; ++i)
-        if (needed(i)) dst[i * 32 + lane] = acc[i];
+      if (kLean && rows_0_to_7) {
+        move_k_slice<true, kLean, Warp>(acc, dst, lane);
+      } else {
+        move_k_slice<true, false, Warp>(acc, dst, lane);
+      }
     }
     __syncthreads();
     if (warp_k > 0) return false;
+    if (kLean && rows_0_to_7) {
 #pragma unroll
-    for (int s = 0; s < Cfg::kWarpsK - 1; ++s) {
-      const float* src = red + (s * kWarpsMN + warp_mn) * Warp::kAcc * 32;
+      for (int s = 0; s < Cfg::kWarpsK - 1; ++s)
+        move_k_slice<false, kLean, Warp>(acc, red + (s * kWarpsMN + warp_mn) * Warp::kAcc * 32, lane);
+    } else {
 #pragma unroll
-      for (int i = 0; i < Warp::kAcc; ++i)
-        if (needed(i)) acc[i] += src[i * 32 + lane];
+      for (int s = 0; s < Cfg::kWarpsK - 1; ++s)
+        move_k_slice<false, false, Warp>(acc, red + (s * kWarpsMN + warp_mn) * Warp::kAcc * 32, lane);
     }
     return true;
   }
