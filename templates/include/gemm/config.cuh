@@ -7,10 +7,9 @@
 
 // Experiment knob GEMM_LEAN_TAIL (the mma.sync kernels' work after the K loop; 0 in every
 // build until measured, bench/experiments/decode_variants.py's lean_tail): at 1 the K-slice
-// reduction moves only the accumulators of rows the tile has (kernel.cuh), the deferred
-// decode warps transpose only rows 0-7 at M <= 8 (warp_mma_quant.cuh), and the epilogue
-// stores a plain D (no bias, C, gate or routing weight) through a short path of its own
-// (epilogue.cuh).
+// reduction moves only the accumulators of rows the tile has (kernel.cuh), and the
+// epilogue stores a plain D (no bias, C, gate or routing weight) through a short path of
+// its own (epilogue.cuh).
 #ifndef GEMM_LEAN_TAIL
 #define GEMM_LEAN_TAIL 0
 #endif

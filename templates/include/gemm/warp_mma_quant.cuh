@@ -302,17 +302,10 @@ struct WarpMmaQuant : M16N8Accumulators<Cfg::kWarpTileM / 16, Cfg::kWarpTileN / 
     if constexpr (kDeferred) {
       const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
       float out[kNI][4];
-      // GEMM_LEAN_TAIL: without rows 8-15 (a constant in each of the mainloop's loops)
-      // their sums are not fetched; they are never stored.
-      const bool rows_hi = !GEMM_LEAN_TAIL || !kSkipUpperTokens || upper;
 #pragma unroll
       for (int ni = 0; ni < kNI; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if (e >= 2 && !rows_hi) {
-            out[ni][e] = 0.f;
-            continue;
-          }
           // C element (row g + 8 (e >> 1), column 8 ni + 2t + (e & 1)) is transposed row
           // 8 (ni & 1) + 2t + (e & 1), column g: lane (2t + (e & 1), g / 2), register
           // 2 (ni & 1) + g % 2 of tile (ni / 2, e >> 1).
