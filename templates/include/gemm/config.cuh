@@ -5,13 +5,14 @@
 #include "gemm/numeric.cuh"
 #include "gemm/smem_layout.cuh"
 
-// Experiment knob GEMM_LEAN_TAIL (the mma.sync kernels' work after the K loop; 0 in every
-// build until measured, bench/experiments/decode_variants.py's lean_tail): at 1 the K-slice
+// Knob GEMM_LEAN_TAIL (the mma.sync kernels' work after the K loop; 1 by default since the
+// forty-ninth session: level to 0.8 us less a decode launch on an H100, docs/NOTES.md;
+// bench/experiments/decode_variants.py's old_tail is 0): at 1 the K-slice
 // reduction moves only the accumulators of rows the tile has (kernel.cuh), and the
 // epilogue stores a plain D (no bias, C, gate or routing weight) through a short path of
 // its own (epilogue.cuh).
 #ifndef GEMM_LEAN_TAIL
-#define GEMM_LEAN_TAIL 0
+#define GEMM_LEAN_TAIL 1
 #endif
 
 namespace gemm {
