@@ -25,7 +25,7 @@ import yaml
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
-from gemm_runtime.timing import median_ms
+from gemm_runtime.timing import interleaved_medians_ms
 from gemm_runtime.types import Epilogue
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,8 +182,9 @@ def main() -> None:
             for name, build in builders:
                 try:
                     chain = build()
-                    eager = median_ms(chain.run) * 1e3
-                    graph = median_ms(graphed(chain.run)) * 1e3
+                    # NOTE: interleaved: timed one after the other, the graph of llama3-70b's W4
+                    # chain read 6-14% slower than eager on both GPUs (docs/NOTES.md, 49th session).
+                    eager, graph = (t * 1e3 for t in interleaved_medians_ms([chain.run, graphed(chain.run)]))
                 except Exception as exc:  # a peer missing from this torch build must not end the run
                     table.append(f"| {model} | {m} | {name} | | | | | | {type(exc).__name__}: {str(exc)[:80]} |")
                     print(table[-1], flush=True)
@@ -200,7 +201,7 @@ def main() -> None:
         "",
         f"Measured {datetime.date.today().isoformat()} on {torch.cuda.get_device_name()} by `python -m "
         "bench.decode_chain`: qkv, o, gate_up (gated SiLU; fused in ours, torch ops in the peers) and down back to "
-        f"back, eager and replayed from a CUDA graph. Copy bandwidth (read + write) in the same run: {bw / 1e12:.2f} "
+        f"back, eager and replayed from a CUDA graph (their repetitions interleaved). Copy bandwidth (read + write) in the same run: {bw / 1e12:.2f} "
         "TB/s; `graph TB/s` = the chain's weight bytes (with scales and zeros) / graph time. L2 flushed before each "
         "repetition, medians.",
         "",
