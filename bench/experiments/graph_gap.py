@@ -8,9 +8,11 @@ another. Per model, M and bits, interleaved medians (L2 emptied) of:
 
 * the chain eager, from a graph, and from a graph captured with the eager stream's own
   workspace passed explicitly;
-* each layer alone, eager and from a graph (which layer holds a gap, if any).
+* each layer alone, eager and from a graph (which layer holds a gap, if any);
+* with --profile, each kernel's mean duration under torch.profiler (CUPTI's kernel
+  records), eager and replayed, over --profile chains each (L2 not emptied there).
 
-    python -m bench.experiments.graph_gap [--models llama3-70b] [--m 1 16] [--bits 4 8]
+    python -m bench.experiments.graph_gap [--models llama3-70b] [--m 1 16] [--bits 4 8] [--profile 20]
 """
 
 from __future__ import annotations
@@ -42,11 +44,29 @@ def layer_calls(gemm: Gemm, model: str, m: int, bits: int) -> dict[str, tuple]:
     return calls
 
 
+def kernel_means(fn, chains: int) -> dict[str, tuple[float, int]]:
+    """Each kernel's mean duration in us (and its launches per chain) over ``chains``
+    calls of ``fn``, from torch.profiler's CUDA kernel records."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(chains):
+            fn()
+        torch.cuda.synchronize()
+    sums: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            sums.setdefault(event.name, []).append(event.time_range.elapsed_us())
+    return {name: (sum(t) / len(t), len(t) // chains) for name, t in sums.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-70b"])
     ap.add_argument("--m", nargs="+", type=int, default=[1, 16])
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
+    ap.add_argument("--profile", type=int, default=0, help="chains profiled per mode (0: none)")
     args = ap.parse_args()
     gemm = Gemm()
     print(f"{torch.cuda.get_device_name()}; medians in us, L2 emptied, repetitions interleaved", flush=True)
@@ -69,6 +89,13 @@ def main() -> None:
                 for layer in LAYERS:
                     e, g = interleaved_medians_ms([lambda: run((layer,)), graphed(lambda: run((layer,)))], reps=60)
                     print(f"  {layer:8s} eager {e * 1e3:7.1f}  graph {g * 1e3:7.1f}  ({g / e:.3f})", flush=True)
+                if args.profile:
+                    replay = graphed(run)
+                    eager_k, graph_k = kernel_means(run, args.profile), kernel_means(replay, args.profile)
+                    print("  kernels under the profiler (mean us, eager / graph):", flush=True)
+                    for name in sorted(set(eager_k) | set(graph_k), key=lambda k: -eager_k.get(k, (0, 0))[0]):
+                        e, g = eager_k.get(name, (float("nan"), 0)), graph_k.get(name, (float("nan"), 0))
+                        print(f"    {e[0]:8.1f} x{e[1]:<3d} / {g[0]:8.1f} x{g[1]:<3d}  {name[:110]}", flush=True)
 
 
 if __name__ == "__main__":
