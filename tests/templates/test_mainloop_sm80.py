@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("cuda.bindings.nvrtc")
 
 
-def _ptx(name_parts: tuple[str, ...], defines: str = "", arch: str = "sm_90") -> str:
+def _ptx(name_parts: tuple[str, ...], defines: str = "") -> str:
     """The PTX of the default set's kernel whose name holds every part, as the registry
     renders it, with `defines` (preprocessor lines) before its source."""
     from codegen.config import default_config_paths, load_configs
@@ -16,7 +16,7 @@ def _ptx(name_parts: tuple[str, ...], defines: str = "", arch: str = "sm_90") ->
 
     (spec,) = {k.spec.name: k.spec for k in load_configs(default_config_paths())
                if all(p in k.spec.name for p in name_parts)}.values()  # fmt: skip
-    ok, log, ptx = nvrtc_ptx(defines + render_kernel(spec, "tests/templates/test_mainloop_sm80.py"), spec.name, arch)
+    ok, log, ptx = nvrtc_ptx(defines + render_kernel(spec, "tests/templates/test_mainloop_sm80.py"), spec.name, "sm_90")
     assert ok, log
     return ptx
 
@@ -55,23 +55,3 @@ def test_the_cta_trace_knob_stamps_every_phase_and_is_absent_by_default() -> Non
     size = re.search(r"\.global \.align \d+ \.b8 gemm_cta_trace\[(\d+)\]", traced)
     assert size and int(size.group(1)) == 8 * decode_trace.TRACE_CTAS * decode_trace.TRACE_POINTS, size
     assert traced.count("%clock64") >= 6 and traced.count("%globaltimer") >= 2
-
-
-BULK = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-
-
-def test_the_bulk_knob_moves_a_rows_of_the_decode_tiles_only_on_sm_90() -> None:
-    """GEMM_SM80_BULK_DIRECT (gemm/bulk_rows.cuh): on sm_90 the direct-B decode tiles send
-    A's rows of a K tile inside K by bulk copies with an mbarrier a stage, and keep the
-    cp.async copies for the K edge's tile and the scale rows. Off by default, and absent on sm_80 and from the dense
-    tiles whatever the knob."""
-    knob = "#define GEMM_SM80_BULK_DIRECT 1\n"
-    parts = ("gemm_sm80_f16_w4_sm80_", "_df16_16x16x1024_w1x1x8_s3_nk_")
-    plain, bulk = _ptx(parts), _ptx(parts, knob)
-    assert BULK not in plain and "mbarrier" not in plain
-    assert BULK in bulk and "mbarrier.try_wait.parity" in bulk and "mbarrier.arrive.expect_tx" in bulk
-    assert COPY in bulk  # the K edge's tile and the scale rows
-    on_sm80 = _ptx(parts, knob, "sm_80")
-    assert BULK not in on_sm80 and "mbarrier" not in on_sm80
-    dense = ("gemm_sm80_f16_sm80_", "_df16_128x128x32_", "_nk_")
-    assert BULK not in _ptx(dense, knob)

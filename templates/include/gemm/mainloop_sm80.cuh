@@ -22,7 +22,6 @@
 // Warps are laid out (WarpsM x WarpsN x WarpsK); a K-slice of warps multiplies its
 // own share of every CTA K tile, and the slices are summed after the loop.
 #pragma once
-#include "gemm/bulk_rows.cuh"
 #include "gemm/cta_trace.cuh"
 #include "gemm/group_rows_copy.cuh"
 #include "gemm/operand_copies.cuh"
@@ -104,19 +103,6 @@
 // refill lies inside K; 0: one body for every tile.
 #ifndef GEMM_SM80_INSIDE_LOOP
 #define GEMM_SM80_INSIDE_LOOP 1
-#endif
-
-// 0 in every build (an experiment until timed): 1 sends the direct-B decode tiles' K tiles
-// inside K by bulk copies that one warp issues (gemm/bulk_rows.cuh) on sm_90, where every
-// warp issued its share of cp.async copies; the stages' mbarriers then say when a tile
-// landed, beside the cp.async groups of the K edge's tile.
-#ifndef GEMM_SM80_BULK_DIRECT
-#define GEMM_SM80_BULK_DIRECT 0
-#endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define GEMM_SM80_HAS_BULK 1
-#else
-#define GEMM_SM80_HAS_BULK 0
 #endif
 
 namespace gemm {
@@ -217,9 +203,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   static constexpr int kLowerItersA = (8 + CopyA::kRowStep - 1) / CopyA::kRowStep < CopyA::kIters
                                           ? (8 + CopyA::kRowStep - 1) / CopyA::kRowStep
                                           : CopyA::kIters;
-  // Direct-B tiles whose K tiles inside K go by bulk copies (GEMM_SM80_BULK_DIRECT).
-  static constexpr bool kBulk = GEMM_SM80_BULK_DIRECT && GEMM_SM80_HAS_BULK && kDirectB && Cfg::kQuantB &&
-                                !Cfg::kGrouped && Cfg::kAlign == 8;
   using StepWords = typename Cursor::StepWords;
   using TileWords = StepWords[kSteps];
 
@@ -261,8 +244,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
 
   WeightOrigin<kDirectWords, kBlockBytes> weights;  // kDirectB: the CTA's packed weights
   GroupRowsCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads> copy_group_rows;  // quantized B's V rows
-  using Bulk = BulkRowsA<Cfg::kCtaK, Cfg::LayoutA::kRowBytes>;
-  Bulk bulk_a;  // kBulk
   template <class Params>
   __device__ __forceinline__ void init(const Params& p, int m0, int n0, int k0) {
     Base::init(p, m0, n0, k0);
@@ -272,7 +253,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
     if constexpr (Cfg::kQuantB) copy_group_rows.init(p.V, p.ldv, p.groups, p.N, n0);
     if constexpr (kDirectB) weights.init(p, n0, k0);
-    if constexpr (kBulk) bulk_a.init(p, m0, k0, Cfg::kTileARows);
     if constexpr (Cfg::kGrouped) gather = static_cast<const int*>(p.gather);
     if constexpr (kLean) {
       lda_bytes = p.lda * 2;
@@ -355,19 +335,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     const u32 sa = smem + stage * Cfg::kStageBytes;
     const u32 sb = sa + Cfg::kStageBytesA;
     const int k0 = tile * Cfg::kCtaK;
-    if constexpr (kBulk) {
-      // One arrival on the stage's mbarrier a tile: thread 0's, with the bytes of A's bulk
-      // copies for a tile inside K, or alone before the cp.async copies below.
-      if (step != 0) return;  // direct B: a tile's copies all go out at its first step
-      const u32 bar = Bulk::template bars<Cfg::kStages>() + 8 * stage;
-      if (bulk_a.ok && (kInsideK || k0 + Cfg::kCtaK <= this->k_extent)) {
-        const int rows = lower_only || Cfg::kRowsUpTo8 ? (bulk_a.rows < 8 ? bulk_a.rows : 8) : bulk_a.rows;
-        bulk_a.issue(sa, bar, k0, rows);
-        issue_group_rows(sb, k0);
-        return;
-      }
-      Bulk::arrive(bar);
-    }
     // NOTE: direct B leaves only A and the scale rows in the stages, a few copies per
     // thread: all of A's go out at the tile's first step, with the scale rows, so
     // the copy set-up (K-edge test, row mask) is paid once per tile, not per step.
@@ -593,16 +560,9 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     if constexpr (kLowerCopiesA) {  // (direct B: the quantized warps, which have `upper`)
       if constexpr (Warp::kDeferred) lower_only = !warp.upper;
     }
-    if constexpr (kBulk) {
-      Bulk::template init_bars<S>();
-      __syncthreads();
-    }
     issue_prologue(smem, k_tiles, lower_only);
     if (GEMM_CTA_TRACE) cta_trace(kTraceIssued, trace_clock());
     cp_async_wait<S - 2>();
-    if constexpr (kBulk) {
-      if (k_tiles > 0) Bulk::wait(Bulk::template bars<S>(), 0);
-    }
     __syncthreads();
     if (GEMM_CTA_TRACE) cta_trace(kTraceFirstTile, trace_clock());
 
@@ -673,7 +633,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     } else {
       // NOTE: an else, not code after the branch above's return: NVRTC warned this loop
       // unreachable (128) in every early-barrier kernel.
-      u32 parity = 0;  // kBulk: the mbarrier phase of the tile in stage `read`
       for (int t = 0; t < k_tiles; ++t) {
         const bool refill = t + S - 1 < k_tiles;
         const bool refill_lean = t + S - 1 < lean_src.end;
@@ -692,18 +651,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
           if (GEMM_SM80_LEAVE_OUT != 2) warp.mma(step & 1);
           this->end_group_after(warp, smem + read * Cfg::kStageBytes, t, step, k_tiles, warp_k0, warp_n0);
           if (step + 1 == kSteps) {
-            if constexpr (kBulk) {
-              // Tile t + 1 landed: its cp.async group (the K edge's tile) and its stage's
-              // mbarrier phase (bulk copies), then the barrier that frees tile t's stage.
-              cp_async_commit();
-              cp_async_wait<S - 2>();
-              const int next = read + 1 == S ? 0 : read + 1;
-              parity ^= next == 0 ? 1u : 0u;
-              if (t + 1 < k_tiles && GEMM_SM80_LEAVE_OUT != 3) Bulk::wait(Bulk::template bars<S>() + 8 * next, parity);
-              if (GEMM_SM80_LEAVE_OUT != 4) __syncthreads();
-            } else {
-              ring_barrier<S - 2>();
-            }
+            ring_barrier<S - 2>();
             advance(lean_src);
             read = read + 1 == S ? 0 : read + 1;
             write = write + 1 == S ? 0 : write + 1;
