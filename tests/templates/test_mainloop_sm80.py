@@ -65,5 +65,7 @@ def test_the_decode_balance_knob_changes_the_direct_b_tiles_only() -> None:
     knob = "#define GEMM_SM80_DECODE_BALANCE 1\n"
     decode = ("gemm_sm80_f16_w4_sm80_", "_df16_16x16x1024_w1x1x8_s3_nk_")
     assert _ptx(decode, knob) != _ptx(decode)
-    for parts in (("gemm_sm80_f16_w4_sm80_", "_df16_128x128x64_w2x4x1_s3_nk_"), ("gemm_sm80_f16_sm80_", "_df16_128x128x32_", "_nk_")):
+    prefill = ("gemm_sm80_f16_w4_sm80_", "_df16_128x128x64_w2x4x1_s3_nk_")
+    dense = ("gemm_sm80_f16_sm80_", "_df16_128x128x32_", "_nk_")
+    for parts in (prefill, dense):
         assert _ptx(parts, knob) == _ptx(parts), parts

@@ -255,7 +255,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   const int* gather;  // grouped launches with A gathered: A's row of each row of the problem
 
   WeightOrigin<kDirectWords, kBlockBytes> weights;  // kDirectB: the CTA's packed weights
-  GroupRowsCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads, kBalance> copy_group_rows;  // quantized B's V rows
+  // Quantized B's V rows.
+  GroupRowsCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads, kBalance> copy_group_rows;
   template <class Params>
   __device__ __forceinline__ void init(const Params& p, int m0, int n0, int k0) {
     Base::init(p, m0, n0, k0);
@@ -377,7 +378,8 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     } else if constexpr (kWholeVectorCopies) {
       if (inside_k) {
         // kBalance: a branch around copies that would all be predicated off.
-        if (!kBalance || this->copy_a.any_inside(a_begin, a_end)) this->copy_a.issue_inside_cols(sa, k0, a_begin, a_end);
+        if (!kBalance || this->copy_a.any_inside(a_begin, a_end))
+          this->copy_a.issue_inside_cols(sa, k0, a_begin, a_end);
       } else {
         this->copy_a.issue(sa, 0, k0, a_begin, a_end);
       }
