@@ -58,7 +58,6 @@ VARIANTS = {
     "l2_256": ("-DGEMM_CP_ASYNC_PREFETCH=256",),
     "lean_tail": ("-DGEMM_LEAN_TAIL=1",),  # config.cuh: the work after the K loop for the rows that exist only
     "old_tail": ("-DGEMM_LEAN_TAIL=0",),  # the same knob off: every row's sums moved, one epilogue path
-    "balance": ("-DGEMM_SM80_DECODE_BALANCE=1",),  # no A copies past M, the scale rows from the last threads
     "quant_whole_vector": ("-DGEMM_SM80_QUANT_LEAN=0",),  # --prefill: packed B on the whole-vector copies
     "quant_lean_all": ("-DGEMM_SM80_QUANT_LEAN=2",),  # --prefill: on the lean copies, 128x128x64 too
 }

@@ -55,17 +55,3 @@ def test_the_cta_trace_knob_stamps_every_phase_and_is_absent_by_default() -> Non
     size = re.search(r"\.global \.align \d+ \.b8 gemm_cta_trace\[(\d+)\]", traced)
     assert size and int(size.group(1)) == 8 * decode_trace.TRACE_CTAS * decode_trace.TRACE_POINTS, size
     assert traced.count("%clock64") >= 6 and traced.count("%globaltimer") >= 2
-
-
-def test_the_decode_balance_knob_changes_the_direct_b_tiles_only() -> None:
-    """GEMM_SM80_DECODE_BALANCE (off by default; docs/NOTES.md, fifty-first session): the
-    direct-B decode tiles branch around A's copies that lie past M and copy the scale rows
-    from their last threads. A quantized prefill tile (B through the ring) and a dense
-    tile compile to the same PTX with the knob as without it."""
-    knob = "#define GEMM_SM80_DECODE_BALANCE 1\n"
-    decode = ("gemm_sm80_f16_w4_sm80_", "_df16_16x16x1024_w1x1x8_s3_nk_")
-    assert _ptx(decode, knob) != _ptx(decode)
-    prefill = ("gemm_sm80_f16_w4_sm80_", "_df16_128x128x64_w2x4x1_s3_nk_")
-    dense = ("gemm_sm80_f16_sm80_", "_df16_128x128x32_", "_nk_")
-    for parts in (prefill, dense):
-        assert _ptx(parts, knob) == _ptx(parts), parts

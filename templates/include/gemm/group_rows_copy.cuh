@@ -12,9 +12,7 @@
 
 namespace gemm {
 
-// FromTop: the copies go to the CTA's last threads instead of its first (the direct-B
-// decode tiles' GEMM_SM80_DECODE_BALANCE, gemm/mainloop_sm80.cuh).
-template <int GroupRows, int Cols, int Lds, int Threads, bool FromTop = false>
+template <int GroupRows, int Cols, int Lds, int Threads>
 struct GroupRowsCopy {
   static constexpr int kVec = 8;  // elements per 16-byte copy
   static constexpr int kVecsPerRow = Cols / kVec;
@@ -31,13 +29,10 @@ struct GroupRowsCopy {
   int col_bytes;             // bytes of this thread's vector left of the column edge
   u32 smem_offset;
 
-  // This thread's place among the copying threads.
-  __device__ __forceinline__ static u32 thread() { return FromTop ? Threads - 1 - threadIdx.x : threadIdx.x; }
-
   // V: [2 * groups, ld]; n0: the CTA's first column; N: the columns of V.
   __device__ __forceinline__ void init(const void* v, i64 ld, int groups_, int N, int n0) {
-    const int r = thread() / kVecsPerRow;
-    const int c = (thread() % kVecsPerRow) * kVec;
+    const int r = threadIdx.x / kVecsPerRow;
+    const int c = (threadIdx.x % kVecsPerRow) * kVec;
     base = static_cast<const char*>(v);
     ld_bytes = ld * 2;
     smem_offset = static_cast<u32>((r * Lds + c) * 2);
@@ -61,11 +56,6 @@ struct GroupRowsCopy {
   // are: no warp reads them. Neither are columns past N copied: they feed only output
   // columns that are never stored.
   __device__ __forceinline__ void issue(u32 dst, int g0, int g_end, int groups) const {
-    // FromTop: the threads that copy nothing leave before the group arithmetic, which the
-    // compiler otherwise hoists above the per-thread test (16 instructions a K tile).
-    if constexpr (FromTop && kIters == 1 && kVecs < Threads) {
-      if (thread() >= static_cast<u32>(kVecs)) return;
-    }
     const i64 shift = g0 * ld_bytes;
     const int rows = g_end - g0;
     if (g_end <= groups && col_bytes % 16 == 0) {
@@ -73,7 +63,7 @@ struct GroupRowsCopy {
       // of existing rows, the predicate on the instruction.
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
-        if (kVecs % Threads != 0 && thread() + i * Threads >= kVecs) continue;
+        if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
         cp_async_if<16>(group_row[i] < rows && col_bytes != 0, dst + smem_offset + i * kRowStep * Lds * 2,
                         src[i] + shift);
       }
@@ -82,7 +72,7 @@ struct GroupRowsCopy {
     const int rows_inside = (g_end < groups ? g_end : groups) - g0;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
-      if (kVecs % Threads != 0 && thread() + i * Threads >= kVecs) continue;
+      if (kVecs % Threads != 0 && threadIdx.x + i * Threads >= kVecs) continue;
       if (group_row[i] < rows && col_bytes > 0) {
         const int bytes = group_row[i] < rows_inside ? col_bytes : 0;
         // NOTE: a copy that reads nothing still gets a valid address (V itself).

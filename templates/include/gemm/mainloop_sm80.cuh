@@ -105,17 +105,6 @@
 #define GEMM_SM80_INSIDE_LOOP 1
 #endif
 
-// 0 in every build (an experiment until timed): 1 evens out the direct-B decode tiles'
-// warps at M = 1. The K loop's time is its slowest warp's (each tile ends in a CTA
-// barrier, and the K slices' sum after the loop waits for every warp), and that was warps
-// 0-3: they alone copy the scale rows (GroupRowsCopy's threads are the first 128), and A's
-// copies cost every warp the same, its rows past M predicated off. With the knob, a
-// thread whose copies of A all lie past M skips them (at M = 1 that is warps 4-7: rows
-// 1, 3, 5, 7 of the 1024-wide K tiles), and the scale rows go to the last threads.
-#ifndef GEMM_SM80_DECODE_BALANCE
-#define GEMM_SM80_DECODE_BALANCE 0
-#endif
-
 namespace gemm {
 
 // A compile-time flag as a value, for a generic lambda instantiated per flag.
@@ -214,7 +203,6 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   static constexpr int kLowerItersA = (8 + CopyA::kRowStep - 1) / CopyA::kRowStep < CopyA::kIters
                                           ? (8 + CopyA::kRowStep - 1) / CopyA::kRowStep
                                           : CopyA::kIters;
-  static constexpr bool kBalance = GEMM_SM80_DECODE_BALANCE && kDirectB && kWholeVectorCopies;
   using StepWords = typename Cursor::StepWords;
   using TileWords = StepWords[kSteps];
 
@@ -255,8 +243,7 @@ struct MainloopSm80 : OperandCopies<Cfg> {
   const int* gather;  // grouped launches with A gathered: A's row of each row of the problem
 
   WeightOrigin<kDirectWords, kBlockBytes> weights;  // kDirectB: the CTA's packed weights
-  // Quantized B's V rows.
-  GroupRowsCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads, kBalance> copy_group_rows;
+  GroupRowsCopy<Base::kGroupRows, Cfg::kCtaN, Cfg::kLdsV, Cfg::kThreads> copy_group_rows;  // quantized B's V rows
   template <class Params>
   __device__ __forceinline__ void init(const Params& p, int m0, int n0, int k0) {
     Base::init(p, m0, n0, k0);
@@ -376,13 +363,10 @@ struct MainloopSm80 : OperandCopies<Cfg> {
     }
     if (a_done) {
     } else if constexpr (kWholeVectorCopies) {
-      if (inside_k) {
-        // kBalance: a branch around copies that would all be predicated off.
-        if (!kBalance || this->copy_a.any_inside(a_begin, a_end))
-          this->copy_a.issue_inside_cols(sa, k0, a_begin, a_end);
-      } else {
+      if (inside_k)
+        this->copy_a.issue_inside_cols(sa, k0, a_begin, a_end);
+      else
         this->copy_a.issue(sa, 0, k0, a_begin, a_end);
-      }
     } else {
       this->copy_a.issue(sa, 0, k0, a_begin, a_end);
     }

@@ -93,13 +93,6 @@ struct TileCopy {
     opaque(rows_inside);
   }
 
-  // Whether any of this thread's copies [begin, end) lies in a row inside the matrix.
-  __device__ __forceinline__ bool any_inside(int begin, int end) const {
-    const u32 below_end = end >= 32 ? ~0u : (1u << end) - 1u;
-    const u32 below_begin = begin >= 32 ? ~0u : (1u << begin) - 1u;
-    return (rows_inside & below_end & ~below_begin) != 0;
-  }
-
   // issue() for a tile displaced only along the columns, for the tiles clear of the
   // column edge (`dcol` + Cols <= cols - col0): K runs along the columns (A, and B
   // stored N x K), so that is every K tile but the last. Each copy is then a whole
