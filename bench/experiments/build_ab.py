@@ -30,6 +30,10 @@ import yaml
 
 from bench.dense import _problem_key
 from bench.moe import key_of, sorted_problems
+from bench.quant import describe_launch
+from codegen.vocabulary import BOrder, DataType
+from gemm_runtime.context import make_key, quant_name
+from gemm_runtime.types import data_type_of
 from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
@@ -92,7 +96,9 @@ def main() -> None:
             pairs = [interleaved_medians_ms([lambda: tree.matmul(a, packed, out=d), lambda: base.matmul(a, packed, out=d)])
                      for _ in range(args.rounds)]  # fmt: skip
             t, b = min(p[0] for p in pairs), min(p[1] for p in pairs)
-            rows.append(f"| W{args.bits} {args.dtype} g{args.group} {m}x{n}x{k} | default | {t * 1e3:.1f} | {b * 1e3:.1f} | {b / t:.3f} |")
+            plans = " / ".join(_planned(g, a, m, n, k, args.bits, args.group) for g in (tree, base))
+            rows.append(f"| W{args.bits} {args.dtype} g{args.group} {m}x{n}x{k} | {plans} | {t * 1e3:.1f} | {b * 1e3:.1f} | "
+                        f"{b / t:.3f} |")  # fmt: skip
             print(rows[-1], flush=True)
         print("\n".join(rows))
         return
@@ -104,6 +110,15 @@ def main() -> None:
         compare(f"dense {m}x{n}x{k}", plan, lambda: tree.matmul(a, b, out=d, kernel=plan),
                 lambda: base.matmul(a, b, out=d, kernel=plan))  # fmt: skip
     print("\n".join(rows))
+
+
+def _planned(gemm: Gemm, a: torch.Tensor, m: int, n: int, k: int, bits: int, group: int) -> str:
+    """The launch default dispatch picks for the quantized problem (the cost model's)."""
+    dtype = data_type_of(a.dtype, "a")
+    key = make_key(dtype, BOrder.NK, dtype, m, n, k, arch=gemm.registry.device.arch)._replace(
+        b_type=DataType(f"u{bits}"), quant=quant_name(DataType(f"u{bits}"), group, k))
+    plan = gemm.predicted(key)
+    return describe_launch(gemm.registry.get(plan.kernel).spec, plan)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def main() -> None:
                     ref = gemm.matmul(x, packed)
                     outs, labels, fns = [], ["default"], [lambda: gemm.matmul(x, packed, out=ref)]
                     for text in args.tiles:
-                        tokens, rows, stages = parse_tile(text)
+                        tokens, rows, stages, *_ = parse_tile(text)
                         if tokens < m:
                             continue
                         kern = QuantKernel("f16", bits, "f16", tokens, rows, stages)

@@ -12,7 +12,7 @@ out with GEMM_SM90Q_LEAVE_OUT, whose sums are wrong by design):
         [--layers llama3-8b llama3-70b] [--m 64 128 256] [--bits 4] [--dtype f16] [--rounds 2]
 
 A variant is one or more settings joined by commas: a define of the header, or
-`stages=N` or `blocks=N` (the kernel's tile, tests/sm90_quant_kernel.py's QuantKernel
+`stages=N`, `blocks=N` or `k_split=N` (the kernel's tile, tests/sm90_quant_kernel.py's QuantKernel
 fields) or `splits=N` (the launch's) or `header=PATH` (another kernel_sm90_quant.cuh in
 place of the tree's, e.g. an earlier commit's: `git show REV:templates/include/gemm/sm90/
 kernel_sm90_quant.cuh > old.cuh`; its includes come from the tree, so a file from before
@@ -42,7 +42,7 @@ from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
 from tests.sm90_quant_kernel import QuantKernel, launch
 
-FIELDS = ("stages", "blocks")  # QuantKernel fields a variant may set
+FIELDS = ("stages", "blocks", "k_split")  # QuantKernel fields a variant may set
 
 ROOT = Path(__file__).resolve().parents[2]
 # The device model the plans are picked on (an H100 / H200: 132 SMs at 1.98 GHz).
@@ -62,14 +62,14 @@ def sm90_quant_kernels(bits: int, dtype: str) -> list[SimpleNamespace]:
 
 
 def plan_for(kernels: list[SimpleNamespace], m: int, n: int, k: int, bits: int, dtype: str):
-    """(tokens, rows, stages, blocks, splits) of the cost model's pick."""
+    """(tokens, rows, stages, blocks, k_split, splits) of the cost model's pick."""
     key = make_key(DataType(dtype), BOrder.NK, DataType(dtype), m, n, k, arch=90)
     key = key._replace(b_type=DataType(f"u{bits}"), quant=f"u{bits}g128")
     feasible = [x for x in kernels if infeasible_reason(x.spec, key) is None]
     plan = rank(feasible, key, DEVICE, max_splits=8, barriers_bytes=1 << 20, partials_bytes=32 << 20)[0][1]
     spec = next(x.spec for x in feasible if x.name == plan.kernel)
     tokens, rows, _ = spec.cta
-    return tokens, rows, spec.stages, spec.mainloop.blocks(spec), plan.splits
+    return tokens, rows, spec.stages, spec.mainloop.blocks(spec), spec.mainloop.k_split(spec), plan.splits
 
 
 def variant_of(settings: tuple[str, ...], base: QuantKernel, splits: int) -> tuple[QuantKernel | None, int]:
@@ -80,7 +80,8 @@ def variant_of(settings: tuple[str, ...], base: QuantKernel, splits: int) -> tup
     splits = next((int(s.split("=")[1]) for s in settings if s.startswith("splits=")), splits)
     header = next((s.split("=", 1)[1] for s in settings if s.startswith("header=")), "")
     kernel = QuantKernel(base.dtype, base.bits, base.out, base.tokens, base.rows, fields.get("stages", base.stages),
-                         defines=defines, blocks=fields.get("blocks", base.blocks), header=header)  # fmt: skip
+                         defines=defines, blocks=fields.get("blocks", base.blocks), header=header,
+                         k_split=fields.get("k_split", base.k_split))  # fmt: skip
     spec = kernel.spec
     return (None if spec.mainloop.tile_error(spec.cta, spec.warps, spec.stages) else kernel), splits
 
@@ -105,8 +106,9 @@ def main() -> None:
     for m in args.m:
         for model in args.layers:
             for layer, (n, k) in models[model].items():
-                tokens, rows, stages, blocks, splits = plan_for(kernels, m, n, k, args.bits, args.dtype)
-                base = QuantKernel(args.dtype, args.bits, args.dtype, tokens, rows, stages, blocks=blocks)
+                tokens, rows, stages, blocks, k_split, splits = plan_for(kernels, m, n, k, args.bits, args.dtype)
+                base = QuantKernel(args.dtype, args.bits, args.dtype, tokens, rows, stages, blocks=blocks,
+                                   k_split=k_split)  # fmt: skip
                 runs = [(base, splits)] + [variant_of(v, base, splits) for v in variants]
                 valid = [(kern, s) for kern, s in runs if kern is not None]
                 x = torch.randn(m, k, device="cuda", dtype=torch_dtype)

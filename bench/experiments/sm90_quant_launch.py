@@ -20,13 +20,15 @@ import argparse
 import re
 
 
-def parse_tile(text: str) -> tuple[int, int, int, int]:
-    """'64x128s8' -> (64, 128, 8, 1); '64x256s8b2' -> (64, 256, 8, 2)."""
-    m = re.fullmatch(r"(\d+)x(\d+)s(\d+)(?:b(\d+))?", text)
+def parse_tile(text: str) -> tuple[int, int, int, int, int]:
+    """'64x128s8' -> (64, 128, 8, 1, 1); '64x256s8b2' -> (64, 256, 8, 2, 1): two m64 blocks
+    per consumer warpgroup; '64x64s8k2' -> (64, 64, 8, 1, 2): two consumer warpgroups
+    taking the K tiles in turn."""
+    m = re.fullmatch(r"(\d+)x(\d+)s(\d+)(?:b(\d+))?(?:k(\d+))?", text)
     if m is None:
-        raise argparse.ArgumentTypeError(f"tile {text!r}: expected TOKENSxROWSsSTAGES[bBLOCKS], e.g. 64x128s8")
-    tokens, rows, stages, blocks = m.groups()
-    return int(tokens), int(rows), int(stages), int(blocks or 1)
+        raise argparse.ArgumentTypeError(f"tile {text!r}: expected TOKENSxROWSsSTAGES[bBLOCKS][kTURNS], e.g. 64x128s8")
+    tokens, rows, stages, blocks, k_split = m.groups()
+    return int(tokens), int(rows), int(stages), int(blocks or 1), int(k_split or 1)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,9 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     from gemm_runtime.quant import quantize
     from tests.sm90_quant_kernel import QuantKernel, launch
 
-    tokens, rows, stages, blocks = args.tile
+    tokens, rows, stages, blocks, k_split = args.tile
     kernel = QuantKernel(args.dtype, args.bits, args.dtype, tokens, rows, stages, defines=tuple(args.defines),
-                         blocks=blocks)  # fmt: skip
+                         blocks=blocks, k_split=k_split)  # fmt: skip
     spec = kernel.spec
     error = spec.mainloop.tile_error(spec.cta, spec.warps, spec.stages)
     if error:

@@ -24,16 +24,18 @@ from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from tests.sm90_quant_kernel import QuantKernel, launch
 
-# (tokens, rows, stages[, blocks]); 128x192 and 64x256: three and four consumer warpgroups;
-# blocks 2: two m64 blocks of weight rows per consumer warpgroup (half the warps)
+# (tokens, rows, stages[, blocks[, turns]]); 128x192 and 64x256: three and four consumer
+# warpgroups; blocks 2: two m64 blocks of weight rows per consumer warpgroup (half the
+# warps); turns 2: two consumer warpgroups on 64 rows taking the K tiles in turn
 TILES = [(64, 128, 8), (64, 64, 8), (128, 128, 6), (128, 64, 8), (256, 128, 4), (128, 192, 6), (64, 256, 8),
          (64, 256, 8, 2), (64, 128, 8, 2)]  # fmt: skip
 SMS = 132
 
 
 def label(tile) -> str:
-    """64x256s8, or 64x256s8b2 for two blocks per consumer."""
-    return f"{tile[0]}x{tile[1]}s{tile[2]}" + (f"b{tile[3]}" if len(tile) > 3 and tile[3] > 1 else "")
+    """64x256s8, 64x256s8b2 for two blocks per consumer, 64x64s8k2 for K tiles in turn."""
+    blocks, turns = (tuple(tile[3:]) + (1, 1))[:2]
+    return f"{tile[0]}x{tile[1]}s{tile[2]}" + (f"b{blocks}" if blocks > 1 else "") + (f"k{turns}" if turns > 1 else "")
 
 
 def candidates(m: int, n: int, k: int) -> list[tuple[tuple[int, int, int], int]]:
@@ -57,7 +59,8 @@ def main() -> None:
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     ap.add_argument("--tiles", nargs="+",
-                    help="tokens x rows s stages [b blocks], e.g. 128x64s4 or 64x256s8b2 (default: TILES)")
+                    help="tokens x rows s stages [b blocks] [k turns], e.g. 128x64s4, 64x256s8b2 or 64x64s8k2 "
+                    "(default: TILES)")
     args = ap.parse_args()
     if args.tiles:
         TILES[:] = [parse_tile(t) for t in args.tiles]
@@ -66,6 +69,8 @@ def main() -> None:
     for bits in args.bits:
         ratios: dict[int, list[float]] = {m: [] for m in args.m}
         sm80: dict[int, list[float]] = {m: [] for m in args.m}
+        # The best tile taking K tiles in turn against the best of the others, where both ran.
+        turns: dict[int, list[float]] = {m: [] for m in args.m}
         for model in args.models:
             for layer, (n, k) in models[model].items():
                 w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05
@@ -77,7 +82,8 @@ def main() -> None:
                     ours = median_ms(lambda: gemm.matmul(x, packed, out=d)) * 1e3
                     times = []
                     for tile, splits in candidates(m, n, k):
-                        kernel = QuantKernel("f16", bits, "f16", *tile[:3], blocks=tile[3] if len(tile) > 3 else 1)
+                        blocks, k_split = (tuple(tile[3:]) + (1, 1))[:2]
+                        kernel = QuantKernel("f16", bits, "f16", *tile[:3], blocks=blocks, k_split=k_split)
                         launch(kernel, x, packed, d, splits=splits)  # compiled, loaded, checked for traps
                         t = median_ms(lambda: launch(kernel, x, packed, d, splits=splits, sync=False)) * 1e3
                         times.append((t, tile, splits))
@@ -86,12 +92,19 @@ def main() -> None:
                     ratios[m].append(cublas / best)
                     sm80[m].append(cublas / ours)
                     others = " ".join(f"{label(t)}/{s}:{u:.1f}" for u, t, s in times[1:6])
+                    in_turn = [u for u, t, _ in times if "k" in label(t)]
+                    whole = [u for u, t, _ in times if "k" not in label(t)]
+                    if in_turn and whole:
+                        turns[m].append(min(whole) / min(in_turn))
+                        others += f" | best without turns / with {min(whole) / min(in_turn):.3f}"
                     print(f"W{bits} {model} {layer:8s} M={m:5d}: cuBLAS {cublas:8.1f} us, sm80 default {ours:8.1f}, "
                           f"best {best:8.1f} ({label(tile)} /{splits}) -> {cublas / best:5.2f}x "
                           f"(sm80 {cublas / ours:5.2f}x) | {others}", flush=True)  # fmt: skip
         for m in args.m:
             print(f"W{bits} M={m:5d}: median cuBLAS/best {statistics.median(ratios[m]):5.2f}x "
-                  f"(min {min(ratios[m]):.2f}), cuBLAS/sm80 default {statistics.median(sm80[m]):5.2f}x", flush=True)  # fmt: skip
+                  f"(min {min(ratios[m]):.2f}), cuBLAS/sm80 default {statistics.median(sm80[m]):5.2f}x"
+                  + (f", best without turns / with {statistics.median(turns[m]):.3f} (min {min(turns[m]):.3f}, "
+                     f"max {max(turns[m]):.3f})" if turns[m] else ""), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ A kernel's ``cta`` is (tokens, weight rows, 64) of D: cta M, the tokens per CTA,
 wgmma's N (8 to 256, a power of two; 8 to 32 for decode); cta N, the weight rows, is 64
 per consumer warpgroup (one to four; three take at most 128 tokens, four 64).
 ``warps`` are the consumer warps, [1, cta N / 16, 1]; a producer warpgroup comes on top.
+[1, rows / 16, 2] on 64 or 128 weight rows gives the tile two consumer warpgroups per 64
+rows that take its K tiles in turn (Sm90QuantConfig::kKSplit), their sums meeting in
+shared memory: on 64 rows a small layer has twice the tiles of the 128-row tile for as
+many warps, so it fills the device with fewer stream-K cuts; on 128 rows the tile has
+four consumers' warps with the 64x128 tile's fetches of X.
 The packed weight keeps the sm80 layout (gemm_runtime.packed_weight), so a checkpoint
 packed once runs on either family.
 
@@ -36,6 +41,7 @@ PRODUCER_REGS = 40  # Sm90QuantConfig::kProducerRegs
 CONSUMER_REGS_BESIDE_ACC = 72
 _STREAM_K_COMPUTE_FACTOR = 1.05  # split_compute_factor
 _STREAM_K_TAKE_S = 2.0e-6  # split_seconds
+_K_TURNS_FACTOR = 0.85  # dequant_rate of the tiles taking K tiles in turn
 
 
 def consumer_registers(consumers: int) -> int:
@@ -105,6 +111,16 @@ class Sm90QuantFamily(MainloopFamily):
         """The warps a tile of ``rows`` weight rows has, and why."""
         return rows // 16, "the consumer warps, 4 per 64 weight rows"
 
+    def k_split(self, spec: KernelSpec) -> int:
+        """Consumer warpgroups per weight row, taking the K tiles in turn
+        (Sm90QuantConfig::kKSplit): ``warps``' third entry."""
+        return 1 if self.shared_b else spec.warps[2]
+
+    @staticmethod
+    def consumers(spec: KernelSpec) -> int:
+        """Consumer warpgroups (four warps each)."""
+        return spec.warps[1] * spec.warps[2] // 4
+
     def blocks(self, spec: KernelSpec) -> int:
         """m64 blocks of weight rows per consumer warpgroup (Sm90QuantConfig::kBlocks): 2
         where the tile has half the usual warps ([1, rows / 32, 1]: 32 rows a warp)."""
@@ -123,13 +139,20 @@ class Sm90QuantFamily(MainloopFamily):
         # Register A also takes two m64 blocks per consumer warpgroup: half the warps, 32
         # weight rows each, for one or two consumers.
         two_blocks = not self.shared_b and n in (128, 256) and tuple(warps) == (1, consumer_warps // 2, 1)
-        if tuple(warps) != (1, consumer_warps, 1) and not two_blocks:
-            also = "" if self.shared_b or n not in (128, 256) else f" (or [1, {consumer_warps // 2}, 1]: two m64 " \
-                                                                   "blocks of weight rows per consumer warpgroup)"
+        # And two consumer warpgroups per 64 weight rows, taking the K tiles in turn.
+        k_turns = not self.shared_b and n in (64, 128) and tuple(warps) == (1, n // 16, 2)
+        if tuple(warps) != (1, consumer_warps, 1) and not two_blocks and not k_turns:
+            also = ""
+            if not self.shared_b and n in (128, 256):
+                also = f" (or [1, {consumer_warps // 2}, 1]: two m64 blocks of weight rows per consumer warpgroup)"
+            if not self.shared_b and n in (64, 128):
+                also += f" (or [1, {n // 16}, 2]: two consumer warpgroups per 64 rows taking the K tiles in turn)"
             return "warps", f"[1, {consumer_warps}, 1] for cta N {n}: {why}{also}"
         blocks = 2 if two_blocks else 1
-        consumers = warps[1] // 4
+        consumers = warps[1] * warps[2] // 4
         most = m if self.shared_b else max_tokens(consumers, blocks)
+        if k_turns:
+            most = min(most, 128)  # 256 tokens in turn spill (Sm90QuantConfig::kKSplit's rule)
         if m > most:
             return "cta", (f"at most {most} tokens (cta M) with {n} weight rows: {consumers} consumer warpgroups "
                            f"of {blocks} m64 block(s) share the registers, and a thread holds tokens / 2 "
@@ -155,6 +178,8 @@ class Sm90QuantFamily(MainloopFamily):
         seen as one matrix (kernel_sm90_quant.cuh). The register-A form only."""
         if self.shared_b:
             return f"false (the {self.value} form has no grouped kernels)"
+        if self.k_split(spec) > 1:
+            return "false (warps [1, 4, 2], the K tiles in turn, have no grouped form)"
         return None
 
     # ---- what a kernel implies --------------------------------------------------------
@@ -166,7 +191,7 @@ class Sm90QuantFamily(MainloopFamily):
         registers then fit twice (__launch_bounds__), so an SM runs a second tile's loads
         and wgmma while one tile fills its ring or stores. 128 tokens' accumulators do
         not fit twice without spilling; two consumers take the SM's registers alone."""
-        return 2 if spec.cta[1] == 64 and spec.cta[0] == 64 else 1
+        return 2 if spec.cta[1] == 64 and spec.cta[0] == 64 and self.consumers(spec) == 1 else 1
 
     def stage_bytes(self, spec: KernelSpec) -> int:
         """Sm90QuantConfig::kStageBytes: X's tile, the packed weight's K tile and the
@@ -178,9 +203,11 @@ class Sm90QuantFamily(MainloopFamily):
         return -(-(x + w + v) // 1024) * 1024
 
     def staged_bytes(self, spec: KernelSpec) -> int:
-        """The D tile the epilogue stages (fp32, rows of weight rows + staged_pad)."""
+        """The D tile the epilogue stages (fp32, rows of weight rows + staged_pad), or a
+        landed give where that is larger (Sm90QuantConfig::kStagedBytes: with k_split, the
+        tile once per K half)."""
         tokens, rows, _ = spec.cta
-        return tokens * (rows + self.staged_pad) * 4
+        return max(tokens * (rows + self.staged_pad), tokens * rows * self.k_split(spec)) * 4
 
     def staged_offset(self, spec: KernelSpec) -> int:
         """Sm90QuantConfig::kStagedOffset: the staging as far up as shared memory allows
@@ -190,7 +217,7 @@ class Sm90QuantFamily(MainloopFamily):
         shared-B form (its buffers follow the ring)."""
         stage, staged = self.stage_bytes(spec), self.staged_bytes(spec)
         room = SMEM_LIMIT - 1024 - staged
-        if self.shared_b or spec.warps[1] // 4 == 1 or room < 0:  # one consumer warpgroup
+        if self.shared_b or self.consumers(spec) == 1 or room < 0:  # one consumer warpgroup
             return 0
         return min(spec.stages * stage, room // stage * stage)
 
@@ -201,7 +228,7 @@ class Sm90QuantFamily(MainloopFamily):
         tokens, rows, _ = spec.cta
         size = tokens * (rows + HANDOFF_PAD) * 2
         fits = spec.stages * self.stage_bytes(spec) + size + 1024 <= SMEM_LIMIT
-        if self.shared_b or spec.warps[1] // 4 < 2 or spec.d_type.bits != 16 or not fits:
+        if self.shared_b or self.k_split(spec) > 1 or self.consumers(spec) < 2 or spec.d_type.bits != 16 or not fits:
             return 0
         return size
 
@@ -249,8 +276,9 @@ class Sm90QuantFamily(MainloopFamily):
         return self.stream_k_ctas(tiles, splits, resident) if splits > 1 else 0
 
     def partial_tiles(self, spec: KernelSpec, tiles: tuple[int, int], splits: int, resident: int) -> int:
-        """One fp32 partial tile per CTA, in its own slot (stream_k_give)."""
-        return self.split_tiles(spec, tiles, splits, resident)
+        """One fp32 partial tile per CTA, in its own slot (stream_k_give); with k_split
+        one per K half (Sm90QuantConfig::kPartialFloats)."""
+        return self.split_tiles(spec, tiles, splits, resident) * self.k_split(spec)
 
     def split_key(self, spec: KernelSpec, tiles: tuple[int, int], k_tiles: int, splits: int, resident: int) -> int:
         """Stream-K launches differ by their CTA count alone, and are offered (to the
@@ -315,13 +343,16 @@ class Sm90QuantFamily(MainloopFamily):
         tiles of as many tokens on the large layers; fitted so that the pick over the
         sixteenth session's sweep is within 8.5% of the best timed, 1.0 in the median)."""
         tokens, rows, _ = spec.cta
-        consumers = spec.warps[1] // 4  # the consumer warpgroups (four warps each)
+        consumers = self.consumers(spec)
         return 2.36 * tokens / (tokens + 110.0) * (1 + 0.05 * max(0, consumers - 2))
 
     def dequant_rate(self, spec: KernelSpec) -> float:
         """The sm80 decode kernels' rate (the default): the same Dequant code, each
-        weight dequantized once per CTA, under the previous K tile's wgmma."""
-        return 1.0
+        weight dequantized once per CTA, under the previous K tile's wgmma. Less where the
+        K tiles go in turn: X's tile then comes once per 64 weight rows, not 128 (fitted
+        so that the pick on llama3's layers follows the H100 sweep of the fifty-second
+        session, docs/perf/data/sm90_quant_k_turns_h100.txt)."""
+        return _K_TURNS_FACTOR if self.k_split(spec) > 1 and spec.cta[1] < 128 else 1.0
 
     def stages_in_flight(self, spec: KernelSpec) -> int:
         return spec.stages

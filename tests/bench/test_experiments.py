@@ -209,8 +209,11 @@ def test_sm90_quant_knobs_plans_and_variants():
 
     kernels = sm90_quant_kernels(4, "f16")
     assert kernels and all(k.spec.mainloop.value == "sm90_quant" and k.spec.d_type.value == "f16" for k in kernels)
-    tokens, rows, stages, blocks, splits = plan_for(kernels, 64, 4096, 4096, 4, "f16")
-    assert (tokens, rows, stages, blocks) == (64, 128, 8, 1) and splits > 1
+    # A small layer at 64 tokens: 64x128 split, or since the fifty-second session the
+    # 64-row tile taking K tiles in turn on 8b o.
+    tokens, rows, stages, blocks, k_split, splits = plan_for(kernels, 64, 6144, 4096, 4, "f16")
+    assert (tokens, rows, stages, blocks, k_split) == (64, 128, 8, 1, 1) and splits > 1
+    assert plan_for(kernels, 64, 4096, 4096, 4, "f16")[:5] == (64, 64, 8, 1, 2)
     assert plan_for(kernels, 1024, 28672, 4096, 4, "f16")[:2] == (256, 128)
     base = QuantKernel("f16", 4, "f16", 64, 128, 8)
     kernel, s = variant_of(("blocks=2", "splits=2", "GEMM_SM90Q_WGMMA_DEPTH=0"), base, 3)
@@ -231,9 +234,10 @@ def test_sm90_quant_launch_parses_tiles_and_rejects_bad_ones():
 
     from bench.experiments.sm90_quant_launch import parse_tile
 
-    assert parse_tile("64x128s8") == (64, 128, 8, 1)
-    assert parse_tile("64x256s8b2") == (64, 256, 8, 2)
-    for bad in ("64x128", "64x128s8k2", "x128s8", ""):
+    assert parse_tile("64x128s8") == (64, 128, 8, 1, 1)
+    assert parse_tile("64x256s8b2") == (64, 256, 8, 2, 1)
+    assert parse_tile("64x64s8k2") == (64, 64, 8, 1, 2)
+    for bad in ("64x128", "64x128s8z2", "64x64s8k2b2", "x128s8", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="TOKENSxROWSsSTAGES"):
             parse_tile(bad)
 

@@ -40,12 +40,15 @@ def family(**overrides: Any) -> dict[str, Any]:
 
 def test_the_yaml_loads_into_the_default_set() -> None:
     loaded = load_configs([YAML])
-    assert len(loaded) == 40  # f16/bf16 x 16-bit/f32 out x u4/u8 x 5 tiles
+    assert len(loaded) == 52  # f16/bf16 x 16-bit/f32 out x (u4 x 8 tiles, u8 x 5)
     assert {k.spec.mainloop for k in loaded} == {SM90Q}
-    two_consumers = {((64, 128, 64), 8), ((128, 128, 64), 6), ((256, 128, 64), 4)}
-    for bits in (4, 8):
-        assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == bits} == two_consumers | {
-            ((64, 256, 64), 8), ((128, 192, 64), 6)}
+    tiles = {((64, 128, 64), 8), ((128, 128, 64), 6), ((256, 128, 64), 4), ((64, 256, 64), 8), ((128, 192, 64), 6)}
+    in_turn = {((64, 64, 64), 8), ((32, 64, 64), 8), ((32, 128, 64), 8)}  # W4 only
+    assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 4} == tiles | in_turn
+    assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 8} == tiles
+    # The tiles taking K tiles in turn: warps [1, rows / 16, 2].
+    assert {(k.spec.cta, k.spec.stages) for k in loaded if SM90Q.k_split(k.spec) == 2} == in_turn
+    assert all(k.spec.warps == (1, k.spec.cta[1] // 16, SM90Q.k_split(k.spec)) for k in loaded)
     assert YAML in default_config_paths()
     assert {k.spec.name for k in loaded} <= {k.spec.name for k in load_configs(default_config_paths())}
 
@@ -65,6 +68,11 @@ def test_the_yaml_loads_into_the_default_set() -> None:
         ({"cta": [128, 256, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "at most 64 tokens"),
         ({"cta": [64, 192, 64], "warps": [1, 6, 1], "stages": 4}, "warps", "[1, 12, 1] for cta N 192"),
         ({"cta": [64, 256, 64], "warps": [1, 4, 1], "stages": 4}, "warps", "or [1, 8, 1]: two m64 blocks"),
+        # K tiles in turn: two consumer warpgroups on 64 weight rows, up to 128 tokens.
+        ({"cta": [64, 64, 64], "warps": [1, 4, 3], "stages": 4}, "warps", "or [1, 4, 2]: two consumer warpgroups"),
+        ({"cta": [64, 256, 64], "warps": [1, 16, 2], "stages": 4}, "warps", "[1, 16, 1] for cta N 256"),
+        ({"cta": [256, 64, 64], "warps": [1, 4, 2], "stages": 4}, "cta", "at most 128 tokens"),
+        ({"cta": [128, 128, 64], "warps": [1, 8, 2], "stages": 4}, "cta", "at most 64 tokens"),
         ({"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 9}, "stages", "an integer <= 8"),
     ],
 )
@@ -94,13 +102,61 @@ def test_two_blocks_per_consumer(tmp_path: Path) -> None:
     assert SM90Q.mma_efficiency(two) < SM90Q.mma_efficiency(four)
 
 
+def test_k_tiles_in_turn(tmp_path: Path) -> None:
+    """[1, 4, 2] warps on 64 weight rows: two consumer warpgroups hold the same rows and
+    take a run's K tiles in turn (Sm90QuantConfig's KSplit), so the tile has two
+    consumers' threads and registers, a staging after the ring that also takes a landed
+    give of both K halves' sums, no hand-off epilogue (the halves meet in the staging
+    first), one CTA per SM, twice the partials per stream-K CTA, and no grouped form."""
+    from gemm_runtime.context import make_key
+    from gemm_runtime.cost_model import workspace_bytes
+
+    fam = family(tiles=[{"cta": [64, 64, 64], "warps": [1, 4, 2], "stages": 8},
+                        {"cta": [64, 64, 64], "warps": [1, 4, 1], "stages": 8}])  # fmt: skip
+    turns, alone = (k.spec for k in load_configs([cfg.write(tmp_path, {"families": [fam]})]))
+    assert (SM90Q.k_split(turns), SM90Q.k_split(alone)) == (2, 1)
+    assert (SM90Q.consumers(turns), SM90Q.consumers(alone)) == (2, 1)
+    assert (turns.threads, alone.threads) == (384, 256)
+    assert (SM90Q.min_ctas_per_sm(turns), SM90Q.min_ctas_per_sm(alone)) == (1, 2)
+    assert SM90Q.staged_offset(alone) == 0 < SM90Q.staged_offset(turns) == 8 * SM90Q.stage_bytes(turns)
+    assert SM90Q.staged_bytes(turns) == 64 * 64 * 2 * 4 > SM90Q.staged_bytes(alone) == 64 * 68 * 4
+    assert SM90Q.handoff_bytes(turns) == 0
+    assert SM90Q.partial_tiles(turns, (1, 64), 2, 132) == 2 * SM90Q.partial_tiles(alone, (1, 64), 2, 132) == 256
+    key = make_key(DataType.F16, turns.b_order, DataType.F16, 64, 4096, 4096, arch=90)._replace(
+        b_type=turns.b_type, quant="u4g128")
+    assert workspace_bytes(turns, key, 2, resident=132)[1] == 2 * workspace_bytes(alone, key, 2, resident=132)[1]
+    assert "no grouped form" in SM90Q.grouped_error(turns) and SM90Q.grouped_error(alone) is None
+    # The cost model prices X's tile fetched once per 64 rows (dequant_rate).
+    assert SM90Q.dequant_rate(turns) < SM90Q.dequant_rate(alone) == 1.0
+    assert QuantKernel("f16", 4, "f16", 64, 64, 8, k_split=2).spec.warps == turns.warps
+
+
+@pytest.mark.parametrize("dtype, bits", [("f16", 4), ("bf16", 8)])
+def test_k_turn_kernels_compile(dtype: str, bits: int) -> None:
+    """The GPU test's tiles taking K tiles in turn compile for sm_90a without spilling and
+    without ptxas serializing their wgmma (C7515: the accumulators a warpgroup zeroes when
+    a run's only K tile is the other's), with the kernel's static_asserts."""
+    from codegen.render import render_kernel
+    from tests.sm90_smoke import nvrtc_compile, report
+
+    for tokens, stages in [(32, 8), (64, 8), (128, 6)]:
+        spec = QuantKernel(dtype, bits, dtype, tokens, 64, stages, k_split=2).spec
+        ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+        assert ok, log
+        rep = report(log, spec.name)
+        assert rep["spill_stores"] == rep["spill_loads"] == 0, log
+        assert "serialized" not in log, log
+
+
 def test_what_a_kernel_implies() -> None:
     for k in load_configs([YAML]):
         s = k.spec
         tokens, rows, _ = s.cta
+        turns = s.warps[2]  # consumer warpgroups per weight row, taking the K tiles in turn
         # The GPU test's harness launches this very kernel.
-        assert QuantKernel(s.a_type.value, s.b_type.bits, s.d_type.value, tokens, rows, s.stages).name == s.name
-        assert s.threads == 128 * (rows // 64 + 1)
+        assert QuantKernel(s.a_type.value, s.b_type.bits, s.d_type.value, tokens, rows, s.stages,
+                           k_split=turns).name == s.name  # fmt: skip
+        assert s.threads == 128 * (rows // 64 * turns + 1)
         # Per stage: X (tokens x 64 x 2 bytes), the packed K tile, two groups' scales and
         # zeros; rounded up to 1024 bytes, and 1024 more to align the base.
         stage = tokens * 128 + rows // 8 * 64 * (s.b_type.bits // 4) * 4 + 2 * 2 * rows * 2
@@ -108,18 +164,21 @@ def test_what_a_kernel_implies() -> None:
         # The D tile the epilogue stages (fp32 rows of weight rows + 4): after the ring
         # where both fit, else over the ring's last stages; at its start for one
         # consumer warpgroup (two CTAs per SM).
-        staged = tokens * (rows + 4) * 4
+        # In turn, it also takes a landed give: the tile once per K half.
+        staged = max(tokens * (rows + 4), tokens * rows * turns) * 4
         room = 227 * 1024 - 1024 - staged
-        offset = 0 if rows == 64 else s.stages * stage if s.stages * stage <= room else room // stage * stage
+        one_consumer = rows == 64 and turns == 1
+        offset = 0 if one_consumer else s.stages * stage if s.stages * stage <= room else room // stage * stage
         assert SM90Q.staged_offset(s) == offset and offset % stage == 0
-        if (tokens, rows) in ((64, 128), (128, 128)):
+        if (tokens, rows) in ((64, 128), (128, 128), (64, 64), (32, 64)):
             assert offset == s.stages * stage  # no stage waits for the epilogue
         if (tokens, rows) == (256, 128):
             assert offset == 2 * stage  # two of the four stages take the next tile's copies
         # The hand-off epilogue's 16-bit D tile (rows of weight rows + 8) right after the
-        # stages, where it fits, for two or more consumer warpgroups and a 16-bit D.
+        # stages, where it fits, for two or more consumer warpgroups and a 16-bit D; not
+        # where the K tiles go in turn (the halves' sums meet in the fp32 staging first).
         handoff = tokens * (rows + 8) * 2
-        if rows == 64 or s.d_type.bits != 16 or s.stages * stage + handoff + 1024 > 227 * 1024:
+        if rows == 64 or turns > 1 or s.d_type.bits != 16 or s.stages * stage + handoff + 1024 > 227 * 1024:
             handoff = 0
         assert SM90Q.handoff_bytes(s) == handoff
         if (tokens, rows, s.b_type.bits, s.d_type.bits) in ((256, 128, 4, 16), (128, 128, 8, 16), (64, 256, 4, 16)):
@@ -133,7 +192,8 @@ def test_what_a_kernel_implies() -> None:
         assert SM90Q.grid(s, (30, 7), 1, 0, 132) == (132, 1, 1)
         assert SM90Q.grid(s, (3, 7), 4, 0, 132) == (84, 1, 1)
         assert SM90Q.grid(s, (3, 7), 7, 0, 132) == (132, 1, 1)
-        assert SM90Q.split_tiles(s, (3, 7), 4, 132) == SM90Q.partial_tiles(s, (3, 7), 4, 132) == 84
+        assert SM90Q.split_tiles(s, (3, 7), 4, 132) == 84
+        assert SM90Q.partial_tiles(s, (3, 7), 4, 132) == 84 * turns  # each K half's sums apart
         assert SM90Q.split_tiles(s, (3, 7), 1, 132) == SM90Q.partial_tiles(s, (3, 7), 1, 132) == 0
         # Every split count that fills the device is one launch; none is offered from two
         # waves of tiles up (split_options keeps one count per key); waves are fractional.
@@ -192,7 +252,8 @@ def test_the_staged_epilogue_covers_the_tile_without_bank_conflicts(tokens: int,
     config = (INCLUDE_DIR / "gemm" / "sm90" / "quant_config.cuh").read_text()
     assert "const int row = 64 * (wg * Cfg::kBlocks + b) + 16 * ((threadIdx.x / 32) % 4) + lane / 4;" in header
     assert "const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;" in header
-    assert "rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[b * Cfg::kBlockAcc + i];" in header
+    assert "float& r = rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)];" in header
+    assert "r = acc[b * Cfg::kBlockAcc + i];" in header and "r += acc[b * Cfg::kBlockAcc + i];" in header
     assert "static constexpr int kStagedPitch = kRows + (kSharedB ? 8 : 4);" in config
     pitch, threads = rows + 4, rows // (64 * blocks) * 128
     written: dict[int, int] = {}

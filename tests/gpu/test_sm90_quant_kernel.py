@@ -26,12 +26,14 @@ SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4
 # (tokens, weight rows, stages, form): the register-A tiles of the YAML and more (the
 # decode widths of 8, 16 and 32 tokens among them; three and four consumer warpgroups:
 # 128x192, 64x256; "b2": two m64 blocks of weight rows per consumer warpgroup, half the
-# warps), and the shared-B form's ("smem",
+# warps; "ks": two consumer warpgroups per 64 weight rows taking the K tiles in turn,
+# warps [1, 4, 2]), and the shared-B form's ("smem",
 # codegen/families/sm90_quant.py: experimental), with three and two buffers of
 # dequantized weights.
 TILES = [(64, 128, 8, ""), (128, 128, 6, ""), (256, 128, 4, ""), (64, 64, 8, ""), (128, 64, 4, ""),
          (8, 64, 8, ""), (8, 128, 8, ""), (16, 64, 8, ""), (16, 128, 8, ""), (32, 128, 8, ""),
          (128, 192, 6, ""), (64, 256, 8, ""), (64, 256, 8, "b2"), (64, 128, 8, "b2"), (32, 256, 8, "b2"),
+         (64, 64, 8, "ks"), (128, 64, 6, "ks"), (32, 64, 8, "ks"), (64, 128, 8, "ks"), (32, 128, 8, "ks"),
          (64, 256, 6, "smem"), (128, 256, 4, "smem"), (64, 128, 4, "smem")]  # fmt: skip
 
 
@@ -40,7 +42,8 @@ def _tile_id(tile) -> str:
 
 
 def _kernel(dtype: str, bits: int, out: str, tile) -> QuantKernel:
-    return QuantKernel(dtype, bits, out, *tile[:3], smem=tile[3] == "smem", blocks=2 if tile[3] == "b2" else 1)
+    return QuantKernel(dtype, bits, out, *tile[:3], smem=tile[3] == "smem", blocks=2 if tile[3] == "b2" else 1,
+                       k_split=2 if tile[3] == "ks" else 1)
 
 
 def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: int, dtype: str) -> str | None:

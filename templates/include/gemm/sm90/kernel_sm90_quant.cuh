@@ -140,7 +140,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   auto empty = [&](int s) { return empty_bar0 + static_cast<u32>(s * sizeof(u64)); };
   const u32 ring_free = smem_addr(&ring_free_bar);
   const u32 land_ok = smem_addr(&land_ok_bar), land_full = smem_addr(&land_full_bar);
-  constexpr int kTileFloats = Cfg::kTokens * Cfg::kRows;
+  constexpr int kTileFloats = Cfg::kPartialFloats;  // a give's partials
   // Stream-K: a CTA takes at most once, at its last tile, where its share ends inside a tile
   // it holds the head of (a run shorter than the tile from K tile 0). The tile's rest is
   // the shares of ranks rank + 1 .. tail_rank(tile); the tail's is the one that may land.
@@ -164,7 +164,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     mbar_init(handoff_empty, kHandoffStorers);
     mbar_init(land_ok, Cfg::kConsumers * 4);
     mbar_init(land_full, 1);
-    init_ring(full_bar, empty_bar, Cfg::kConsumers * 4);
+    init_ring(full_bar, empty_bar, Cfg::kRowConsumers * 4);  // a K tile's consumers: one per row block
   }
   __syncthreads();
 
@@ -269,6 +269,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 #pragma unroll
   for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
   const int warp = (threadIdx.x / 32) % 4;  // within the warpgroup
+  // The warpgroup's weight rows (of kRowConsumers blocks) and its turn among a run's K
+  // tiles (Cfg::kKSplit).
+  const int row_wg = Cfg::kKSplit == 1 ? wg : wg % Cfg::kRowConsumers;
+  const int k_part = Cfg::kKSplit == 1 ? 0 : wg / Cfg::kRowConsumers;
   // NOTE: unsigned: a power-of-two ring's stage and phase are then a mask and a shift.
   auto stage_of = [](int it) { return static_cast<int>(static_cast<u32>(it) % kStages); };
   auto wait_full = [&](int it) { mbar_wait(full(stage_of(it)), (static_cast<u32>(it) / kStages) & 1u); };
@@ -280,7 +284,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 
   // ---- register A: D^T = W . X^T ----
   // The warp's 16 weight rows of block b (Cfg::kBlocks m64 blocks per warpgroup).
-  auto local_row0 = [&](int b) { return 64 * (wg * Cfg::kBlocks + b) + 16 * warp; };
+  auto local_row0 = [&](int b) { return 64 * (row_wg * Cfg::kBlocks + b) + 16 * warp; };
   LaneOffsets lane_offs[Cfg::kBlocks];
   const u32 two_groups = pin_register(v_rows == 2 ? 1u : 0u);  // per K tile (else a parameter load in each)
 #pragma unroll
@@ -294,7 +298,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // already) join the one of the previous K tile in flight; once that one is done, its
   // stage goes back and its registers (`fill`) take the next K tile's dequantized
   // weights, under this tile's wgmma. scale-d false on the run's first wgmma starts the
-  // tile's sums afresh.
+  // tile's sums afresh. A warpgroup's K tiles are j = k_part, k_part + kKSplit, ...
   // NOTE: one group in flight, not none: waiting for this tile's own wgmma before
   // issuing the next leaves the tensor cores idle for a wgmma's latency per K tile
   // (H200, W4 128x128 at M = 4096: 3% slower, GEMM_SM90Q_WGMMA_DEPTH=0). Two in flight
@@ -312,6 +316,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       }
     }
   };
+  constexpr int kTurn = Cfg::kKSplit;  // from one of a warpgroup's K tiles to its next
   // K tile j's wgmma on `width` tokens (a TokenWidth), its group committed.
   auto issue = [&](auto width, int j, const u64 x_desc, ARegs& use) {
     constexpr int kWidth = decltype(width)::value;
@@ -324,9 +329,9 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
           float(&d)[Cfg::kBlockAcc] = *reinterpret_cast<float(*)[Cfg::kBlockAcc]>(acc + b * Cfg::kBlockAcc);
           const u64 desc = smem_desc_advance(x_desc, (2 * kb + h) * 32);
           if constexpr (kWidth == Cfg::kTokens) {
-            wgmma_rs<kWidth, Mma>(d, use[b][kb][h], desc, j > 0 || kb > 0 || h > 0);
+            wgmma_rs<kWidth, Mma>(d, use[b][kb][h], desc, j > k_part || kb > 0 || h > 0);
           } else {
-            wgmma_rs_prefix<kWidth, Mma>(d, use[b][kb][h], desc, j > 0 || kb > 0 || h > 0);
+            wgmma_rs_prefix<kWidth, Mma>(d, use[b][kb][h], desc, j > k_part || kb > 0 || h > 0);
           }
         }
     wgmma_commit();
@@ -349,10 +354,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
       fence_a(fill);
-      if (j > 0) release(it - 1);
-      if (j + 1 < n) dequantize(it + 1, fill);
+      if (j > k_part) release(it - kTurn);
+      if (j + kTurn < n) dequantize(it + kTurn, fill);
     } else {
-      if (j + 1 < n) dequantize(it + 1, fill);
+      if (j + kTurn < n) dequantize(it + kTurn, fill);
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
       fence_a(use);
@@ -375,15 +380,21 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // width.
   auto run_register_a = [&](int it, int n, int rows) {
     const int narrow = rows <= Cfg::kTokens / 4 ? 2 : rows <= Cfg::kTokens / 2 ? 1 : 0;
+    if (Cfg::kKSplit > 1 && k_part >= n) {
+      // A run of one K tile is the other warpgroup's: this one adds nothing to the tile.
+#pragma unroll
+      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
+      return;
+    }
     ARegs a0, a1;
-    dequantize(it, a0);
-    for (int j = 0; j < n; j += 2) {
+    dequantize(it + k_part, a0);
+    for (int j = k_part; j < n; j += 2 * kTurn) {
       step(narrow, it + j, j, n, a0, a1);
-      if (j + 1 < n) step(narrow, it + j + 1, j + 1, n, a1, a0);
+      if (j + kTurn < n) step(narrow, it + j + kTurn, j + kTurn, n, a1, a0);
     }
     wgmma_wait<0>();
     wgmma_fence_operand(acc);
-    if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it + n - 1);
+    if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it + k_part + (n - 1 - k_part) / kTurn * kTurn);
   };
 
   // ---- shared B: D = X . W^T ----
@@ -508,7 +519,14 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
         float* const rows = reinterpret_cast<float*>(smem_raw + (st.base - smem_addr(smem_raw)) + Cfg::kStagedOffset);
         auto stage_and_store = [&](const auto& staged) {
           named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
-          staged.stage(acc, wg);
+          if constexpr (Cfg::kKSplit > 1) {
+            // The K halves' sums meet here: the first half's staged, the second's added.
+            if (k_part == 0) staged.stage(acc, row_wg);
+            named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
+            if (k_part == 1) staged.add(acc, row_wg);
+          } else {
+            staged.stage(acc, wg);
+          }
           named_barrier_sync<Cfg::kConsumerThreads>(kSplitKBarrier);
           auto store = [&](const Params& ep) {
             if constexpr (!Cfg::kSharedB && sizeof(typename Cfg::TD::Storage) == 2) {

@@ -8,7 +8,7 @@
 namespace gemm {
 
 template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_, bool SharedB_ = false,
-          bool Grouped_ = false, int Blocks_ = 1>
+          bool Grouped_ = false, int Blocks_ = 1, int KSplit_ = 1>
 struct Sm90QuantConfig {
   using TA = TA_;
   using TD = TD_;
@@ -30,14 +30,25 @@ struct Sm90QuantConfig {
   // so the K tile's fixed instructions (barriers, fences, descriptors, the loop) spread
   // over twice the weights.
   static constexpr int kBlocks = Blocks_;
+  // Register A: consumer warpgroups per weight row (1 or 2). With two, both hold the same
+  // weight rows and take a run's K tiles in turn (warpgroup w those of local index j with
+  // j % 2 == w); their sums meet in shared memory before the epilogue. A tile of 64 rows
+  // then has two consumers' warps, and a layer twice the tiles of the 128-row tile: a small
+  // layer fills the device with fewer stream-K cuts, whose hand-overs are its largest
+  // fixed cost (docs/NOTES.md, thirty-ninth to forty-first sessions).
+  static constexpr int kKSplit = KSplit_;
   static constexpr int kCtaK = 64;
-  static constexpr int kConsumers = kSharedB ? 2 : kRows / (64 * kBlocks);
-  static constexpr int kConsumerRows = kRows / kConsumers;  // weight rows per consumer warpgroup
+  static constexpr int kRowConsumers = kSharedB ? 2 : kRows / (64 * kBlocks);  // warpgroups along the weight rows
+  static constexpr int kConsumers = kRowConsumers * kKSplit;
+  static constexpr int kConsumerRows = kRows / kRowConsumers;  // weight rows per consumer warpgroup
   static constexpr int kTokenSlices = kTokens / 64;         // shared B: wgmma M slices
   static constexpr int kBlockAcc = kTokens / 2;             // register A: accumulators per block
   static constexpr int kAcc = kSharedB ? kTokenSlices * kConsumerRows / 2 : kBlocks * kBlockAcc;  // per thread
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + 128;
+  // A stream-K give's fp32 partials: every consumer thread's accumulators, in its own slot
+  // (the tile, or with kKSplit each K half's sums apart: the take adds them thread by thread).
+  static constexpr int kPartialFloats = kConsumerThreads * kAcc;
   static constexpr int kWords = kBits / 4;  // 32-bit words per lane per n8 x k32 block
   static constexpr int kTileBytesX = kTokens * kCtaK * 2;
   static constexpr int kTileWordsW = kRows / 8 * 2 * 32 * kWords;  // n8 tiles x 2 blocks x 32 lanes
@@ -49,8 +60,10 @@ struct Sm90QuantConfig {
   static constexpr int kSmemLimit = 227 * 1024;
   // The epilogue stages the CTA's D tile (fp32, a row of kStagedPitch per token) where the
   // ring was: StagedTransposedTile / StagedTile.
+  // It also takes a landed give (stream_k_land), which with kKSplit is twice the tile.
   static constexpr int kStagedPitch = kRows + (kSharedB ? 8 : 4);
-  static constexpr int kStagedBytes = kTokens * kStagedPitch * 4;
+  static constexpr int kStagedBytes =
+      kTokens * kStagedPitch * 4 > kPartialFloats * 4 ? kTokens * kStagedPitch * 4 : kPartialFloats * 4;
   // Where the staging starts: as far up as shared memory allows (after the ring where it
   // fits there, else on a stage boundary within it), so that the stages below it take
   // the next tile's copies while the epilogue stores (a persistent CTA's next tile).
@@ -69,7 +82,8 @@ struct Sm90QuantConfig {
   static constexpr int kHandoffPitch = kRows + 8;  // 16-bit elements a row: 8 tokens' rows on 32 banks
   static constexpr int kHandoffBytes = kTokens * kHandoffPitch * 2;
   static constexpr int kHandoffOffset = kStagesBytes;
-  static constexpr bool kHandoff = !kSharedB && kConsumers >= 2 && sizeof(typename TD::Storage) == 2 &&
+  // Not with kKSplit: the two K halves' sums would have to meet first.
+  static constexpr bool kHandoff = !kSharedB && kKSplit == 1 && kConsumers >= 2 && sizeof(typename TD::Storage) == 2 &&
                                    kHandoffOffset + kHandoffBytes + 1024 <= kSmemLimit;
   static constexpr int kRingMax =
       kStagesBytes > kStagedOffset + kStagedBytes ? kStagesBytes : kStagedOffset + kStagedBytes;
@@ -124,6 +138,11 @@ struct Sm90QuantConfig {
   static_assert(kBlocks == 1 || (kBlocks == 2 && !kSharedB && kConsumers <= 2 && kTokens <= 64),
                 "two weight blocks per consumer: register A, one or two consumers, up to 64 tokens (two sets "
                 "of accumulators and twice the A registers)");
+  // NOTE: 256 tokens in turn spilled (412 bytes) and had their wgmma serialized (C7515).
+  static_assert(kKSplit == 1 ||
+                    (kKSplit == 2 && !kSharedB && !kGrouped && kBlocks == 1 && kRows <= 128 && kTokens <= 128),
+                "K tiles in turn: two consumer warpgroups on one m64 block of register A, up to 128 tokens, no "
+                "experts");
   static_assert(kSharedB ? (kTokens == 64 || kTokens == 128)
                          : (kTokens == 8 || kTokens == 16 || kTokens == 32 || kTokens == 64 || kTokens == 128 ||
                             kTokens == 256),

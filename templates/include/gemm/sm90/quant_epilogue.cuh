@@ -29,7 +29,13 @@ struct StagedTransposedTile {
   // writes at once on 32 different banks.
   // NOTE: plain C++ stores, not st.shared asm: with asm operands reading the accumulators
   // ptxas serializes the 128- and 256-token tiles' wgmma (C7514).
-  __device__ __forceinline__ void stage(const float (&acc)[Cfg::kAcc], int wg) const {
+  // wg: the warpgroup's block of weight rows (Cfg::kRowConsumers of them).
+  __device__ __forceinline__ void stage(const float (&acc)[Cfg::kAcc], int wg) const { put<false>(acc, wg); }
+  // The same, added to what another warpgroup of the same rows staged (Cfg::kKSplit).
+  __device__ __forceinline__ void add(const float (&acc)[Cfg::kAcc], int wg) const { put<true>(acc, wg); }
+
+  template <bool kAdd>
+  __device__ __forceinline__ void put(const float (&acc)[Cfg::kAcc], int wg) const {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int b = 0; b < Cfg::kBlocks; ++b) {
@@ -37,7 +43,12 @@ struct StagedTransposedTile {
 #pragma unroll
       for (int i = 0; i < Cfg::kBlockAcc; ++i) {
         const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-        rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)] = acc[b * Cfg::kBlockAcc + i];
+        float& r = rows[token * Cfg::kStagedPitch + row + 8 * ((i / 2) % 2)];
+        if constexpr (kAdd) {
+          r += acc[b * Cfg::kBlockAcc + i];
+        } else {
+          r = acc[b * Cfg::kBlockAcc + i];
+        }
       }
     }
   }
