@@ -179,7 +179,7 @@ class Sm90QuantFamily(MainloopFamily):
         if self.shared_b:
             return f"false (the {self.value} form has no grouped kernels)"
         if self.k_split(spec) > 1:
-            return "false (warps [1, 4, 2], the K tiles in turn, have no grouped form)"
+            return "false (warps [1, rows / 16, 2], the K tiles in turn, have no grouped form)"
         return None
 
     # ---- what a kernel implies --------------------------------------------------------

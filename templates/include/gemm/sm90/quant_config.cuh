@@ -35,7 +35,8 @@ struct Sm90QuantConfig {
   // j % 2 == w); their sums meet in shared memory before the epilogue. A tile of 64 rows
   // then has two consumers' warps, and a layer twice the tiles of the 128-row tile: a small
   // layer fills the device with fewer stream-K cuts, whose hand-overs are its largest
-  // fixed cost (docs/NOTES.md, thirty-ninth to forty-first sessions).
+  // fixed cost (docs/NOTES.md, thirty-ninth to forty-first sessions); a tile of 128 rows
+  // has four consumers with the two-consumer tile's fetches of X (fifty-second session).
   static constexpr int kKSplit = KSplit_;
   static constexpr int kCtaK = 64;
   static constexpr int kRowConsumers = kSharedB ? 2 : kRows / (64 * kBlocks);  // warpgroups along the weight rows
