@@ -55,10 +55,10 @@ def main() -> None:
                     ref = gemm.matmul(x, packed)
                     outs, labels, fns = [], ["default"], [lambda: gemm.matmul(x, packed, out=ref)]
                     for text in args.tiles:
-                        tokens, rows, stages, *_ = parse_tile(text)
+                        tokens, rows, stages, blocks, k_split = parse_tile(text)
                         if tokens < m:
                             continue
-                        kern = QuantKernel("f16", bits, "f16", tokens, rows, stages)
+                        kern = QuantKernel("f16", bits, "f16", tokens, rows, stages, blocks=blocks, k_split=k_split)
                         tiles = -(-n // rows) * -(-m // tokens)
                         for splits in args.splits:
                             # The CTAs the device holds at once (small tiles: several an SM);

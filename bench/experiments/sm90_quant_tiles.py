@@ -32,9 +32,15 @@ TILES = [(64, 128, 8), (64, 64, 8), (128, 128, 6), (128, 64, 8), (256, 128, 4), 
 SMS = 132
 
 
+def forms(tile) -> tuple[int, int]:
+    """(blocks, turns) of a TILES entry: 1 where it does not say."""
+    blocks, turns = (tuple(tile[3:]) + (1, 1))[:2]
+    return blocks, turns
+
+
 def label(tile) -> str:
     """64x256s8, 64x256s8b2 for two blocks per consumer, 64x64s8k2 for K tiles in turn."""
-    blocks, turns = (tuple(tile[3:]) + (1, 1))[:2]
+    blocks, turns = forms(tile)
     return f"{tile[0]}x{tile[1]}s{tile[2]}" + (f"b{blocks}" if blocks > 1 else "") + (f"k{turns}" if turns > 1 else "")
 
 
@@ -82,7 +88,7 @@ def main() -> None:
                     ours = median_ms(lambda: gemm.matmul(x, packed, out=d)) * 1e3
                     times = []
                     for tile, splits in candidates(m, n, k):
-                        blocks, k_split = (tuple(tile[3:]) + (1, 1))[:2]
+                        blocks, k_split = forms(tile)
                         kernel = QuantKernel("f16", bits, "f16", *tile[:3], blocks=blocks, k_split=k_split)
                         launch(kernel, x, packed, d, splits=splits)  # compiled, loaded, checked for traps
                         t = median_ms(lambda: launch(kernel, x, packed, d, splits=splits, sync=False)) * 1e3
@@ -92,8 +98,8 @@ def main() -> None:
                     ratios[m].append(cublas / best)
                     sm80[m].append(cublas / ours)
                     others = " ".join(f"{label(t)}/{s}:{u:.1f}" for u, t, s in times[1:6])
-                    in_turn = [u for u, t, _ in times if "k" in label(t)]
-                    whole = [u for u, t, _ in times if "k" not in label(t)]
+                    in_turn = [u for u, t, _ in times if forms(t)[1] > 1]
+                    whole = [u for u, t, _ in times if forms(t)[1] == 1]
                     if in_turn and whole:
                         turns[m].append(min(whole) / min(in_turn))
                         others += f" | best without turns / with {min(whole) / min(in_turn):.3f}"
