@@ -349,9 +349,10 @@ class Sm90QuantFamily(MainloopFamily):
     def dequant_rate(self, spec: KernelSpec) -> float:
         """The sm80 decode kernels' rate (the default): the same Dequant code, each
         weight dequantized once per CTA, under the previous K tile's wgmma. Less where the
-        K tiles go in turn: X's tile then comes once per 64 weight rows, not 128 (fitted
-        so that the pick on llama3's layers follows the H100 sweep of the fifty-second
-        session, docs/perf/data/sm90_quant_k_turns_h100.txt)."""
+        K tiles go in turn on 64 rows: the ring hands a CTA its stages no faster than on
+        128 rows, and each of the two warpgroups takes every other one (docs/NOTES.md,
+        fifty-third session; fitted so that the pick on llama3's layers follows the H100
+        sweep of the fifty-second session, docs/perf/data/sm90_quant_k_turns_h100.txt)."""
         return _K_TURNS_FACTOR if self.k_split(spec) > 1 and spec.cta[1] < 128 else 1.0
 
     def stages_in_flight(self, spec: KernelSpec) -> int:

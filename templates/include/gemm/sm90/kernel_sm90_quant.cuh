@@ -272,7 +272,12 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // The warpgroup's weight rows (of kRowConsumers blocks) and its turn among a run's K
   // tiles (Cfg::kKSplit).
   const int row_wg = Cfg::kKSplit == 1 ? wg : wg % Cfg::kRowConsumers;
-  const int k_part = Cfg::kKSplit == 1 ? 0 : wg / Cfg::kRowConsumers;
+  // NOTE: through a shuffle from lane 0, so that ptxas knows k_part is the same in every
+  // lane: the K loop's stage, phase and X descriptor, which follow it, then stay on the
+  // uniform datapath. Computed from threadIdx alone, they went through vector registers
+  // and R2UR, with divergence guards around the barriers (16 R2UR, 5 BSSY a pair of K
+  // tiles; 20% more instructions a K tile than the 64x128 tile).
+  const int k_part = Cfg::kKSplit == 1 ? 0 : __shfl_sync(0xffffffffu, wg / Cfg::kRowConsumers, 0);
   // NOTE: unsigned: a power-of-two ring's stage and phase are then a mask and a shift.
   auto stage_of = [](int it) { return static_cast<int>(static_cast<u32>(it) % kStages); };
   auto wait_full = [&](int it) { mbar_wait(full(stage_of(it)), (static_cast<u32>(it) / kStages) & 1u); };
