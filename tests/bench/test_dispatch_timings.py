@@ -107,37 +107,26 @@ def test_the_trees_model_on_the_recorded_h100_run():
     assert statistics.median(r.ratio for r in rows) <= 1.01
 
 
-def test_the_trees_model_on_the_recorded_h100_k_turns_run():
-    """docs/perf/data/dispatch_quant_k_turns_h100.json.gz: every feasible plan of 16 W4
-    problems (llama3-8b / 70b, M = 32 and 64) timed on an H100 with the sm90_quant tiles
-    taking K tiles in turn (fifty-second session). The oracle takes them on 8b o at both
-    widths and on five layers at 32 tokens; the tree's model takes them on 8b o at both,
-    each pick within 8% of the fastest timed plan (8b qkv's 64x128 split three ways is
-    the worst, 1.07) and within 1% in the median."""
-    rows = _recorded("dispatch_quant_k_turns_h100.json.gz")
+@pytest.mark.parametrize(
+    "name, bits, worst, median",
+    [("dispatch_quant_k_turns_h100.json.gz", 4, 1.08, 1.01), ("dispatch_quant_w8_k_turns_h100.json.gz", 8, 1.05, 1.02)],
+)
+def test_the_trees_model_on_the_recorded_h100_k_turns_runs(name, bits, worst, median):
+    """docs/perf/data/dispatch_quant_k_turns_h100.json.gz and dispatch_quant_w8_k_turns_
+    h100.json.gz: every feasible plan of 16 problems (llama3-8b / 70b, M = 32 and 64) timed
+    on an H100 with the sm90_quant tiles taking K tiles in turn, W4 (fifty-second session)
+    and W8 (fifty-third, once W8 took them). The oracle takes them on 8b o at both widths
+    (and for W4 on five layers at 32 tokens); so does the tree's model, each pick within
+    8% (W4: 8b qkv's 64x128 split three ways, 1.07) and 5% (W8: 8b down at 32 tokens,
+    1.043) of the fastest timed plan, within 1% and 2% in the median."""
+    rows = _recorded(name)
     assert len(rows) == 16
     for r in rows:
-        assert r.ratio <= 1.08, (r.label, r.pick, r.best, r.ratio)
-    assert statistics.median(r.ratio for r in rows) <= 1.01
+        assert r.ratio <= worst, (r.label, r.pick, r.best, r.ratio)
+    assert statistics.median(r.ratio for r in rows) <= median
     in_turn = {r.label for r in rows
                if "sm90_quant" in r.pick.kernel and ("_w1x4x2_" in r.pick.kernel or "_w1x8x2_" in r.pick.kernel)}
-    assert {"llama3-8b o w4 M=32", "llama3-8b o w4 M=64"} <= in_turn
-
-
-def test_the_trees_model_on_the_recorded_h100_w8_k_turns_run():
-    """docs/perf/data/dispatch_quant_w8_k_turns_h100.json.gz: every feasible plan of 16 W8
-    problems (llama3-8b / 70b, M = 32 and 64) timed on an H100 once the W8 families took
-    the tiles in turn (fifty-third session). The tree's model takes them on 8b o at both
-    widths (the oracle too) and picks within 5% of the fastest timed plan everywhere
-    (8b down at 32 tokens the worst, 1.043), within 2% in the median."""
-    rows = _recorded("dispatch_quant_w8_k_turns_h100.json.gz")
-    assert len(rows) == 16
-    for r in rows:
-        assert r.ratio <= 1.05, (r.label, r.pick, r.best, r.ratio)
-    assert statistics.median(r.ratio for r in rows) <= 1.02
-    in_turn = {r.label for r in rows
-               if "sm90_quant" in r.pick.kernel and ("_w1x4x2_" in r.pick.kernel or "_w1x8x2_" in r.pick.kernel)}
-    assert {"llama3-8b o w8 M=32", "llama3-8b o w8 M=64"} <= in_turn
+    assert {f"llama3-8b o w{bits} M=32", f"llama3-8b o w{bits} M=64"} <= in_turn
 
 
 def test_the_trees_model_on_the_recorded_h100_bf16_decode_run():
