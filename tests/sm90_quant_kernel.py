@@ -47,13 +47,14 @@ class QuantKernel:
     smem: bool = False  # the shared-B form (sm90_quant_smem): D = X . W^T, weights through shared memory
     blocks: int = 1  # register A: m64 blocks of weight rows per consumer warpgroup (Sm90QuantConfig::kBlocks)
     k_split: int = 1  # register A: consumer warpgroups taking the K tiles in turn (Sm90QuantConfig::kKSplit)
+    cta_k: int = 64  # 128 with k_split 2: a pair of K tiles a ring stage (Sm90QuantConfig::kKPerStage)
 
     @property
     def spec(self) -> KernelSpec:
         family = Mainloop.SM90_QUANT_SMEM if self.smem else Mainloop.SM90_QUANT
         return spec_for(family=f"{family.value}_{self.dtype}_w{self.bits}", mainloop=family,
                         mma=MmaAtom.M64NK16, a_type=DataType(self.dtype), b_type=DataType(f"u{self.bits}"),
-                        d_type=DataType(self.out), cta=(self.tokens, self.rows, 64),
+                        d_type=DataType(self.out), cta=(self.tokens, self.rows, self.cta_k),
                         warps=(1, 8 if self.smem else self.rows // (16 * self.blocks), self.k_split),
                         stages=self.stages, arch_min=90, arch_max=90)  # fmt: skip
 

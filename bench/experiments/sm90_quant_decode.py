@@ -18,20 +18,15 @@ from pathlib import Path
 import torch
 import yaml
 
+from bench.experiments.sm90_quant_launch import parse_tile
 from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
 from tests import sm90_quant_kernel
-from tests.sm90_quant_kernel import QuantKernel, launch
+from tests.sm90_quant_kernel import launch
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def parse_tile(text: str) -> tuple[int, int, int]:
-    tokens, rest = text.split("x")
-    rows, stages = rest.split("s")
-    return int(tokens), int(rows), int(stages)
 
 
 def main() -> None:
@@ -55,11 +50,11 @@ def main() -> None:
                     ref = gemm.matmul(x, packed)
                     outs, labels, fns = [], ["default"], [lambda: gemm.matmul(x, packed, out=ref)]
                     for text in args.tiles:
-                        tokens, rows, stages, blocks, k_split = parse_tile(text)
-                        if tokens < m:
+                        tile = parse_tile(text)
+                        if tile.tokens < m:
                             continue
-                        kern = QuantKernel("f16", bits, "f16", tokens, rows, stages, blocks=blocks, k_split=k_split)
-                        tiles = -(-n // rows) * -(-m // tokens)
+                        kern = tile.kernel("f16", bits)
+                        tiles = -(-n // tile.rows) * -(-m // tile.tokens)
                         for splits in args.splits:
                             # The CTAs the device holds at once (small tiles: several an SM);
                             # stream-K's wait for each other's partials, so all must be resident.

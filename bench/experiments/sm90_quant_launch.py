@@ -7,9 +7,9 @@ thirty-fifth session's stall profile (docs/perf/sm90_quant_k_groups.md):
         python3 -m bench.experiments.sm90_quant_launch 64x128s8 64 4096 4096 --splits 3
     python -m bench.experiments.ncu_sass_table REPORT.ncu-rep --stalls 40
 
-TILE is TOKENSxROWSsSTAGES with an optional bBLOCKS (two m64 blocks a consumer
-warpgroup), as bench/experiments/sm90_quant_tiles.py takes them; the problem is M x N x K
-with random activations and a random weight quantized in groups of --group. The kernel
+TILE is TOKENSxROWS[xK]sSTAGES with an optional bBLOCKS (two m64 blocks a consumer
+warpgroup) or kTURNS, as bench/experiments/sm90_quant_tiles.py takes them (parse_tile);
+the problem is M x N x K with random activations and a random weight quantized in groups of --group. The kernel
 runs once (--launches for more), then the output is checked against the dequantized
 weight's product so that a profile is never of a broken variant.
 """
@@ -18,17 +18,45 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import NamedTuple
 
 
-def parse_tile(text: str) -> tuple[int, int, int, int, int]:
-    """'64x128s8' -> (64, 128, 8, 1, 1); '64x256s8b2' -> (64, 256, 8, 2, 1): two m64 blocks
-    per consumer warpgroup; '64x64s8k2' -> (64, 64, 8, 1, 2): two consumer warpgroups
-    taking the K tiles in turn."""
-    m = re.fullmatch(r"(\d+)x(\d+)s(\d+)(?:b(\d+))?(?:k(\d+))?", text)
+class TileForm(NamedTuple):
+    """A tile of the SM90 quantized kernel as the experiments name it (parse_tile)."""
+
+    tokens: int
+    rows: int
+    stages: int
+    blocks: int = 1  # m64 blocks of weight rows per consumer warpgroup
+    k_split: int = 1  # consumer warpgroups per weight row, taking the K tiles in turn
+    cta_k: int = 64  # 128: a pair of K tiles a ring stage, one for each of the two
+
+    @property
+    def label(self) -> str:
+        """64x128s8, 64x256s8b2, 64x64s8k2, 64x64x128s8k2 (parse_tile's form)."""
+        k = f"x{self.cta_k}" if self.cta_k != 64 else ""
+        return (f"{self.tokens}x{self.rows}{k}s{self.stages}" + (f"b{self.blocks}" if self.blocks > 1 else "")
+                + (f"k{self.k_split}" if self.k_split > 1 else ""))  # fmt: skip
+
+    def kernel(self, dtype: str = "f16", bits: int = 4, out: str | None = None, **fields):
+        """The QuantKernel of this tile (tests/sm90_quant_kernel.py); ``fields``: its
+        others (defines, header)."""
+        from tests.sm90_quant_kernel import QuantKernel
+
+        return QuantKernel(dtype, bits, out or dtype, self.tokens, self.rows, self.stages, blocks=self.blocks,
+                           k_split=self.k_split, cta_k=self.cta_k, **fields)  # fmt: skip
+
+
+def parse_tile(text: str) -> TileForm:
+    """'64x128s8' -> (64, 128, 8, 1, 1, 64); '64x256s8b2': two m64 blocks per consumer
+    warpgroup; '64x64s8k2': two consumer warpgroups taking the K tiles in turn;
+    '64x64x128s8k2': the same with a pair of K tiles a stage (cta K 128)."""
+    m = re.fullmatch(r"(\d+)x(\d+)(?:x(\d+))?s(\d+)(?:b(\d+))?(?:k(\d+))?", text)
     if m is None:
-        raise argparse.ArgumentTypeError(f"tile {text!r}: expected TOKENSxROWSsSTAGES[bBLOCKS][kTURNS], e.g. 64x128s8")
-    tokens, rows, stages, blocks, k_split = m.groups()
-    return int(tokens), int(rows), int(stages), int(blocks or 1), int(k_split or 1)
+        raise argparse.ArgumentTypeError(
+            f"tile {text!r}: expected TOKENSxROWS[xK]sSTAGES[bBLOCKS][kTURNS], e.g. 64x128s8 or 64x64x128s8k2")
+    tokens, rows, cta_k, stages, blocks, k_split = m.groups()
+    return TileForm(int(tokens), int(rows), int(stages), int(blocks or 1), int(k_split or 1), int(cta_k or 64))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,11 +78,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from gemm_runtime.packed_weight import pack_for_gemm
     from gemm_runtime.quant import quantize
-    from tests.sm90_quant_kernel import QuantKernel, launch
+    from tests.sm90_quant_kernel import launch
 
-    tokens, rows, stages, blocks, k_split = args.tile
-    kernel = QuantKernel(args.dtype, args.bits, args.dtype, tokens, rows, stages, defines=tuple(args.defines),
-                         blocks=blocks, k_split=k_split)  # fmt: skip
+    kernel = args.tile.kernel(args.dtype, args.bits, defines=tuple(args.defines))
     spec = kernel.spec
     error = spec.mainloop.tile_error(spec.cta, spec.warps, spec.stages)
     if error:

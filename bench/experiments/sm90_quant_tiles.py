@@ -17,39 +17,27 @@ import torch
 import yaml
 
 from bench.dense import ROOT
-from bench.experiments.sm90_quant_launch import parse_tile
+from bench.experiments.sm90_quant_launch import TileForm, parse_tile
 from bench.timing import median_ms
 from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
-from tests.sm90_quant_kernel import QuantKernel, launch
+from tests.sm90_quant_kernel import launch
 
-# (tokens, rows, stages[, blocks[, turns]]); 128x192 and 64x256: three and four consumer
-# warpgroups; blocks 2: two m64 blocks of weight rows per consumer warpgroup (half the
-# warps); turns 2: two consumer warpgroups on 64 rows taking the K tiles in turn
-TILES = [(64, 128, 8), (64, 64, 8), (128, 128, 6), (128, 64, 8), (256, 128, 4), (128, 192, 6), (64, 256, 8),
-         (64, 256, 8, 2), (64, 128, 8, 2)]  # fmt: skip
+# 128x192 and 64x256: three and four consumer warpgroups; b2: two m64 blocks of weight
+# rows per consumer warpgroup (half the warps); k2: two consumer warpgroups on 64 rows
+# taking the K tiles in turn (x128: a pair of them a stage); --tiles for others
+TILES = [parse_tile(t) for t in ("64x128s8", "64x64s8", "128x128s6", "128x64s8", "256x128s4", "128x192s6", "64x256s8",
+                                 "64x256s8b2", "64x128s8b2")]  # fmt: skip
 SMS = 132
 
 
-def forms(tile) -> tuple[int, int]:
-    """(blocks, turns) of a TILES entry: 1 where it does not say."""
-    blocks, turns = (tuple(tile[3:]) + (1, 1))[:2]
-    return blocks, turns
-
-
-def label(tile) -> str:
-    """64x256s8, 64x256s8b2 for two blocks per consumer, 64x64s8k2 for K tiles in turn."""
-    blocks, turns = forms(tile)
-    return f"{tile[0]}x{tile[1]}s{tile[2]}" + (f"b{blocks}" if blocks > 1 else "") + (f"k{turns}" if turns > 1 else "")
-
-
-def candidates(m: int, n: int, k: int) -> list[tuple[tuple[int, int, int], int]]:
+def candidates(m: int, n: int, k: int) -> list[tuple[TileForm, int]]:
     """(tile, splits) pairs worth timing: tiles no wider in tokens than M needs, split
     counts that bring the grid up to at most two CTAs per SM."""
     out = []
     for tile in TILES:
-        tokens, rows = tile[:2]
+        tokens, rows = tile.tokens, tile.rows
         if tokens > 64 and tokens // 2 >= m:
             continue
         ctas = -(-m // tokens) * -(-n // rows)
@@ -88,8 +76,7 @@ def main() -> None:
                     ours = median_ms(lambda: gemm.matmul(x, packed, out=d)) * 1e3
                     times = []
                     for tile, splits in candidates(m, n, k):
-                        blocks, k_split = forms(tile)
-                        kernel = QuantKernel("f16", bits, "f16", *tile[:3], blocks=blocks, k_split=k_split)
+                        kernel = tile.kernel("f16", bits)
                         launch(kernel, x, packed, d, splits=splits)  # compiled, loaded, checked for traps
                         t = median_ms(lambda: launch(kernel, x, packed, d, splits=splits, sync=False)) * 1e3
                         times.append((t, tile, splits))
@@ -97,14 +84,14 @@ def main() -> None:
                     best, tile, splits = times[0]
                     ratios[m].append(cublas / best)
                     sm80[m].append(cublas / ours)
-                    others = " ".join(f"{label(t)}/{s}:{u:.1f}" for u, t, s in times[1:6])
-                    in_turn = [u for u, t, _ in times if forms(t)[1] > 1]
-                    whole = [u for u, t, _ in times if forms(t)[1] == 1]
+                    others = " ".join(f"{t.label}/{s}:{u:.1f}" for u, t, s in times[1:6])
+                    in_turn = [u for u, t, _ in times if t.k_split > 1]
+                    whole = [u for u, t, _ in times if t.k_split == 1]
                     if in_turn and whole:
                         turns[m].append(min(whole) / min(in_turn))
                         others += f" | best without turns / with {min(whole) / min(in_turn):.3f}"
                     print(f"W{bits} {model} {layer:8s} M={m:5d}: cuBLAS {cublas:8.1f} us, sm80 default {ours:8.1f}, "
-                          f"best {best:8.1f} ({label(tile)} /{splits}) -> {cublas / best:5.2f}x "
+                          f"best {best:8.1f} ({tile.label} /{splits}) -> {cublas / best:5.2f}x "
                           f"(sm80 {cublas / ours:5.2f}x) | {others}", flush=True)  # fmt: skip
         for m in args.m:
             print(f"W{bits} M={m:5d}: median cuBLAS/best {statistics.median(ratios[m]):5.2f}x "

@@ -6,7 +6,7 @@ another kernel_sm90_quant.cuh (e.g. the previous commit's), every variant of a p
 interleaved (gemm_runtime.timing.interleaved_medians_ms), W4 fp16 by default, groups of
 128, L2 flushed, medians, µs:
 
-    python -m bench.experiments.sm90_quant_turn_parts [--tiles 64x128s8 64x64s8k2 64x128s8k2]
+    python -m bench.experiments.sm90_quant_turn_parts [--tiles 64x128s8 64x64s8k2 64x64x128s8k2]
         [--problems down:1 gate_up:1 qkv:2] [--m 64] [--bits 4] [--baseline OLD.cuh]
 
 A problem is LAYER:SPLITS of --model (bench/shapes.yaml). Fifty-third session (H100,
@@ -27,7 +27,7 @@ from bench.experiments.sm90_quant_launch import parse_tile
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
-from tests.sm90_quant_kernel import QuantKernel, launch
+from tests.sm90_quant_kernel import launch
 
 VARIANTS = {
     "base": (),
@@ -50,7 +50,7 @@ def parse_problem(text: str) -> tuple[str, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiles", nargs="+", type=parse_tile, default=[parse_tile(t) for t in
-                    ("64x128s8", "64x64s8k2", "64x128s8k2")])  # fmt: skip
+                    ("64x128s8", "64x64s8k2", "64x64x128s8k2", "64x128s8k2")])  # fmt: skip
     ap.add_argument("--problems", nargs="+", type=parse_problem, default=[("down", 1), ("gate_up", 1), ("qkv", 2)])
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--m", type=int, default=64)
@@ -66,11 +66,10 @@ def main() -> None:
         x = torch.randn(args.m, k, device="cuda", dtype=torch.float16)
         d = torch.empty(args.m, n, device="cuda", dtype=torch.float16)
         kernels = []
-        for tokens, rows, stages, blocks, k_split in args.tiles:
+        for tile in args.tiles:
             for column in columns:
-                kernel = QuantKernel("f16", args.bits, "f16", tokens, rows, stages, defines=VARIANTS.get(column, ()),
-                                     header=args.baseline if column == "baseline" else "", blocks=blocks,
-                                     k_split=k_split)  # fmt: skip
+                kernel = tile.kernel("f16", args.bits, defines=VARIANTS.get(column, ()),
+                                     header=args.baseline if column == "baseline" else "")  # fmt: skip
                 launch(kernel, x, packed, d, splits=splits)  # compiled, loaded, checked for traps
                 kernels.append(kernel)
         times = interleaved_medians_ms([lambda kern=kern: launch(kern, x, packed, d, splits=splits, sync=False)
@@ -78,10 +77,9 @@ def main() -> None:
         print(f"\n{args.model} {layer} M={args.m} W{args.bits}, splits {splits}, µs\n")
         print("| tile | " + " | ".join(columns) + " |")
         print("|---|" + "---:|" * len(columns))
-        for i, (tokens, rows, stages, blocks, k_split) in enumerate(args.tiles):
-            name = f"{tokens}x{rows}s{stages}" + (f"b{blocks}" if blocks > 1 else "") + (f"k{k_split}" if k_split > 1 else "")
+        for i, tile in enumerate(args.tiles):
             row = times[i * len(columns):(i + 1) * len(columns)]
-            print(f"| {name} | " + " | ".join(f"{t * 1e3:.1f}" for t in row) + " |", flush=True)
+            print(f"| {tile.label} | " + " | ".join(f"{t * 1e3:.1f}" for t in row) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -71,19 +71,23 @@ def max_tokens(consumers: int, blocks: int = 1) -> int:
         return 64
     room = consumer_registers(consumers) - CONSUMER_REGS_BESIDE_ACC
     return max(t for t in TOKENS if t // 2 <= room)
-V_ROWS = 2  # group rows of scales (and of zeros) a stage holds at most: groups of 32
+V_ROWS = 2  # group rows of scales (and of zeros) a K tile needs at most: groups of 32
 STAGED_PAD = 4  # floats beyond the weight rows per staged row of D (kStagedPitch)
 HANDOFF_PAD = 8  # 16-bit elements beyond the weight rows per row of the hand-off staging (kHandoffPitch)
 SMEM_LIMIT = 227 * 1024  # Sm90QuantConfig::kSmemLimit: both forms' ring, staging and buffers
 
 
-def v_box_rows(group_size: int, k: int) -> int:
-    """Group rows of V one K tile needs: two for groups of 32, one from 64 up and for
-    one group over all of K (a size of K or more, however small K is). The kernel
-    computes the same from group_shift (quant_v_rows in gemm/sm90/quant_config.cuh:
-    one group has a shift of 30) for the bytes its full barriers expect; the two must
-    agree, or a barrier never completes."""
-    return 2 if group_size < min(CTA_K, k) else 1
+def v_box_rows(group_size: int, k: int, stage_k: int = CTA_K) -> int:
+    """Group rows of V one ring stage (``stage_k`` of K: a K tile, or a pair of them)
+    needs: its K over the group size (two or four for groups of 32, two for groups of 64
+    over a pair), one from the stage's K up and for one group over all of K (a size of K
+    or more, however small K is). The kernel computes the same from group_shift
+    (Sm90QuantConfig::v_rows in gemm/sm90/quant_config.cuh: one group has a shift of 30)
+    for the bytes its full barriers expect; the two must agree, or a barrier never
+    completes."""
+    if group_size >= k:
+        return 1
+    return max(1, stage_k // group_size) if group_size < stage_k else 1
 
 
 def words_per_lane(spec: KernelSpec) -> int:
@@ -121,6 +125,13 @@ class Sm90QuantFamily(MainloopFamily):
         """Consumer warpgroups (four warps each)."""
         return spec.warps[1] * spec.warps[2] // 4
 
+    @staticmethod
+    def k_per_stage(spec: KernelSpec) -> int:
+        """K tiles of 64 per ring stage (Sm90QuantConfig::kKPerStage): 2 for cta K 128,
+        where the two warpgroups taking K tiles in turn read each stage at once, each its
+        half."""
+        return spec.cta[2] // CTA_K
+
     def blocks(self, spec: KernelSpec) -> int:
         """m64 blocks of weight rows per consumer warpgroup (Sm90QuantConfig::kBlocks): 2
         where the tile has half the usual warps ([1, rows / 32, 1]: 32 rows a warp)."""
@@ -129,8 +140,10 @@ class Sm90QuantFamily(MainloopFamily):
     # ---- validation -------------------------------------------------------------------
     def tile_error(self, cta, warps, stages, cluster=1):
         m, n, k = cta
-        if k != CTA_K:
-            return "cta", f"a K of {CTA_K} (one 128-byte swizzled row of X per token and K tile)"
+        pair = not self.shared_b and n in (64, 128) and tuple(warps) == (1, n // 16, 2)
+        if k != CTA_K and not (pair and k == 2 * CTA_K):
+            also = " (or 128 with warps [1, rows / 16, 2]: a pair of K tiles a stage)" if not self.shared_b else ""
+            return "cta", f"a K of {CTA_K} (one 128-byte swizzled row of X per token and K tile){also}"
         if m not in self.tokens:
             return "cta", f"an M ({self.tokens_rule}) of {' or '.join(map(str, self.tokens))}"
         if n not in self.rows:
@@ -195,11 +208,12 @@ class Sm90QuantFamily(MainloopFamily):
 
     def stage_bytes(self, spec: KernelSpec) -> int:
         """Sm90QuantConfig::kStageBytes: X's tile, the packed weight's K tile and the
-        scales and zeros of two groups, rounded up to 1024 bytes (X's swizzle atoms)."""
+        scales and zeros of two groups (each of a pair's), rounded up to 1024 bytes (X's
+        swizzle atoms)."""
         tokens, rows, k = spec.cta
         x = tokens * k * 2
         w = rows // 8 * (k // 32) * 32 * words_per_lane(spec) * 4
-        v = 2 * V_ROWS * rows * 2
+        v = 2 * V_ROWS * self.k_per_stage(spec) * rows * 2
         return -(-(x + w + v) // 1024) * 1024
 
     def staged_bytes(self, spec: KernelSpec) -> int:
@@ -247,13 +261,14 @@ class Sm90QuantFamily(MainloopFamily):
 
     # ---- the launch -------------------------------------------------------------------
     def tensor_maps(self, spec: KernelSpec, key: ProblemKey | None = None) -> tuple[TensorMapBox, ...]:
-        """X's box is the CTA's tokens (only M's rows below them, a_box_rows) x 64 K; the
-        packed weight's is its n8 tiles x one K tile of 32-bit words; V's is the weight
-        rows x the groups of one K tile (v_box_rows, from the key's group size)."""
+        """X's box is the CTA's tokens (only M's rows below them, a_box_rows) x 64 K (a
+        pair's stage takes two); the packed weight's is its n8 tiles x one stage's K of
+        32-bit words; V's is the weight rows x the groups of one stage (v_box_rows, from
+        the key's group size)."""
         tokens, rows, k = spec.cta
         x_rows = tokens if key is None else a_box_rows(tokens, key.m)
-        v_rows = 1 if key is None else v_box_rows(key.group_size, key.k)
-        return (TensorMapBox("a", x_rows, k), TensorMapBox("b", rows // 8, k * words_per_lane(spec), swizzle=0),
+        v_rows = 1 if key is None else v_box_rows(key.group_size, key.k, k)
+        return (TensorMapBox("a", x_rows, CTA_K), TensorMapBox("b", rows // 8, k * words_per_lane(spec), swizzle=0),
                 TensorMapBox("v", v_rows, rows, swizzle=0))  # fmt: skip
 
     def problem_error(self, spec: KernelSpec, k: int) -> str | None:

@@ -234,11 +234,15 @@ def test_sm90_quant_launch_parses_tiles_and_rejects_bad_ones():
 
     from bench.experiments.sm90_quant_launch import parse_tile
 
-    assert parse_tile("64x128s8") == (64, 128, 8, 1, 1)
-    assert parse_tile("64x256s8b2") == (64, 256, 8, 2, 1)
-    assert parse_tile("64x64s8k2") == (64, 64, 8, 1, 2)
-    for bad in ("64x128", "64x128s8z2", "64x64s8k2b2", "x128s8", ""):
-        with pytest.raises(argparse.ArgumentTypeError, match="TOKENSxROWSsSTAGES"):
+    assert parse_tile("64x128s8") == (64, 128, 8, 1, 1, 64)
+    assert parse_tile("64x256s8b2") == (64, 256, 8, 2, 1, 64)
+    assert parse_tile("64x64s8k2") == (64, 64, 8, 1, 2, 64)
+    pair = parse_tile("64x64x128s8k2")
+    assert pair == (64, 64, 8, 1, 2, 128) and pair.label == "64x64x128s8k2"
+    assert pair.kernel("bf16", 8).spec.cta == (64, 64, 128) and pair.kernel().spec.warps == (1, 4, 2)
+    assert parse_tile("64x256s8b2").label == "64x256s8b2"
+    for bad in ("64x128", "64x128s8z2", "64x64s8k2b2", "x128s8", "64x64x128", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"TOKENSxROWS\[xK\]sSTAGES"):
             parse_tile(bad)
 
 

@@ -148,6 +148,57 @@ def test_k_turn_kernels_compile(dtype: str, bits: int) -> None:
         assert "serialized" not in log, log
 
 
+def test_a_pair_of_k_tiles_a_stage() -> None:
+    """cta K 128 with warps [1, rows / 16, 2]: a stage holds the pair of K tiles the two
+    warpgroups of a row block read at once, each its half (Sm90QuantConfig::kKPerStage):
+    X's two boxes of 64 K, one weight box twice as wide, the pair's groups; every consumer
+    reads every stage. Only with the K tiles in turn, register A."""
+    from gemm_runtime.context import make_key
+
+    pair = QuantKernel("f16", 4, "f16", 64, 64, 8, k_split=2, cta_k=128).spec
+    single = QuantKernel("f16", 4, "f16", 64, 64, 8, k_split=2).spec
+    assert SM90Q.tile_error(pair.cta, pair.warps, pair.stages) is None
+    assert (SM90Q.k_per_stage(pair), SM90Q.k_per_stage(single)) == (2, 1)
+    for cta, warps in [((64, 64, 128), (1, 4, 1)), ((64, 128, 128), (1, 8, 1)), ((64, 256, 128), (1, 16, 2)),
+                       ((64, 64, 192), (1, 4, 2))]:
+        field, rule = SM90Q.tile_error(cta, warps, 8)
+        assert field == "cta" and "128 with warps [1, rows / 16, 2]" in rule, (cta, warps, rule)
+    smem = Mainloop.SM90_QUANT_SMEM
+    assert smem.tile_error((64, 256, 128), (1, 8, 1), 4)[0] == "cta"
+    # X 64 x 128 x 2, the packed pair (8 n8 tiles x 4 k32 blocks x 32 lanes x 4 bytes), four
+    # groups' scales and zeros; 1024-byte multiples.
+    assert SM90Q.stage_bytes(pair) == -(-(64 * 128 * 2 + 8 * 4 * 32 * 4 + 2 * 4 * 64 * 2) // 1024) * 1024
+    assert SM90Q.stage_bytes(pair) > 2 * SM90Q.stage_bytes(single) - 2048
+    key = make_key(DataType.F16, pair.b_order, DataType.F16, 64, 4096, 4096, arch=90)._replace(
+        b_type=pair.b_type, quant="u4g32")
+    x, w, v = SM90Q.tensor_maps(pair, key)
+    assert (x.box_rows, x.box_cols) == (64, 64)  # a 128-byte swizzled row of X: two boxes a stage
+    assert (w.box_rows, w.box_cols) == (8, 128)  # n8 tiles x the pair's words (one a K a lane: u4)
+    assert v.box_rows == 4  # groups of 32 over 128 K
+    for quant, rows in (("u4g64", 2), ("u4g128", 1), ("u4g4096", 1)):
+        assert SM90Q.tensor_maps(pair, key._replace(quant=quant))[2].box_rows == rows
+    # Stream-K and the cost model count stages: K / 128.
+    assert SM90Q.staged_bytes(pair) == SM90Q.staged_bytes(single)
+    assert SM90Q.partial_tiles(pair, (1, 64), 2, 132) == SM90Q.partial_tiles(single, (1, 64), 2, 132)
+
+
+@pytest.mark.parametrize("dtype, bits, out", [("f16", 4, "f16"), ("bf16", 8, "f32")])
+def test_pair_stage_kernels_compile(dtype: str, bits: int, out: str) -> None:
+    """The pair tiles compile for sm_90a without spills, with wgmma unserialized (a run's
+    first tile never zeroes the sums: with a pair each warpgroup has a half of every
+    stage) and the host's stage size (the template's static_asserts)."""
+    from codegen.render import render_kernel
+    from tests.sm90_smoke import nvrtc_compile, report
+
+    for tokens, rows, stages in [(64, 64, 8), (32, 64, 8), (32, 128, 8)]:
+        spec = QuantKernel(dtype, bits, out, tokens, rows, stages, k_split=2, cta_k=128).spec
+        ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+        assert ok, log
+        rep = report(log, spec.name)
+        assert rep["spill_stores"] == rep["spill_loads"] == 0, log
+        assert "serialized" not in log, log
+
+
 def test_what_a_kernel_implies() -> None:
     for k in load_configs([YAML]):
         s = k.spec
@@ -206,15 +257,17 @@ def test_what_a_kernel_implies() -> None:
         assert SM90Q.nvrtc_target(90) == "sm_90a"
 
 
-@pytest.mark.parametrize("k", [32, 40, 64, 1000, 4096])
+@pytest.mark.parametrize("k", [32, 40, 64, 96, 1000, 4096])
 @pytest.mark.parametrize("group", [32, 64, 128, -1])
 def test_v_box_rows_agree_with_the_kernels_shift_rule(k: int, group: int) -> None:
-    """The host's box rows and the kernel's quant_v_rows (two below a shift of 6) must
-    agree, or a full barrier never completes: one group (of any size) has a shift of 30."""
+    """The host's box rows and the kernel's Sm90QuantConfig::v_rows must agree, or a full
+    barrier never completes: a K tile a stage, two below a shift of 6; a pair, four below 6
+    and two below 7; one group (of any size) has a shift of 30."""
     groups = quant_groups(group, k)
     size = k if groups == 1 else group
-    kernel_rows = 2 if group_shift(group, groups) < 6 else 1
-    assert v_box_rows(size, k) == kernel_rows
+    shift = group_shift(group, groups)
+    assert v_box_rows(size, k) == (2 if shift < 6 else 1)
+    assert v_box_rows(size, k, 128) == (4 if shift < 6 else 2 if shift < 7 else 1)
 
 
 def test_the_box_sizes_the_kernel_expects_are_the_hosts() -> None:

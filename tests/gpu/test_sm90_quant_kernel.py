@@ -27,13 +27,15 @@ SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4
 # decode widths of 8, 16 and 32 tokens among them; three and four consumer warpgroups:
 # 128x192, 64x256; "b2": two m64 blocks of weight rows per consumer warpgroup, half the
 # warps; "ks": two consumer warpgroups per 64 weight rows taking the K tiles in turn,
-# warps [1, 4, 2]), and the shared-B form's ("smem",
+# warps [1, 4, 2]; "kp": the same with a pair of K tiles a ring stage, cta K 128), and the
+# shared-B form's ("smem",
 # codegen/families/sm90_quant.py: experimental), with three and two buffers of
 # dequantized weights.
 TILES = [(64, 128, 8, ""), (128, 128, 6, ""), (256, 128, 4, ""), (64, 64, 8, ""), (128, 64, 4, ""),
          (8, 64, 8, ""), (8, 128, 8, ""), (16, 64, 8, ""), (16, 128, 8, ""), (32, 128, 8, ""),
          (128, 192, 6, ""), (64, 256, 8, ""), (64, 256, 8, "b2"), (64, 128, 8, "b2"), (32, 256, 8, "b2"),
          (64, 64, 8, "ks"), (128, 64, 6, "ks"), (32, 64, 8, "ks"), (64, 128, 8, "ks"), (32, 128, 8, "ks"),
+         (64, 64, 8, "kp"), (128, 64, 4, "kp"), (32, 64, 8, "kp"), (64, 128, 6, "kp"), (32, 128, 8, "kp"),
          (64, 256, 6, "smem"), (128, 256, 4, "smem"), (64, 128, 4, "smem")]  # fmt: skip
 
 
@@ -43,7 +45,7 @@ def _tile_id(tile) -> str:
 
 def _kernel(dtype: str, bits: int, out: str, tile) -> QuantKernel:
     return QuantKernel(dtype, bits, out, *tile[:3], smem=tile[3] == "smem", blocks=2 if tile[3] == "b2" else 1,
-                       k_split=2 if tile[3] == "ks" else 1)
+                       k_split=2 if tile[3] in ("ks", "kp") else 1, cta_k=128 if tile[3] == "kp" else 64)
 
 
 def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: int, dtype: str) -> str | None:
@@ -61,13 +63,7 @@ def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: 
     return f"rel {rel:.2e} max {worst:.2e} at ({r}, {c}): {got[r, c].item():.5g} vs {ref[r, c].item():.5g}"
 
 
-@pytest.mark.parametrize("tile", TILES, ids=_tile_id)
-@pytest.mark.parametrize("symmetric", [False, True])
-@pytest.mark.parametrize("group_size", [32, 128, -1])
-@pytest.mark.parametrize("out", ["same", "f32"])
-@pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_quant_kernel_matches_dequantized_reference(dtype, bits, out, group_size, symmetric, tile) -> None:
+def _matches_reference(dtype: str, bits: int, out: str, group_size: int, symmetric: bool, tile) -> None:
     out = dtype if out == "same" else out
     kernel = _kernel(dtype, bits, out, tile)
     gen = torch.Generator(device="cuda").manual_seed(bits * 1009 + group_size + 7 * symmetric + tile[0] + tile[1])
@@ -82,6 +78,27 @@ def test_quant_kernel_matches_dequantized_reference(dtype, bits, out, group_size
         if error:
             failures.append(f"M={m} N={n} K={k}: {error}")
     assert not failures, f"{kernel.name} group {group_size} symmetric={symmetric}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("tile", TILES, ids=_tile_id)
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("group_size", [32, 128, -1])
+@pytest.mark.parametrize("out", ["same", "f32"])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_quant_kernel_matches_dequantized_reference(dtype, bits, out, group_size, symmetric, tile) -> None:
+    _matches_reference(dtype, bits, out, group_size, symmetric, tile)
+
+
+@pytest.mark.parametrize("tile", [t for t in TILES if t[3] == "kp"], ids=_tile_id)
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_pair_stage_halves_take_their_own_groups(dtype, bits, symmetric, tile) -> None:
+    """Groups of 64 on the pair tiles: a stage's two halves each have their own group
+    (Sm90QuantConfig::v_rows 2), the second warpgroup's lane offsets starting at it; K =
+    1000 and 7392 end inside a stage's second half."""
+    _matches_reference(dtype, bits, "same", 64, symmetric, tile)
 
 
 @pytest.mark.parametrize("tile", TILES, ids=_tile_id)

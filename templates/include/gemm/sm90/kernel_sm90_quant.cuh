@@ -86,8 +86,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   const Sm90QuantStage<Cfg> st{pin_register((smem_addr(smem_raw) + 1023u) & ~1023u)};
   const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
-  const int k_tiles = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;  // of every output tile
-  const int v_rows = quant_v_rows(p.group_shift);
+  const int k_tiles = (p.K + Cfg::kStageK - 1) / Cfg::kStageK;  // of every output tile: its ring stages
+  const int v_rows = Cfg::v_rows(p.group_shift);
   // Output tile t is token tile t / tiles_n (grouped: of the experts' tile rows as
   // find_group_tile enumerates them; the host's tiles_m is a bound on them, and a walk
   // stops at the first tile past the last), weight tile t % tiles_n. The CTA's walk over
@@ -164,7 +164,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     mbar_init(handoff_empty, kHandoffStorers);
     mbar_init(land_ok, Cfg::kConsumers * 4);
     mbar_init(land_full, 1);
-    init_ring(full_bar, empty_bar, Cfg::kRowConsumers * 4);  // a K tile's consumers: one per row block
+    init_ring(full_bar, empty_bar, Cfg::kStageReaders * 4);  // a stage's consumers (kStageReaders)
   }
   __syncthreads();
 
@@ -189,7 +189,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       }
       // NOTE: whole boxes are expected, out-of-bounds parts included (zero-filled).
       const u32 stage_bytes =
-          static_cast<u32>((GEMM_SM90Q_LEAVE_OUT == 4 ? 0 : Cfg::x_box_bytes(p.M)) +
+          static_cast<u32>((GEMM_SM90Q_LEAVE_OUT == 4 ? 0 : Cfg::kKPerStage * Cfg::x_box_bytes(p.M)) +
                            (GEMM_SM90Q_LEAVE_OUT == 5 ? 0 : Cfg::kTileBytesW + 2 * v_rows * Cfg::kRows * 2));
       // NOTE: a tile's end stages D over the stages staged_stage() names: after a tile
       // boundary the next tile's copies go on into the other stages, and wait for the
@@ -219,8 +219,11 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
           mbar_wait(empty(s), (static_cast<u32>(i / kStages) & 1u) ^ 1u);
           if (leader) {
             mbar_arrive_expect_tx(full(s), stage_bytes);
-            const int k0 = kt * Cfg::kCtaK;
-            if (GEMM_SM90Q_LEAVE_OUT != 4) tma_load_2d(st.x(s), tma_x, full(s), k0, m0);
+            const int k0 = kt * Cfg::kStageK;
+            // X's box is one K tile wide (a 128-byte swizzled row a token): one a K tile.
+#pragma unroll
+            for (int h = 0; h < Cfg::kKPerStage && GEMM_SM90Q_LEAVE_OUT != 4; ++h)
+              tma_load_2d(st.x(s) + h * Cfg::kTileBytesX, tma_x, full(s), k0 + h * Cfg::kCtaK, m0);
             if (GEMM_SM90Q_LEAVE_OUT != 5) {
               tma_load_2d(st.w(s), tma_w, full(s), k0 * Cfg::kWords, w_row0 + at.n0 / 8);
               const int group = v_row0 + (k0 >> p.group_shift);
@@ -284,16 +287,25 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   const u32 ring_leader = pin_register(lane == 0 ? 1u : 0u);
   auto release = [&](int it) { mbar_arrive_if(empty(stage_of(it)), ring_leader); };
 
-  // Stage 0's X tile; the others and the k16 steps are offsets of it (smem_desc_advance).
-  const u64 x_desc0 = smem_desc_kmajor_sw128(st.x(0));
+  // A warpgroup's K tiles in a run: with a K tile a stage, the local indices j = first_j,
+  // first_j + kTurn, ... (its turn); with a pair a stage, every stage, its half k_part.
+  constexpr bool kPairs = Cfg::kKPerStage > 1;
+  constexpr int kTurn = Cfg::kKSplit / Cfg::kKPerStage;  // from one of a warpgroup's stages to its next
+  const int first_j = kPairs ? 0 : k_part;
+  // Stage 0's X tile (with pairs, this warpgroup's half); the others and the k16 steps are
+  // offsets of it (smem_desc_advance).
+  const u64 x_desc0 = smem_desc_kmajor_sw128(st.x(0) + (kPairs ? k_part * Cfg::kTileBytesX : 0));
 
   // ---- register A: D^T = W . X^T ----
   // The warp's 16 weight rows of block b (Cfg::kBlocks m64 blocks per warpgroup).
   auto local_row0 = [&](int b) { return 64 * (row_wg * Cfg::kBlocks + b) + 16 * warp; };
   LaneOffsets lane_offs[Cfg::kBlocks];
-  const u32 two_groups = pin_register(v_rows == 2 ? 1u : 0u);  // per K tile (else a parameter load in each)
+  // Two groups a K tile (groups of 32); made once (else a parameter load in each K tile).
+  const u32 two_groups = pin_register(v_rows == 2 * Cfg::kKPerStage ? 1u : 0u);
+  // With pairs, this warpgroup's half of each stage: its K tile's words and first group.
+  const int part = kPairs ? k_part : 0, group0 = kPairs ? k_part * v_rows / Cfg::kKPerStage : 0;
 #pragma unroll
-  for (int b = 0; b < Cfg::kBlocks; ++b) lane_offs[b] = lane_offsets<Cfg>(local_row0(b), lane);
+  for (int b = 0; b < Cfg::kBlocks; ++b) lane_offs[b] = lane_offsets<Cfg>(local_row0(b), lane, part, group0);
   using ARegs = u32[Cfg::kBlocks][2][2][4];  // a K tile's A registers: [block][k32 block][k16 step][register]
   auto fence_a = [](ARegs& a) {
 #pragma unroll
@@ -303,7 +315,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // already) join the one of the previous K tile in flight; once that one is done, its
   // stage goes back and its registers (`fill`) take the next K tile's dequantized
   // weights, under this tile's wgmma. scale-d false on the run's first wgmma starts the
-  // tile's sums afresh. A warpgroup's K tiles are j = k_part, k_part + kKSplit, ...
+  // tile's sums afresh. A warpgroup's K tiles are j = first_j, first_j + kTurn, ...
   // NOTE: one group in flight, not none: waiting for this tile's own wgmma before
   // issuing the next leaves the tensor cores idle for a wgmma's latency per K tile
   // (H200, W4 128x128 at M = 4096: 3% slower, GEMM_SM90Q_WGMMA_DEPTH=0). Two in flight
@@ -321,7 +333,6 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
       }
     }
   };
-  constexpr int kTurn = Cfg::kKSplit;  // from one of a warpgroup's K tiles to its next
   // K tile j's wgmma on `width` tokens (a TokenWidth), its group committed.
   auto issue = [&](auto width, int j, const u64 x_desc, ARegs& use) {
     constexpr int kWidth = decltype(width)::value;
@@ -334,9 +345,9 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
           float(&d)[Cfg::kBlockAcc] = *reinterpret_cast<float(*)[Cfg::kBlockAcc]>(acc + b * Cfg::kBlockAcc);
           const u64 desc = smem_desc_advance(x_desc, (2 * kb + h) * 32);
           if constexpr (kWidth == Cfg::kTokens) {
-            wgmma_rs<kWidth, Mma>(d, use[b][kb][h], desc, j > k_part || kb > 0 || h > 0);
+            wgmma_rs<kWidth, Mma>(d, use[b][kb][h], desc, j > first_j || kb > 0 || h > 0);
           } else {
-            wgmma_rs_prefix<kWidth, Mma>(d, use[b][kb][h], desc, j > k_part || kb > 0 || h > 0);
+            wgmma_rs_prefix<kWidth, Mma>(d, use[b][kb][h], desc, j > first_j || kb > 0 || h > 0);
           }
         }
     wgmma_commit();
@@ -359,7 +370,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
       fence_a(fill);
-      if (j > k_part) release(it - kTurn);
+      if (j > first_j) release(it - kTurn);
       if (j + kTurn < n) dequantize(it + kTurn, fill);
     } else {
       if (j + kTurn < n) dequantize(it + kTurn, fill);
@@ -385,21 +396,24 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // width.
   auto run_register_a = [&](int it, int n, int rows) {
     const int narrow = rows <= Cfg::kTokens / 4 ? 2 : rows <= Cfg::kTokens / 2 ? 1 : 0;
-    if (Cfg::kKSplit > 1 && k_part >= n) {
+    // NOTE: not with pairs, where every run gives each warpgroup its half of each stage:
+    // compiled there, the zeroing (which no run would reach) had ptxas serialize every
+    // wgmma of the kernel (C7515).
+    if (Cfg::kKSplit > 1 && !kPairs && first_j >= n) {
       // A run of one K tile is the other warpgroup's: this one adds nothing to the tile.
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.0f;
       return;
     }
     ARegs a0, a1;
-    dequantize(it + k_part, a0);
-    for (int j = k_part; j < n; j += 2 * kTurn) {
+    dequantize(it + first_j, a0);
+    for (int j = first_j; j < n; j += 2 * kTurn) {
       step(narrow, it + j, j, n, a0, a1);
       if (j + kTurn < n) step(narrow, it + j + kTurn, j + kTurn, n, a1, a0);
     }
     wgmma_wait<0>();
     wgmma_fence_operand(acc);
-    if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it + k_part + (n - 1 - k_part) / kTurn * kTurn);
+    if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it + first_j + (n - 1 - first_j) / kTurn * kTurn);
   };
 
   // ---- shared B: D = X . W^T ----

@@ -1,14 +1,14 @@
 // The SM90 quantized kernel's compile-time configuration (kernel_sm90_quant.cuh): the
 // tile and its form, the shared-memory layout of the ring, the stagings and the shared-B
 // buffers, the registers each warpgroup keeps (Sm90QuantConfig), and the groups of scales
-// and zeros a stage holds (quant_v_rows).
+// and zeros a stage holds (Sm90QuantConfig::v_rows).
 #pragma once
 #include "gemm/sm90/quant_knobs.cuh"
 
 namespace gemm {
 
 template <class TA_, class TD_, int Bits_, int Tokens_, int Rows_, int Stages_, bool SharedB_ = false,
-          bool Grouped_ = false, int Blocks_ = 1, int KSplit_ = 1>
+          bool Grouped_ = false, int Blocks_ = 1, int KSplit_ = 1, int KPerStage_ = 1>
 struct Sm90QuantConfig {
   using TA = TA_;
   using TD = TD_;
@@ -38,9 +38,20 @@ struct Sm90QuantConfig {
   // fixed cost (docs/NOTES.md, thirty-ninth to forty-first sessions); a tile of 128 rows
   // has four consumers with the two-consumer tile's fetches of X (fifty-second session).
   static constexpr int kKSplit = KSplit_;
-  static constexpr int kCtaK = 64;
+  // K tiles of 64 per ring stage (1, or kKSplit: cta K 128). With two, a stage holds the
+  // pair of K tiles the two warpgroups of a row block take at once, each its own half, so
+  // a CTA on 64 rows gets its stages at the rate of one on 128 rows, with the same copies
+  // a stage (X's two boxes, one weight box twice as wide): on 64 rows with a K tile a
+  // stage, each warpgroup waited for every other stage (docs/NOTES.md, fifty-third
+  // session).
+  static constexpr int kKPerStage = KPerStage_;
+  static constexpr int kCtaK = 64;                      // a K tile: one 128-byte swizzled row of X
+  static constexpr int kStageK = kCtaK * kKPerStage;    // K per ring stage
   static constexpr int kRowConsumers = kSharedB ? 2 : kRows / (64 * kBlocks);  // warpgroups along the weight rows
   static constexpr int kConsumers = kRowConsumers * kKSplit;
+  // Consumer warpgroups that read (and release) each stage: those of one row block, or
+  // with a pair a stage every consumer.
+  static constexpr int kStageReaders = kKPerStage > 1 ? kConsumers : kRowConsumers;
   static constexpr int kConsumerRows = kRows / kRowConsumers;  // weight rows per consumer warpgroup
   static constexpr int kTokenSlices = kTokens / 64;         // shared B: wgmma M slices
   static constexpr int kBlockAcc = kTokens / 2;             // register A: accumulators per block
@@ -51,13 +62,15 @@ struct Sm90QuantConfig {
   // (the tile, or with kKSplit each K half's sums apart: the take adds them thread by thread).
   static constexpr int kPartialFloats = kConsumerThreads * kAcc;
   static constexpr int kWords = kBits / 4;  // 32-bit words per lane per n8 x k32 block
-  static constexpr int kTileBytesX = kTokens * kCtaK * 2;
-  static constexpr int kTileWordsW = kRows / 8 * 2 * 32 * kWords;  // n8 tiles x 2 blocks x 32 lanes
+  static constexpr int kTileBytesX = kTokens * kCtaK * 2;  // one K tile's; a stage has kKPerStage
+  // A stage's packed weights: n8 tiles x (the stage's K tiles x 2 k32 blocks) x 32 lanes.
+  static constexpr int kTileWordsW = kRows / 8 * kKPerStage * 2 * 32 * kWords;
   static constexpr int kTileBytesW = kTileWordsW * 4;
-  static constexpr int kVRows = 2;  // groups per K tile at most (groups of 32)
+  static constexpr int kVRows = 2 * kKPerStage;  // groups per stage at most (groups of 32)
   static constexpr int kTileBytesV = 2 * kVRows * kRows * 2;  // scales, then zeros
   // NOTE: the next stage's X tile must start on a 1024-byte boundary (128B swizzle).
-  static constexpr int kStageBytes = (kTileBytesX + kTileBytesW + kTileBytesV + 1023) / 1024 * 1024;
+  static constexpr int kStageBytes =
+      (kKPerStage * kTileBytesX + kTileBytesW + kTileBytesV + 1023) / 1024 * 1024;
   static constexpr int kSmemLimit = 227 * 1024;
   // The epilogue stages the CTA's D tile (fp32, a row of kStagedPitch per token) where the
   // ring was: StagedTransposedTile / StagedTile.
@@ -126,6 +139,17 @@ struct Sm90QuantConfig {
   // to 8 (the host encodes X's box so: codegen/families/sm90_quant.py, a_box_rows; the
   // rows beyond stay stale and feed only accumulators of tokens no store reads).
   __device__ static int x_box_bytes(int M) { return (M >= kTokens ? kTokens : (M + 7) / 8 * 8) * kCtaK * 2; }
+  // Groups of scales and zeros a stage holds: its K over the group size, at least one
+  // (groups of 32 are the smallest; one group over all of K has a shift of 30). The host
+  // sizes V's box so (codegen/families/sm90_quant.py, v_box_rows); were the two to differ,
+  // a full barrier would never complete.
+  __device__ __forceinline__ static int v_rows(int group_shift) {
+    if constexpr (kKPerStage == 1) {
+      return group_shift < 6 ? 2 : 1;  // groups of 32, the rest
+    } else {
+      return group_shift < 6 ? 4 : group_shift < 7 ? 2 : 1;  // groups of 32, of 64, the rest
+    }
+  }
 
   static_assert(sizeof(typename TA::Storage) == 2, "wgmma f16/bf16 operands are 16-bit");
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
@@ -149,12 +173,10 @@ struct Sm90QuantConfig {
                             kTokens == 256),
                 "the wgmma widths implemented");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
+  static_assert(kKPerStage == 1 || (kKPerStage == kKSplit && kKSplit == 2 && !kSharedB && !kGrouped),
+                "a pair of K tiles a stage is the register-A form's, for two warpgroups taking them in turn");
   static_assert(!kGrouped || !kSharedB, "the grouped form is the register-A one's");
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
 };
-
-// Groups per K tile whose scales and zeros a stage holds (the host sizes V's box so:
-// codegen/families/sm90_quant.py, v_box_rows): two for groups of 32, else one.
-__device__ __forceinline__ int quant_v_rows(int group_shift) { return group_shift < 6 ? 2 : 1; }
 
 }  // namespace gemm

@@ -14,15 +14,16 @@ template <class Cfg>
 struct Sm90QuantStage {
   u32 base;
   __device__ __forceinline__ u32 x(int s) const { return base + static_cast<u32>(s * Cfg::kStageBytes); }
-  __device__ __forceinline__ u32 w(int s) const { return x(s) + Cfg::kTileBytesX; }
+  __device__ __forceinline__ u32 w(int s) const { return x(s) + Cfg::kKPerStage * Cfg::kTileBytesX; }
   __device__ __forceinline__ u32 scales(int s) const { return w(s) + Cfg::kTileBytesW; }
   __device__ __forceinline__ u32 zeros(int s) const { return scales(s) + Cfg::kVRows * Cfg::kRows * 2; }
 };
 
 // A consumer lane's byte offsets into a stage for one m64 block (local_row0: the warp's
 // first weight row in the CTA): its first packed word (n8 tile local_row0 / 8, k32 block
-// 0) and its row's scale and zero (half 0, group 0); the other tiles, blocks and groups
-// are constants beyond them.
+// 0 of the stage's K tile `part`) and its row's scale and zero (half 0, the stage's group
+// `group`); the other tiles, blocks and groups are constants beyond them. A stage holds
+// an n8 tile's K tiles one after another (Cfg::kKPerStage of them).
 // NOTE: made once before the K loop and pinned there (pin_register): NVVM otherwise
 // re-derives them from threadIdx next to their loads, an S2R and about eight integer
 // instructions in every K tile of every consumer warp, which beside a 64- or 128-token
@@ -38,16 +39,16 @@ __device__ __forceinline__ u32 pin_register(u32 v) {
 }
 
 template <class Cfg>
-__device__ __forceinline__ LaneOffsets lane_offsets(int local_row0, int lane) {
-  const u32 words = static_cast<u32>((local_row0 / 8 * 2 * 32 + lane) * Cfg::kWords * 4);
-  const u32 rows = static_cast<u32>(2 * (local_row0 + lane / 4));
+__device__ __forceinline__ LaneOffsets lane_offsets(int local_row0, int lane, int part = 0, int group = 0) {
+  const u32 words = static_cast<u32>(((local_row0 / 8 * Cfg::kKPerStage + part) * 2 * 32 + lane) * Cfg::kWords * 4);
+  const u32 rows = static_cast<u32>(2 * (group * Cfg::kRows + local_row0 + lane / 4));
   return {pin_register(words), pin_register(rows)};
 }
 
 // A warp's A registers of one K tile (stage s): [k32 block][k16 step][register], the two
 // n8 tiles of its 16 weight rows dequantized (registers {tile 0 reg 0, tile 1 reg 0,
 // tile 0 reg 1, tile 1 reg 1} of each step, see wgmma_rs). A row's scale and zero are
-// made once per group: once per K tile, twice for groups of 32 (VRows, quant_v_rows).
+// made once per group: once per K tile, twice for groups of 32 (VRows, Sm90QuantConfig::v_rows).
 template <class Cfg, int VRows>
 __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, LaneOffsets lane,
                                                   u32 (&a)[2][2][4]) {
@@ -68,7 +69,8 @@ __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st,
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // n8 tile local_row0 / 8 + half, k32 block kb: 32 lanes of kWords words each
-      const u32 words = st.w(s) + lane.words + static_cast<u32>((half * 2 + kb) * 32 * Cfg::kWords * 4);
+      const u32 words =
+          st.w(s) + lane.words + static_cast<u32>((half * Cfg::kKPerStage * 2 + kb) * 32 * Cfg::kWords * 4);
       u32 w[D::kWords];
       if constexpr (D::kWords == 1) {
         w[0] = ld_shared_u32(words);
