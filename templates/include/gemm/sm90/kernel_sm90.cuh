@@ -66,6 +66,14 @@
 #ifndef GEMM_SM90_WGMMA_DEPTH
 #define GEMM_SM90_WGMMA_DEPTH 1
 #endif
+// GEMM_SM90_UNIFORM_WG 1 takes the warpgroup index through a shuffle from lane 0, so
+// that ptxas keeps the K loop's A descriptors (which follow it) on the uniform datapath:
+// read from threadIdx they go through vector registers and 9-16 R2UR a K tile (the
+// 128x256 loop: 104 instructions, 84 so). The sm90_quant tiles in turn ran 3-10% faster
+// for the same change (docs/NOTES.md, fifty-third session); here not yet timed.
+#ifndef GEMM_SM90_UNIFORM_WG
+#define GEMM_SM90_UNIFORM_WG 0
+#endif
 // GEMM_SM90_TRACE 1 (bench/experiments/sm90_trace.py) records SM clocks per work unit
 // into the split-K partials pointer of an unsplit launch: where a tile's time goes.
 #ifndef GEMM_SM90_TRACE
@@ -182,7 +190,8 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
   // NOTE: every CTA of a cluster computes the same base: multicast copies land at the
   // same offset in each.
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const int wg = threadIdx.x / 128;
+  const int wg = GEMM_SM90_UNIFORM_WG ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0)
+                                     : static_cast<int>(threadIdx.x / 128);
   const int lane = threadIdx.x % 32;
   const int rank = kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
   const int k_tiles_total = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
