@@ -12,8 +12,8 @@ out with GEMM_SM90Q_LEAVE_OUT, whose sums are wrong by design):
         [--layers llama3-8b llama3-70b] [--m 64 128 256] [--bits 4] [--dtype f16] [--rounds 2]
 
 A variant is one or more settings joined by commas: a define of the header, or
-`stages=N`, `blocks=N` or `k_split=N` (the kernel's tile, tests/sm90_quant_kernel.py's QuantKernel
-fields) or `splits=N` (the launch's) or `header=PATH` (another kernel_sm90_quant.cuh in
+`stages=N`, `blocks=N`, `k_split=N` or `cta_k=128` (the kernel's tile, tests/sm90_quant_kernel.py's
+QuantKernel fields; `cta_k=128` on a plan taking K tiles in turn: a pair of them a stage) or `splits=N` (the launch's) or `header=PATH` (another kernel_sm90_quant.cuh in
 place of the tree's, e.g. an earlier commit's: `git show REV:templates/include/gemm/sm90/
 kernel_sm90_quant.cuh > old.cuh`; its includes come from the tree, so a file from before
 the kernel's parts moved into quant_*.cuh replaces the whole kernel, a later one the
@@ -42,7 +42,7 @@ from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
 from tests.sm90_quant_kernel import QuantKernel, launch
 
-FIELDS = ("stages", "blocks", "k_split")  # QuantKernel fields a variant may set
+FIELDS = ("stages", "blocks", "k_split", "cta_k")  # QuantKernel fields a variant may set
 
 ROOT = Path(__file__).resolve().parents[2]
 # The device model the plans are picked on (an H100 / H200: 132 SMs at 1.98 GHz).
@@ -81,7 +81,8 @@ def variant_of(settings: tuple[str, ...], base: QuantKernel, splits: int) -> tup
     header = next((s.split("=", 1)[1] for s in settings if s.startswith("header=")), "")
     kernel = QuantKernel(base.dtype, base.bits, base.out, base.tokens, base.rows, fields.get("stages", base.stages),
                          defines=defines, blocks=fields.get("blocks", base.blocks), header=header,
-                         k_split=fields.get("k_split", base.k_split))  # fmt: skip
+                         k_split=fields.get("k_split", base.k_split),
+                         cta_k=fields.get("cta_k", base.cta_k))  # fmt: skip
     spec = kernel.spec
     return (None if spec.mainloop.tile_error(spec.cta, spec.warps, spec.stages) else kernel), splits
 

@@ -224,6 +224,10 @@ def test_sm90_quant_knobs_plans_and_variants():
     kernel, _ = variant_of(("header=old.cuh", "GEMM_SM90Q_WGMMA_DEPTH=2"), base, 3)
     assert (kernel.header, kernel.defines) == ("old.cuh", ("GEMM_SM90Q_WGMMA_DEPTH=2",))
     assert variant_of(("blocks=2",), QuantKernel("f16", 4, "f16", 128, 128, 6), 1)[0] is None  # 128 tokens
+    # The tiles in turn with a pair of K tiles a stage; not on a tile that does not take turns.
+    turns = QuantKernel("f16", 4, "f16", 64, 64, 8, k_split=2)
+    assert variant_of(("cta_k=128",), turns, 2)[0].spec.cta == (64, 64, 128)
+    assert variant_of(("cta_k=128",), base, 2)[0] is None
 
 
 def test_sm90_quant_launch_parses_tiles_and_rejects_bad_ones():
