@@ -131,16 +131,20 @@ def test_k_tiles_in_turn(tmp_path: Path) -> None:
     assert QuantKernel("f16", 4, "f16", 64, 64, 8, k_split=2).spec.warps == turns.warps
 
 
-@pytest.mark.parametrize("dtype, bits", [("f16", 4), ("bf16", 8)])
-def test_k_turn_kernels_compile(dtype: str, bits: int) -> None:
-    """The GPU test's tiles taking K tiles in turn compile for sm_90a without spilling and
-    without ptxas serializing their wgmma (C7515: the accumulators a warpgroup zeroes when
-    a run's only K tile is the other's), with the kernel's static_asserts."""
+@pytest.mark.parametrize("cta_k", [64, 128])
+@pytest.mark.parametrize("dtype, bits, out", [("f16", 4, "f16"), ("bf16", 8, "f32")])
+def test_k_turn_kernels_compile(dtype: str, bits: int, out: str, cta_k: int) -> None:
+    """The GPU test's tiles taking K tiles in turn, a K tile a stage (cta K 64) and a pair
+    (128), compile for sm_90a without spilling and without ptxas serializing their wgmma
+    (C7515: the accumulators a warpgroup zeroes when a run's only K tile is the other's;
+    with a pair each warpgroup has a half of every stage, and that zeroing is compiled
+    out), with the kernel's static_asserts (the host's stage size among them)."""
     from codegen.render import render_kernel
     from tests.sm90_smoke import nvrtc_compile, report
 
-    for tokens, stages in [(32, 8), (64, 8), (128, 6)]:
-        spec = QuantKernel(dtype, bits, dtype, tokens, 64, stages, k_split=2).spec
+    tiles = [(32, 64, 8), (64, 64, 8), (128, 64, 6)] if cta_k == 64 else [(64, 64, 8), (32, 64, 8), (32, 128, 8)]
+    for tokens, rows, stages in tiles:
+        spec = QuantKernel(dtype, bits, out, tokens, rows, stages, k_split=2, cta_k=cta_k).spec
         ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
         assert ok, log
         rep = report(log, spec.name)
@@ -180,23 +184,6 @@ def test_a_pair_of_k_tiles_a_stage() -> None:
     # Stream-K and the cost model count stages: K / 128.
     assert SM90Q.staged_bytes(pair) == SM90Q.staged_bytes(single)
     assert SM90Q.partial_tiles(pair, (1, 64), 2, 132) == SM90Q.partial_tiles(single, (1, 64), 2, 132)
-
-
-@pytest.mark.parametrize("dtype, bits, out", [("f16", 4, "f16"), ("bf16", 8, "f32")])
-def test_pair_stage_kernels_compile(dtype: str, bits: int, out: str) -> None:
-    """The pair tiles compile for sm_90a without spills, with wgmma unserialized (a run's
-    first tile never zeroes the sums: with a pair each warpgroup has a half of every
-    stage) and the host's stage size (the template's static_asserts)."""
-    from codegen.render import render_kernel
-    from tests.sm90_smoke import nvrtc_compile, report
-
-    for tokens, rows, stages in [(64, 64, 8), (32, 64, 8), (32, 128, 8)]:
-        spec = QuantKernel(dtype, bits, out, tokens, rows, stages, k_split=2, cta_k=128).spec
-        ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
-        assert ok, log
-        rep = report(log, spec.name)
-        assert rep["spill_stores"] == rep["spill_loads"] == 0, log
-        assert "serialized" not in log, log
 
 
 def test_what_a_kernel_implies() -> None:
