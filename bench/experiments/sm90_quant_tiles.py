@@ -53,8 +53,8 @@ def main() -> None:
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
     ap.add_argument("--tiles", nargs="+",
-                    help="tokens x rows s stages [b blocks] [k turns], e.g. 128x64s4, 64x256s8b2 or 64x64s8k2 "
-                    "(default: TILES)")
+                    help="tokens x rows [x K] s stages [b blocks] [k turns], e.g. 128x64s4, 64x256s8b2, 64x64s8k2 "
+                    "or 64x64x128s8k2 (default: TILES)")
     args = ap.parse_args()
     if args.tiles:
         TILES[:] = [parse_tile(t) for t in args.tiles]
