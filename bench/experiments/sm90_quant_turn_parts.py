@@ -24,19 +24,15 @@ import yaml
 
 from bench.dense import ROOT
 from bench.experiments.sm90_quant_launch import parse_tile
+from bench.experiments.sm90_quant_variants import VARIANTS as ALL_VARIANTS
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
 from gemm_runtime.timing import interleaved_medians_ms
 from tests.sm90_quant_kernel import launch
 
-VARIANTS = {
-    "base": (),
-    "no_epilogue": ("GEMM_SM90Q_LEAVE_OUT=1",),
-    "no_mma": ("GEMM_SM90Q_LEAVE_OUT=2",),
-    "no_dequant": ("GEMM_SM90Q_LEAVE_OUT=3",),
-    "no_x_copy": ("GEMM_SM90Q_LEAVE_OUT=4",),
-    "no_w_copy": ("GEMM_SM90Q_LEAVE_OUT=5",),
-}
+# The leave-out variants of sm90_quant_variants (the register-A form's), by its names.
+VARIANTS = {name: ALL_VARIANTS[name] for name in ("base", "no_epilogue", "no_mma", "no_dequant", "no_x_copy",
+                                                  "no_w_copy")}  # fmt: skip
 
 
 def parse_problem(text: str) -> tuple[str, int]:
