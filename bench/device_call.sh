@@ -8,7 +8,8 @@
 # Steps, in order:
 #   build         make SYSTEM=1 generate build ARCH=90, unless build/sm_90 is there from an
 #                 earlier call on a warm machine (REBUILD=1 forces it: after a header change)
-#   tests         pytest -m gpu on $TEST_PATHS (default tests/gpu), in 12 shards at once;
+#   tests         pytest -m gpu on $TEST_PATHS (default tests/gpu), only the ids matching the
+#                 extended regex $TEST_MATCH if set (e.g. 'kp|pair'), in 12 shards at once;
 #                 one line per shard and the failures in $OUT/tests_summary.txt, the logs
 #                 gzipped in $OUT/tests_logs.gz
 #   NAME=COMMAND  runs COMMAND with its output in $OUT/NAME.txt
@@ -32,7 +33,7 @@ tests() {
   local dir
   dir=$(mktemp -d)
   # shellcheck disable=SC2086 # TEST_PATHS is a list of paths
-  python3 -m pytest --collect-only -q -m gpu ${TEST_PATHS:-tests/gpu} 2>/dev/null | grep '::' > "$dir/ids"
+  python3 -m pytest --collect-only -q -m gpu ${TEST_PATHS:-tests/gpu} 2>/dev/null | grep '::' | grep -E "${TEST_MATCH:-.}" > "$dir/ids"
   split -n l/12 "$dir/ids" "$dir/shard_"
   for shard in "$dir"/shard_*; do
     # An empty shard would run pytest without ids: the whole suite.
