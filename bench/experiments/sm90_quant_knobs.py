@@ -61,15 +61,19 @@ def sm90_quant_kernels(bits: int, dtype: str) -> list[SimpleNamespace]:
     return out
 
 
-def plan_for(kernels: list[SimpleNamespace], m: int, n: int, k: int, bits: int, dtype: str):
-    """(tokens, rows, stages, blocks, k_split, splits) of the cost model's pick."""
+def plan_for(kernels: list[SimpleNamespace], m: int, n: int, k: int, bits: int, dtype: str
+             ) -> tuple[QuantKernel, int]:
+    """The cost model's pick: its kernel, launched directly, and its split count."""
     key = make_key(DataType(dtype), BOrder.NK, DataType(dtype), m, n, k, arch=90)
     key = key._replace(b_type=DataType(f"u{bits}"), quant=f"u{bits}g128")
     feasible = [x for x in kernels if infeasible_reason(x.spec, key) is None]
     plan = rank(feasible, key, DEVICE, max_splits=8, barriers_bytes=1 << 20, partials_bytes=32 << 20)[0][1]
     spec = next(x.spec for x in feasible if x.name == plan.kernel)
-    tokens, rows, _ = spec.cta
-    return tokens, rows, spec.stages, spec.mainloop.blocks(spec), spec.mainloop.k_split(spec), plan.splits
+    tokens, rows, cta_k = spec.cta
+    kernel = QuantKernel(dtype, bits, dtype, tokens, rows, spec.stages, blocks=spec.mainloop.blocks(spec),
+                         k_split=spec.mainloop.k_split(spec), cta_k=cta_k)  # fmt: skip
+    assert kernel.name == spec.name, (kernel.name, spec.name)
+    return kernel, plan.splits
 
 
 def variant_of(settings: tuple[str, ...], base: QuantKernel, splits: int) -> tuple[QuantKernel | None, int]:
@@ -107,9 +111,7 @@ def main() -> None:
     for m in args.m:
         for model in args.layers:
             for layer, (n, k) in models[model].items():
-                tokens, rows, stages, blocks, k_split, splits = plan_for(kernels, m, n, k, args.bits, args.dtype)
-                base = QuantKernel(args.dtype, args.bits, args.dtype, tokens, rows, stages, blocks=blocks,
-                                   k_split=k_split)  # fmt: skip
+                base, splits = plan_for(kernels, m, n, k, args.bits, args.dtype)
                 runs = [(base, splits)] + [variant_of(v, base, splits) for v in variants]
                 valid = [(kern, s) for kern, s in runs if kern is not None]
                 x = torch.randn(m, k, device="cuda", dtype=torch_dtype)

@@ -41,7 +41,8 @@ PRODUCER_REGS = 40  # Sm90QuantConfig::kProducerRegs
 CONSUMER_REGS_BESIDE_ACC = 72
 _STREAM_K_COMPUTE_FACTOR = 1.05  # split_compute_factor
 _STREAM_K_TAKE_S = 2.0e-6  # split_seconds
-_K_TURNS_FACTOR = 0.85  # dequant_rate of the tiles taking K tiles in turn
+_K_TURNS_FACTOR = 0.85  # dequant_rate of the tiles taking K tiles in turn, one a stage
+_K_PAIRS_FACTOR = 0.92  # dequant_rate of the tiles taking K tiles in turn, a pair a stage
 
 
 def consumer_registers(consumers: int) -> int:
@@ -367,8 +368,13 @@ class Sm90QuantFamily(MainloopFamily):
         K tiles go in turn on 64 rows: the ring hands a CTA its stages no faster than on
         128 rows, and each of the two warpgroups takes every other one (docs/NOTES.md,
         fifty-third session; fitted so that the pick on llama3's layers follows the H100
-        sweep of the fifty-second session, docs/perf/data/sm90_quant_k_turns_h100.txt)."""
-        return _K_TURNS_FACTOR if self.k_split(spec) > 1 and spec.cta[1] < 128 else 1.0
+        sweep of the fifty-second session, docs/perf/data/sm90_quant_k_turns_h100.txt).
+        With a pair of K tiles a stage both warpgroups read every stage and the 64-row
+        tile runs nearer 64x128's rate (8b gate_up at 64 tokens: 45 us, 64x128 42, one K
+        tile a stage 55; fifty-fourth session)."""
+        if self.k_split(spec) == 1 or spec.cta[1] >= 128:
+            return 1.0
+        return _K_PAIRS_FACTOR if self.k_per_stage(spec) > 1 else _K_TURNS_FACTOR
 
     def stages_in_flight(self, spec: KernelSpec) -> int:
         return spec.stages

@@ -209,12 +209,12 @@ def test_sm90_quant_knobs_plans_and_variants():
 
     kernels = sm90_quant_kernels(4, "f16")
     assert kernels and all(k.spec.mainloop.value == "sm90_quant" and k.spec.d_type.value == "f16" for k in kernels)
-    # A small layer at 64 tokens: 64x128 split, or since the fifty-second session the
-    # 64-row tile taking K tiles in turn on 8b o.
-    tokens, rows, stages, blocks, k_split, splits = plan_for(kernels, 64, 6144, 4096, 4, "f16")
-    assert (tokens, rows, stages, blocks, k_split) == (64, 128, 8, 1, 1) and splits > 1
-    assert plan_for(kernels, 64, 4096, 4096, 4, "f16")[:5] == (64, 64, 8, 1, 2)
-    assert plan_for(kernels, 1024, 28672, 4096, 4, "f16")[:2] == (256, 128)
+    # A small layer at 64 tokens: since the fifty-fourth session the 64-row tile taking a
+    # pair of K tiles a stage in turn, split; a large one at 1024 tokens: 256x128 whole.
+    kernel, splits = plan_for(kernels, 64, 6144, 4096, 4, "f16")
+    assert kernel == QuantKernel("f16", 4, "f16", 64, 64, 8, k_split=2, cta_k=128) and splits > 1
+    kernel, splits = plan_for(kernels, 1024, 28672, 4096, 4, "f16")
+    assert (kernel.tokens, kernel.rows, kernel.k_split, kernel.cta_k, splits) == (256, 128, 1, 64, 1)
     base = QuantKernel("f16", 4, "f16", 64, 128, 8)
     kernel, s = variant_of(("blocks=2", "splits=2", "GEMM_SM90Q_WGMMA_DEPTH=0"), base, 3)
     assert (kernel.blocks, kernel.stages, kernel.defines, s) == (2, 8, ("GEMM_SM90Q_WGMMA_DEPTH=0",), 2)

@@ -43,11 +43,12 @@ def test_the_yaml_loads_into_the_default_set() -> None:
     assert len(loaded) == 64  # f16/bf16 x 16-bit/f32 out x u4/u8 x 8 tiles
     assert {k.spec.mainloop for k in loaded} == {SM90Q}
     tiles = {((64, 128, 64), 8), ((128, 128, 64), 6), ((256, 128, 64), 4), ((64, 256, 64), 8), ((128, 192, 64), 6)}
-    in_turn = {((64, 64, 64), 8), ((32, 64, 64), 8), ((32, 128, 64), 8)}
+    in_turn = {((64, 64, 128), 8), ((32, 64, 128), 8), ((32, 128, 128), 8)}  # a pair of K tiles a stage
     assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 4} == tiles | in_turn
     assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 8} == tiles | in_turn
-    # The tiles taking K tiles in turn: warps [1, rows / 16, 2].
+    # The tiles taking K tiles in turn: warps [1, rows / 16, 2], a pair of them a stage.
     assert {(k.spec.cta, k.spec.stages) for k in loaded if SM90Q.k_split(k.spec) == 2} == in_turn
+    assert all(SM90Q.k_per_stage(k.spec) == SM90Q.k_split(k.spec) for k in loaded)
     assert all(k.spec.warps == (1, k.spec.cta[1] // 16, SM90Q.k_split(k.spec)) for k in loaded)
     assert YAML in default_config_paths()
     assert {k.spec.name for k in loaded} <= {k.spec.name for k in load_configs(default_config_paths())}
@@ -189,15 +190,16 @@ def test_a_pair_of_k_tiles_a_stage() -> None:
 def test_what_a_kernel_implies() -> None:
     for k in load_configs([YAML]):
         s = k.spec
-        tokens, rows, _ = s.cta
+        tokens, rows, cta_k = s.cta
         turns = s.warps[2]  # consumer warpgroups per weight row, taking the K tiles in turn
         # The GPU test's harness launches this very kernel.
         assert QuantKernel(s.a_type.value, s.b_type.bits, s.d_type.value, tokens, rows, s.stages,
-                           k_split=turns).name == s.name  # fmt: skip
+                           k_split=turns, cta_k=cta_k).name == s.name  # fmt: skip
         assert s.threads == 128 * (rows // 64 * turns + 1)
-        # Per stage: X (tokens x 64 x 2 bytes), the packed K tile, two groups' scales and
-        # zeros; rounded up to 1024 bytes, and 1024 more to align the base.
-        stage = tokens * 128 + rows // 8 * 64 * (s.b_type.bits // 4) * 4 + 2 * 2 * rows * 2
+        # Per stage and K tile (one, or a pair where they go in turn): X (tokens x 64 x 2
+        # bytes), the packed K tile, two groups' scales and zeros; rounded up to 1024
+        # bytes, and 1024 more to align the base.
+        stage = cta_k // 64 * (tokens * 128 + rows // 8 * 64 * (s.b_type.bits // 4) * 4 + 2 * 2 * rows * 2)
         stage = -(-stage // 1024) * 1024
         # The D tile the epilogue stages (fp32 rows of weight rows + 4): after the ring
         # where both fit, else over the ring's last stages; at its start for one
@@ -208,8 +210,10 @@ def test_what_a_kernel_implies() -> None:
         one_consumer = rows == 64 and turns == 1
         offset = 0 if one_consumer else s.stages * stage if s.stages * stage <= room else room // stage * stage
         assert SM90Q.staged_offset(s) == offset and offset % stage == 0
-        if (tokens, rows) in ((64, 128), (128, 128), (64, 64), (32, 64)):
+        if (tokens, rows) in ((64, 128), (128, 128)) or (rows == 64 and (cta_k == 64 or s.b_type.bits == 4)):
             assert offset == s.stages * stage  # no stage waits for the epilogue
+        if (tokens, rows, cta_k, s.b_type.bits) == (64, 64, 128, 8):
+            assert offset == (s.stages - 1) * stage  # the last stage: 8 of them are 200 KiB
         if (tokens, rows) == (256, 128):
             assert offset == 2 * stage  # two of the four stages take the next tile's copies
         # The hand-off epilogue's 16-bit D tile (rows of weight rows + 8) right after the
