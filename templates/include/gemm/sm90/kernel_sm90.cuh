@@ -66,13 +66,14 @@
 #ifndef GEMM_SM90_WGMMA_DEPTH
 #define GEMM_SM90_WGMMA_DEPTH 1
 #endif
-// GEMM_SM90_UNIFORM_WG 1 takes the warpgroup index through a shuffle from lane 0, so
-// that ptxas keeps the K loop's A descriptors (which follow it) on the uniform datapath:
-// read from threadIdx they go through vector registers and 9-16 R2UR a K tile (the
-// 128x256 loop: 104 instructions, 84 so). The sm90_quant tiles in turn ran 3-10% faster
-// for the same change (docs/NOTES.md, fifty-third session); here not yet timed.
+// GEMM_SM90_UNIFORM_WG 1 (the default) takes the warpgroup index through a shuffle from
+// lane 0, so that ptxas keeps the K loop's A descriptors (which follow it) on the uniform
+// datapath: read from threadIdx they go through vector registers and 9-16 R2UR a K tile
+// (the 128x256 loop: 104 instructions, 84 so). H200 (docs/NOTES.md, fifty-fourth
+// session, bf16 on 8192^3 / 4096x28672x4096 / 4096^3): 128x128 615 -> 703 TFLOP/s, 64x128
+// 459 -> 516, 64x256 664 -> 736; 128x256 level. 0 reads it from threadIdx (an A/B knob).
 #ifndef GEMM_SM90_UNIFORM_WG
-#define GEMM_SM90_UNIFORM_WG 0
+#define GEMM_SM90_UNIFORM_WG 1
 #endif
 // GEMM_SM90_TRACE 1 (bench/experiments/sm90_trace.py) records SM clocks per work unit
 // into the split-K partials pointer of an unsplit launch: where a tile's time goes.
