@@ -33,6 +33,7 @@ VARIANTS = {
     "no_store_fence": ("-DGEMM_SM90_STORE_FENCE=0",),
     "single_boxes": ("-DGEMM_SM90_STORE_ROUNDS=0",),
     "vector_wg": ("-DGEMM_SM90_UNIFORM_WG=0",),  # the warpgroup index from threadIdx, as before the fifty-fourth session
+    "uniform_wg": ("-DGEMM_SM90_UNIFORM_WG=1",),  # through the shuffle on 128x256 too (which spills 4-8 bytes so)
 }
 # (M, N, K): 8192^3, then llama3-8b's gate_up and o at M = 4096 (the weakest layers)
 PROBLEMS = [(8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 4096)]

@@ -66,14 +66,16 @@
 #ifndef GEMM_SM90_WGMMA_DEPTH
 #define GEMM_SM90_WGMMA_DEPTH 1
 #endif
-// GEMM_SM90_UNIFORM_WG 1 (the default) takes the warpgroup index through a shuffle from
-// lane 0, so that ptxas keeps the K loop's A descriptors (which follow it) on the uniform
-// datapath: read from threadIdx they go through vector registers and 9-16 R2UR a K tile
-// (the 128x256 loop: 104 instructions, 84 so). H200 (docs/NOTES.md, fifty-fourth
-// session, bf16 on 8192^3 / 4096x28672x4096 / 4096^3): 128x128 615 -> 703 TFLOP/s, 64x128
-// 459 -> 516, 64x256 664 -> 736; 128x256 level. 0 reads it from threadIdx (an A/B knob).
+// GEMM_SM90_UNIFORM_WG 1 takes the warpgroup index through a shuffle from lane 0, so
+// that ptxas keeps the K loop's A descriptors (which follow it) on the uniform datapath:
+// read from threadIdx they go through vector registers and 9-16 R2UR a K tile (the
+// 128x256 loop: 104 instructions, 84 so). H200 (docs/NOTES.md, fifty-fourth session,
+// bf16 on 8192^3 / 4096x28672x4096 / 4096^3): 128x128 1.09-1.13x, 64x128 1.13-1.21x,
+// 64x64 1.11-1.17x, 64x256 1.02-1.07x. 0 reads it from threadIdx; -1 (the default) takes
+// the shuffle except on two consumer warpgroups of 256 columns (128x256), whose 128
+// accumulators a thread beside it spill 4-8 bytes (the default set compiles spill-free).
 #ifndef GEMM_SM90_UNIFORM_WG
-#define GEMM_SM90_UNIFORM_WG 1
+#define GEMM_SM90_UNIFORM_WG -1
 #endif
 // GEMM_SM90_TRACE 1 (bench/experiments/sm90_trace.py) records SM clocks per work unit
 // into the split-K partials pointer of an unsplit launch: where a tile's time goes.
@@ -191,8 +193,10 @@ __device__ __forceinline__ void gemm_sm90(const Params& p, const CUtensorMap* tm
   // NOTE: every CTA of a cluster computes the same base: multicast copies land at the
   // same offset in each.
   const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const int wg = GEMM_SM90_UNIFORM_WG ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0)
-                                     : static_cast<int>(threadIdx.x / 128);
+  constexpr bool kWideTwoConsumers = Cfg::kConsumers == 2 && Cfg::kCtaN == 256;
+  constexpr bool kUniformWg = GEMM_SM90_UNIFORM_WG == 1 || (GEMM_SM90_UNIFORM_WG == -1 && !kWideTwoConsumers);
+  const int wg = kUniformWg ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0)
+                            : static_cast<int>(threadIdx.x / 128);
   const int lane = threadIdx.x % 32;
   const int rank = kCluster > 1 ? static_cast<int>(cluster_ctarank()) : 0;
   const int k_tiles_total = (p.K + Cfg::kCtaK - 1) / Cfg::kCtaK;
