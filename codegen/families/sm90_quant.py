@@ -141,8 +141,10 @@ class Sm90QuantFamily(MainloopFamily):
     # ---- validation -------------------------------------------------------------------
     def tile_error(self, cta, warps, stages, cluster=1):
         m, n, k = cta
-        pair = not self.shared_b and n in (64, 128) and tuple(warps) == (1, n // 16, 2)
-        if k != CTA_K and not (pair and k == 2 * CTA_K):
+        # Two consumer warpgroups per 64 weight rows, taking the K tiles in turn (a pair
+        # of them a stage where cta K is 128).
+        k_turns = not self.shared_b and n in (64, 128) and tuple(warps) == (1, n // 16, 2)
+        if k != CTA_K and not (k_turns and k == 2 * CTA_K):
             also = " (or 128 with warps [1, rows / 16, 2]: a pair of K tiles a stage)" if not self.shared_b else ""
             return "cta", f"a K of {CTA_K} (one 128-byte swizzled row of X per token and K tile){also}"
         if m not in self.tokens:
@@ -153,8 +155,6 @@ class Sm90QuantFamily(MainloopFamily):
         # Register A also takes two m64 blocks per consumer warpgroup: half the warps, 32
         # weight rows each, for one or two consumers.
         two_blocks = not self.shared_b and n in (128, 256) and tuple(warps) == (1, consumer_warps // 2, 1)
-        # And two consumer warpgroups per 64 weight rows, taking the K tiles in turn.
-        k_turns = not self.shared_b and n in (64, 128) and tuple(warps) == (1, n // 16, 2)
         if tuple(warps) != (1, consumer_warps, 1) and not two_blocks and not k_turns:
             also = ""
             if not self.shared_b and n in (128, 256):
