@@ -93,6 +93,21 @@ _DEQUANT_TYPE_COST = {("bf16", 8): 1.25}
 # 16x64x128 tile 9-26 us for 59-235 MB (6-12 TB/s); the sm90 tiles (TMA) none. The
 # quantized kernels' fit (_ONE_PAIR_RATE) already holds it.
 _HOT_A_RATE = 1.3  # x the DRAM rate
+# The quantized kernels that read X (A) by TMA (sm90_quant) read each X tile once per weight
+# tile column, from L2 after the first: an SM pulls those bytes faster than the weights
+# from DRAM (the per-SM bound counts them at this share), but all the columns' reads
+# together pass through L2 at about this many bytes a clock and SM (L2 is the same on the
+# H100 and the H200; their DRAM is not), a bound of its own beside the MMAs and DRAM.
+# Fitted on the H100 run with 128x64 in turn (docs/perf/data/dispatch_quant_128x64_pairs_
+# h100.json.gz, every feasible plan at 128 and 256 tokens; fifty-fifth session, docs/
+# NOTES.md): that tile reads X twice as often as 128x128, 1.9 GB on llama3-70b gate_up at
+# 128 tokens, which took 215 us where 128x128 took 205 (the bound: 222 us). Without the
+# share, whole 128x64 tiles on 96 CTAs (llama3-8b qkv, 19.4 us) were priced above 128x128
+# split two ways (21.5); any share in 0.5-0.75 fits alike. The L2 bound inside the
+# bandwidth term (and so in the overlap loss) moved X-heavy decode picks on the H200
+# (llama3-8b qkv at 32 tokens to 32x128 in turn, 1.13x the fastest).
+_X_SM_SHARE = 0.6
+_X_L2_BYTES_PER_CLOCK = 32.0  # an SM's share of L2's rate
 
 
 @dataclass(frozen=True)
@@ -335,11 +350,17 @@ def predict(
     t_dram = unique / device.dram_bytes_per_s
     sm_bytes_per_s = device.dram_bytes_per_s / (_SMS_TO_SATURATE * device.sms)
     cta_bytes = (cm * a_bits + cn * b_bits) * per_split * ck / 8  # one CTA's A and B tiles
-    t_sm = waves * per_sm * cta_bytes / sm_bytes_per_s
+    x_from_l2 = spec.quantized and spec.mainloop.reads_a_by_tma(spec)
+    x_share = _X_SM_SHARE if x_from_l2 else 1.0
+    t_sm = waves * per_sm * (cm * a_bits * x_share + cn * b_bits) * per_split * ck / 8 / sm_bytes_per_s
     # A CTA's first K loop streams cold operands: a slice, or whole tiles where the
     # family runs some unsplit (sm90's whole rounds).
     first = per_split if split_tiles == tm * tn else k_tiles
     hot_a = hot_a_seconds(spec, key, ctas * per_split * ck, device)
+    t_l2 = 0.0
+    if x_from_l2:
+        l2_bytes = (tn * tm * cm * a_bits + key.n * b_bits) * key.k / 8
+        t_l2 = l2_bytes / (device.sms * device.sm_clock_hz * _X_L2_BYTES_PER_CLOCK)
     t_bandwidth = max(t_dram, t_sm) + hot_a
     t_latency = latency_time(spec, first, waves * per_split * min(1.0, unique / (ctas * cta_bytes)))
     t_mem = max(t_bandwidth, t_latency + hot_a)
@@ -355,7 +376,7 @@ def predict(
     handover = spec.mainloop.split_seconds(spec, min(cm, key.m))
     fixed = _LAUNCH_S + spec.mainloop.fixed_seconds(spec) + handovers * handover
     fixed += (ring_fills(spec, key, splits, device, ctas_per_sm) - 1) * _DRAM_LATENCY_S
-    return max(t_compute, t_mem) + _OVERLAP_LOSS * min(t_compute, t_bandwidth) + fixed
+    return max(t_compute, t_mem, t_l2) + _OVERLAP_LOSS * min(t_compute, t_bandwidth) + fixed
 
 
 def ring_fills(spec: KernelSpec, key: ProblemKey, splits: int, device: DeviceModel, ctas_per_sm: int) -> int:

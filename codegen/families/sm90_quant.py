@@ -40,7 +40,9 @@ PRODUCER_REGS = 40  # Sm90QuantConfig::kProducerRegs
 # registers (32) and about 40 for addresses, scales, zeros and the loop's state.
 CONSUMER_REGS_BESIDE_ACC = 72
 _STREAM_K_COMPUTE_FACTOR = 1.05  # split_compute_factor
+_STREAM_K_TURNS_COMPUTE_FACTOR = 1.3  # split_compute_factor, tiles taking K tiles in turn
 _STREAM_K_TAKE_S = 2.0e-6  # split_seconds
+_TAKE_BY_SIZE = 0.25  # split_seconds: the share of a take that grows with the partial's size
 _K_TURNS_FACTOR = 0.85  # dequant_rate of the tiles taking K tiles in turn, one a stage
 _K_PAIRS_FACTOR = 0.92  # dequant_rate of the tiles taking K tiles in turn, a pair a stage
 
@@ -320,7 +322,8 @@ class Sm90QuantFamily(MainloopFamily):
     def split_seconds(self, spec: KernelSpec, rows: int) -> float:
         """What each share of a tile beyond the first adds: the tile's taker reads the
         ranks above's partials one after another (stream_k_take), each a flag and a read
-        through L2 after its last K tile.
+        through L2 after its last K tile; a quarter of it grows with the partial's
+        floats (the rows that exist x the weight rows x the K halves) beyond 64 x 128's.
 
         NOTE: fitted to the H100's decode runs (docs/perf/data/dispatch_quant_*_h100,
         M = 1 and 16), where the base family's 1.5 us made every further share look cheaper
@@ -328,8 +331,13 @@ class Sm90QuantFamily(MainloopFamily):
         split 2 / 3 / 4 / 5 ways where the model said 16.8 / 14.5 / 13.7 / 15.4, and on 8b
         qkv (W8) three shares ran 20.0 us against 17.5 for two. At 2 us the fp16 decode
         runs' worst picks go from 1.18-1.22 to 1.09-1.11 of the fastest timed plan; no
-        file's median moves by more than 0.002 (docs/NOTES.md, forty-sixth session)."""
-        return _STREAM_K_TAKE_S
+        file's median moves by more than 0.002 (docs/NOTES.md, forty-sixth session).
+        The part by size: 128x64 in turn (two K halves of 128 x 64) took llama3-8b qkv at
+        128 tokens in 22.5 us split two ways and 19.4 whole (H100, fifty-fifth session);
+        the whole take by size moved 70b down at 128 tokens off 128x192 split three ways,
+        its fastest on the H100 and the H200."""
+        floats = min(spec.cta[0], rows) * spec.cta[1] * self.k_split(spec)
+        return _STREAM_K_TAKE_S * max(1.0, 1.0 - _TAKE_BY_SIZE + _TAKE_BY_SIZE * floats / (64 * 128))
 
     def split_compute_factor(self, spec: KernelSpec, tiles: int, splits: int, slots: int) -> float:
         """Stream-K shares that cross tiles run slower than whole tiles. Where the tiles
@@ -345,8 +353,15 @@ class Sm90QuantFamily(MainloopFamily):
         than the next count, whose shares cross tiles. At 5% the model takes the unsplit
         tiles at M = 1024 and 70b down's three shares; 8b qkv's three it still predicts
         10% faster than two. Larger factors moved decode picks to plans measured slower
-        (docs/NOTES.md, thirty-sixth session)."""
-        return _STREAM_K_COMPUTE_FACTOR if splits > 1 and tiles * splits > slots else 1.0
+        (docs/NOTES.md, thirty-sixth session). The tiles taking K tiles in turn lose more
+        where shares cross tiles: 128x64 in turn on llama3-8b qkv at 128 tokens took 22.5
+        us split two ways (192 shares on 132 CTAs) against 19.4 whole, o at 256 tokens 25.9
+        against 19.6, where its shares that are whole halves (8b down, 128 on 128) were the
+        fastest plan (H100, fifty-fifth session, docs/NOTES.md); 1.15-1.4 fit the recorded
+        runs alike (1.3 with the L2 bound of cost_model._X_L2_BYTES_PER_CLOCK)."""
+        if splits == 1 or tiles * splits <= slots:
+            return 1.0
+        return _STREAM_K_TURNS_COMPUTE_FACTOR if self.k_split(spec) > 1 else _STREAM_K_COMPUTE_FACTOR
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
         """wgmma's rate on this tile against the SM's mma.sync peak: the tokens (wgmma's

@@ -40,10 +40,10 @@ def family(**overrides: Any) -> dict[str, Any]:
 
 def test_the_yaml_loads_into_the_default_set() -> None:
     loaded = load_configs([YAML])
-    assert len(loaded) == 64  # f16/bf16 x 16-bit/f32 out x u4/u8 x 8 tiles
+    assert len(loaded) == 72  # f16/bf16 x 16-bit/f32 out x u4/u8 x 9 tiles
     assert {k.spec.mainloop for k in loaded} == {SM90Q}
     tiles = {((64, 128, 64), 8), ((128, 128, 64), 6), ((256, 128, 64), 4), ((64, 256, 64), 8), ((128, 192, 64), 6)}
-    in_turn = {((64, 64, 128), 8), ((32, 64, 128), 8), ((32, 128, 128), 8)}  # a pair of K tiles a stage
+    in_turn = {((64, 64, 128), 8), ((32, 64, 128), 8), ((32, 128, 128), 8), ((128, 64, 128), 4)}  # pairs of K tiles
     assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 4} == tiles | in_turn
     assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 8} == tiles | in_turn
     # The tiles taking K tiles in turn: warps [1, rows / 16, 2], a pair of them a stage.

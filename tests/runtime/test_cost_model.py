@@ -705,9 +705,12 @@ def test_sm90_quant_stream_k_only_where_whole_tiles_leave_sms_idle(bits) -> None
         assert (spec.mainloop, spec.cta, splits) == (Mainloop.SM90_QUANT, (256, 128, 64), 1), (n, k)
     spec, splits = pick(1024, 6144, 4096)
     assert spec.mainloop is Mainloop.SM90_QUANT and splits > 1
-    for n, k in ((6144, 4096), (10240, 8192)):
-        spec, splits = pick(128, n, k)
-        assert spec.mainloop is Mainloop.SM90_QUANT and spec.cta[0] == 128 and splits > 1, (n, k)
+    spec, splits = pick(128, 10240, 8192)
+    assert spec.mainloop is Mainloop.SM90_QUANT and spec.cta[0] == 128 and splits > 1
+    # Where 128-row tiles need stream-K to fill the SMs, whole 128x64 tiles in turn do it
+    # (H100, llama3-8b qkv at 128 tokens: 19.4 us, 128x128 split two ways 21.5).
+    spec, splits = pick(128, 6144, 4096)
+    assert (spec.cta, spec.warps, splits) == ((128, 64, 128), (1, 4, 2), 1)
     spec, splits = pick(128, 8192, 28672)
     assert (spec.cta, splits) == ((128, 192, 64), 3)
 
@@ -737,15 +740,17 @@ def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
     price; 1.048 before it, worst 1.35). The 64-row tile taking a pair of K tiles a stage
     in turn, newer than that run, is the model's pick for 8b o at M = 128; the H200 run of
     the fifty-fourth session timed it there at 1.00x (W4) and 1.008x (W8) the fastest plan
-    (tests/bench/test_dispatch_timings.py), so those two rows are left out here."""
+    (tests/bench/test_dispatch_timings.py), so those two rows are left out here, and so
+    are those where it takes 128x64 in turn (fifty-fifth session; 8b qkv whole, 8b down split
+    two ways: the H100's fastest plans there, tests/bench/test_dispatch_timings.py)."""
     table = Path(__file__).resolve().parents[2] / "docs" / "perf" / "dispatch_quant.md"
     ratios = []
     for row in _dispatch_table(table):
         if row["m"] < 128:
             continue
         spec, plan = _quant_pick(row["bits"], row["m"], row["n"], row["k"])
-        if spec.mainloop is Mainloop.SM90_QUANT and spec.cta == (64, 64, 128):
-            assert (row["m"], row["n"], row["k"]) == (128, 4096, 4096), row["label"]
+        if spec.mainloop is Mainloop.SM90_QUANT and spec.cta in ((64, 64, 128), (128, 64, 128)):
+            assert row["m"] == 128 and (row["n"], row["k"]) in ((4096, 4096), (6144, 4096), (4096, 14336)), row["label"]
             continue
         family = "sm90" if spec.mainloop is Mainloop.SM90_QUANT else spec.mainloop.value
         tile = "x".join(map(str, spec.cta)) + "_w" + "x".join(map(str, spec.warps)) + f"_s{spec.stages}"
@@ -753,4 +758,4 @@ def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
         assert t is not None, f"{row['label']}: the model picks {family} {tile} k{plan.splits}, which the table did not time"
         ratios.append(t / row["oracle"])
         assert t / row["oracle"] <= 1.12, (row["label"], family, tile, plan.splits)
-    assert len(ratios) == 30 and statistics.median(ratios) <= 1.01
+    assert len(ratios) >= 26 and statistics.median(ratios) <= 1.01
