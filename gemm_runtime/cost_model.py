@@ -101,8 +101,11 @@ _HOT_A_RATE = 1.3  # x the DRAM rate
 # Fitted on the H100 run with 128x64 in turn (docs/perf/data/dispatch_quant_128x64_pairs_
 # h100.json.gz, every feasible plan at 128 and 256 tokens; fifty-fifth session, docs/
 # NOTES.md): that tile reads X twice as often as 128x128, 1.9 GB on llama3-70b gate_up at
-# 128 tokens, which took 215 us where 128x128 took 205 (the bound: 222 us). Without the
-# share, whole 128x64 tiles on 96 CTAs (llama3-8b qkv, 19.4 us) were priced above 128x128
+# 128 tokens, which took 215 us (9.8 TB/s from L2) where 128x128 took 205. 32 bytes (8.4
+# TB/s) prices it at 253 us, above its time, as it does whole 128x64 tiles on llama3-8b
+# down at 256 tokens (60 us for 50); but this model's MMA term is 20-30% high on such
+# large layers, and at the measured 36-38 bytes the bound no longer outweighed 128x128's
+# last partial wave there. Without the share, whole 128x64 tiles on 96 CTAs (llama3-8b qkv, 19.4 us) were priced above 128x128
 # split two ways (21.5); any share in 0.5-0.75 fits alike. The L2 bound inside the
 # bandwidth term (and so in the overlap loss) moved X-heavy decode picks on the H200
 # (llama3-8b qkv at 32 tokens to 32x128 in turn, 1.13x the fastest).
