@@ -12,16 +12,20 @@ in the median, at most 6 s at M = 4096, 44 s for 80 problems; each problem's tim
 printed). ``--plans FILE`` keeps the tuned plans in a dispatch-cache file
 (Gemm.export_cache): a run imports it first, tunes only the problems it has no plan for,
 and exports it again after each one, so later runs (or a run cut short) time the same
-plans. Keep one file per GPU model: plans are tuned for the GPU they ran on.
+plans. Keep one file per GPU model: plans are tuned for the GPU they ran on. ``--retune M
+[M ...]`` leaves the file's plans for those token counts out of the import, so they are
+tuned again (after kernels for them joined the set) and replaced in the file.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import io
+import json
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import torch
@@ -112,6 +116,23 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return (diff.norm() / ref.norm()).item(), (diff.max() / ref.abs().max()).item()
 
 
+def plans_to_import(path: Path, retune: Collection[int]) -> Path | io.StringIO:
+    """The plans file as Gemm.import_cache takes it, without the records of the token
+    counts in ``retune`` (a dispatch-cache export: docs/DISPATCH.md)."""
+    try:
+        doc = json.loads(path.read_text()) if retune else None
+    except ValueError:
+        doc = None  # not JSON: the import says why, by name
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+        return path
+    skip = set(retune)
+    doc["records"] = [r for r in doc["records"] if not (isinstance(r, dict) and isinstance(r.get("key"), dict)
+                                                        and r["key"].get("m") in skip)]
+    text = io.StringIO(json.dumps(doc))
+    text.name = str(path)
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
@@ -120,15 +141,20 @@ def main() -> None:
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16", help="activations, weight and peer")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "quant.md")
     ap.add_argument("--plans", type=Path, help="the tuned plans' file: imported first, exported after each problem")
+    ap.add_argument("--retune", nargs="+", type=int, default=[], metavar="M",
+                    help="token counts whose plans in --plans are tuned again rather than imported")
     args = ap.parse_args()
+    if args.retune and args.plans is None:
+        ap.error("--retune: names token counts of a --plans file; give --plans too")
     label, dtype = args.dtype, DTYPES[args.dtype]
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     shapes = {f"{model} {layer}": nk for model in args.models for layer, nk in models[model].items()}
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references
     gemm = Gemm()
     if args.plans is not None and args.plans.exists():
-        report = gemm.import_cache(args.plans)
-        print(f"plans from {args.plans}: {report}")
+        report = gemm.import_cache(plans_to_import(args.plans, args.retune))
+        print(f"plans from {args.plans} (without M = {args.retune}): {report}" if args.retune else
+              f"plans from {args.plans}: {report}")
     bw = copy_bandwidth()
     floor_us = launch_floor_us()
     print(f"copy bandwidth: {bw / 1e12:.2f} TB/s; a timed launch's floor: {floor_us:.1f} us")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.quant import ceiling_speedup, describe_launch, plan_for
+from bench.quant import ceiling_speedup, describe_launch, plan_for, plans_to_import
 from codegen.config import default_config_paths, load_configs
 from codegen.vocabulary import BOrder, DataType
 from gemm_runtime.context import ProblemKey
@@ -65,3 +65,24 @@ def test_a_launch_is_described_by_its_tile_warps_stages_splits_and_swizzle():
     text = describe_launch(spec, LaunchSpec(spec.name, 2, 1))
     assert text == f"sm90_quant 128x128x64 w{'x'.join(map(str, spec.warps))} s{spec.stages} (2, z1)"
     assert describe_launch(spec, LaunchSpec(spec.name, unpack=True)).startswith("unpack + sm90_quant 128x128x64")
+
+
+def test_retune_leaves_the_named_token_counts_out_of_the_imported_plans(tmp_path):
+    """--retune M: the plans file's records at those token counts are not imported (so the
+    tuner times them again, with kernels the file's run did not have); the others are, and
+    the file on disk is left as it was until the run exports it."""
+    from gemm_runtime.dispatch_cache import DispatchCache
+
+    cache = DispatchCache(90, "test")
+    spec = next(k.spec for k in load_configs(default_config_paths())
+                if k.spec.family == "sm90_quant_f16_w4" and k.spec.d_type is DataType.F16)
+    for m in (64, 128, 256):
+        cache.put(_key("f16", "u4", "u4g128", m, 4096, 4096), LaunchSpec(spec.name, 1, 0))
+    path = tmp_path / "plans.json"
+    cache.export(path)
+    before = path.read_text()
+    assert plans_to_import(path, []) == path
+    back = DispatchCache(90, "back")
+    report = back.import_(plans_to_import(path, [128, 256]), {spec.name: spec})
+    assert [key.m for key, _ in back.entries()] == [64] and report.added == 1
+    assert path.read_text() == before
