@@ -119,10 +119,12 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 def plans_to_import(path: Path, retune: Collection[int]) -> Path | io.StringIO:
     """The plans file as Gemm.import_cache takes it, without the records of the token
     counts in ``retune`` (a dispatch-cache export: docs/DISPATCH.md)."""
+    if not retune:
+        return path
     try:
-        doc = json.loads(path.read_text()) if retune else None
+        doc = json.loads(path.read_text())
     except ValueError:
-        doc = None  # not JSON: the import says why, by name
+        return path  # not JSON: the import says why, by name
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
         return path
     skip = set(retune)
