@@ -47,7 +47,7 @@ class QuantKernel:
     smem: bool = False  # the shared-B form (sm90_quant_smem): D = X . W^T, weights through shared memory
     blocks: int = 1  # register A: m64 blocks of weight rows per consumer warpgroup (Sm90QuantConfig::kBlocks)
     k_split: int = 1  # register A: consumer warpgroups taking the K tiles in turn (Sm90QuantConfig::kKSplit)
-    cta_k: int = 64  # 128 with k_split 2: a pair of K tiles a ring stage (Sm90QuantConfig::kKPerStage)
+    cta_k: int = 64  # 128: a pair of K tiles a ring stage (Sm90QuantConfig::kKPerStage), in turn or both taken
 
     @property
     def spec(self) -> KernelSpec:

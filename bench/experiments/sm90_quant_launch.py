@@ -29,7 +29,7 @@ class TileForm(NamedTuple):
     stages: int
     blocks: int = 1  # m64 blocks of weight rows per consumer warpgroup
     k_split: int = 1  # consumer warpgroups per weight row, taking the K tiles in turn
-    cta_k: int = 64  # 128: a pair of K tiles a ring stage, one for each of the two
+    cta_k: int = 64  # 128: a pair of K tiles a ring stage (one for each of two warpgroups, or both for one)
 
     @property
     def label(self) -> str:

@@ -6,6 +6,10 @@ candidate's time and the best one's ratio to cuBLAS; the best per M feeds the fa
 cost terms and the default tiles (codegen/configs/sm90_quant.yaml).
 
     python -m bench.experiments.sm90_quant_tiles [--m 1 16 64 128 256 1024 4096] [--bits 4 8]
+        [--tiles 128x128s6 128x128x128s4 ...] [--compare 128x128x128s4:128x128s6 ...]
+
+--compare A:B prints, per problem where both ran, tile A's best time (over its split
+counts) over tile B's, and their median per M (below 1: A faster).
 """
 
 from __future__ import annotations
@@ -55,9 +59,14 @@ def main() -> None:
     ap.add_argument("--tiles", nargs="+",
                     help="tokens x rows [x K] s stages [b blocks] [k turns], e.g. 128x64s4, 64x256s8b2, 64x64s8k2 "
                     "or 64x64x128s8k2 (default: TILES)")
+    ap.add_argument("--compare", nargs="+", default=[], metavar="A:B",
+                    help="tile pairs (labels as --tiles gives them) whose best times to set side by side")
     args = ap.parse_args()
     if args.tiles:
         TILES[:] = [parse_tile(t) for t in args.tiles]
+    pairs = [tuple(parse_tile(t).label for t in c.split(":")) for c in args.compare]
+    if any(len(c) != 2 for c in pairs):
+        ap.error(f"--compare takes A:B pairs of tiles, got {args.compare}")
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     gemm = Gemm()
     for bits in args.bits:
@@ -65,6 +74,7 @@ def main() -> None:
         sm80: dict[int, list[float]] = {m: [] for m in args.m}
         # The best tile taking K tiles in turn against the best of the others, where both ran.
         turns: dict[int, list[float]] = {m: [] for m in args.m}
+        compared: dict[tuple[str, str, int], list[float]] = {(a, b, m): [] for a, b in pairs for m in args.m}
         for model in args.models:
             for layer, (n, k) in models[model].items():
                 w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05
@@ -90,6 +100,12 @@ def main() -> None:
                     if in_turn and whole:
                         turns[m].append(min(whole) / min(in_turn))
                         others += f" | best without turns / with {min(whole) / min(in_turn):.3f}"
+                    for a, b in pairs:
+                        ta = [u for u, t, _ in times if t.label == a]
+                        tb = [u for u, t, _ in times if t.label == b]
+                        if ta and tb:
+                            compared[(a, b, m)].append(min(ta) / min(tb))
+                            others += f" | {a}/{b} {min(ta) / min(tb):.3f}"
                     print(f"W{bits} {model} {layer:8s} M={m:5d}: cuBLAS {cublas:8.1f} us, sm80 default {ours:8.1f}, "
                           f"best {best:8.1f} ({tile.label} /{splits}) -> {cublas / best:5.2f}x "
                           f"(sm80 {cublas / ours:5.2f}x) | {others}", flush=True)  # fmt: skip
@@ -98,6 +114,11 @@ def main() -> None:
                   f"(min {min(ratios[m]):.2f}), cuBLAS/sm80 default {statistics.median(sm80[m]):5.2f}x"
                   + (f", best without turns / with {statistics.median(turns[m]):.3f} (min {min(turns[m]):.3f}, "
                      f"max {max(turns[m]):.3f})" if turns[m] else ""), flush=True)  # fmt: skip
+            for a, b in pairs:
+                r = compared[(a, b, m)]
+                if r:
+                    print(f"W{bits} M={m:5d}: {a} / {b} median {statistics.median(r):.3f} (min {min(r):.3f}, "
+                          f"max {max(r):.3f}, {len(r)} problems)", flush=True)
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ class Sm90QuantFamily(MainloopFamily):
     def k_per_stage(spec: KernelSpec) -> int:
         """K tiles of 64 per ring stage (Sm90QuantConfig::kKPerStage): 2 for cta K 128,
         where the two warpgroups taking K tiles in turn read each stage at once, each its
-        half."""
+        half, or (no turns) each warpgroup takes both halves."""
         return spec.cta[2] // CTA_K
 
     def blocks(self, spec: KernelSpec) -> int:
@@ -146,8 +146,12 @@ class Sm90QuantFamily(MainloopFamily):
         # Two consumer warpgroups per 64 weight rows, taking the K tiles in turn (a pair
         # of them a stage where cta K is 128).
         k_turns = not self.shared_b and n in (64, 128) and tuple(warps) == (1, n // 16, 2)
-        if k != CTA_K and not (k_turns and k == 2 * CTA_K):
-            also = " (or 128 with warps [1, rows / 16, 2]: a pair of K tiles a stage)" if not self.shared_b else ""
+        # A pair of K tiles a stage for one warpgroup per 64 rows taking both (up to 128
+        # tokens: a 256-token stage would hold 64 KiB of X).
+        whole_stages = not self.shared_b and k == 2 * CTA_K and tuple(warps) == (1, n // 16, 1) and m <= 128
+        if k != CTA_K and not (k_turns and k == 2 * CTA_K) and not whole_stages:
+            also = (" (or 128: a pair of K tiles a stage, with warps [1, rows / 16, 2] or, up to 128 tokens, "
+                    "[1, rows / 16, 1])") if not self.shared_b else ""  # fmt: skip
             return "cta", f"a K of {CTA_K} (one 128-byte swizzled row of X per token and K tile){also}"
         if m not in self.tokens:
             return "cta", f"an M ({self.tokens_rule}) of {' or '.join(map(str, self.tokens))}"
@@ -196,6 +200,8 @@ class Sm90QuantFamily(MainloopFamily):
             return f"false (the {self.value} form has no grouped kernels)"
         if self.k_split(spec) > 1:
             return "false (warps [1, rows / 16, 2], the K tiles in turn, have no grouped form)"
+        if self.k_per_stage(spec) > 1:
+            return "false (cta K 128, a pair of K tiles a stage, has no grouped form)"
         return None
 
     # ---- what a kernel implies --------------------------------------------------------

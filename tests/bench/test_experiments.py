@@ -226,10 +226,12 @@ def test_sm90_quant_knobs_plans_and_variants():
     kernel, _ = variant_of(("header=old.cuh", "GEMM_SM90Q_WGMMA_DEPTH=2"), base, 3)
     assert (kernel.header, kernel.defines) == ("old.cuh", ("GEMM_SM90Q_WGMMA_DEPTH=2",))
     assert variant_of(("blocks=2",), QuantKernel("f16", 4, "f16", 128, 128, 6), 1)[0] is None  # 128 tokens
-    # The tiles in turn with a pair of K tiles a stage; not on a tile that does not take turns.
+    # A pair of K tiles a stage: on the tiles in turn, and on one warpgroup per 64 rows up
+    # to 128 tokens (each takes both halves); not on 256 tokens.
     turns = QuantKernel("f16", 4, "f16", 64, 64, 8, k_split=2)
     assert variant_of(("cta_k=128",), turns, 2)[0].spec.cta == (64, 64, 128)
-    assert variant_of(("cta_k=128",), base, 2)[0] is None
+    assert variant_of(("cta_k=128",), base, 2)[0].spec.cta == (64, 128, 128)
+    assert variant_of(("cta_k=128",), QuantKernel("f16", 4, "f16", 256, 128, 2), 2)[0] is None
 
 
 def test_sm90_quant_launch_parses_tiles_and_rejects_bad_ones():

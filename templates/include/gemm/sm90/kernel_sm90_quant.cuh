@@ -288,9 +288,12 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   auto release = [&](int it) { mbar_arrive_if(empty(stage_of(it)), ring_leader); };
 
   // A warpgroup's K tiles in a run: with a K tile a stage, the local indices j = first_j,
-  // first_j + kTurn, ... (its turn); with a pair a stage, every stage, its half k_part.
-  constexpr bool kPairs = Cfg::kKPerStage > 1;
-  constexpr int kTurn = Cfg::kKSplit / Cfg::kKPerStage;  // from one of a warpgroup's stages to its next
+  // first_j + kTurn, ... (its turn); with a pair a stage in turn (kPairs), every stage, its
+  // half k_part; with a pair a stage and no turns (kWholeStages), both halves of every
+  // stage (run_whole_stages).
+  constexpr bool kPairs = Cfg::kKPerStage > 1 && Cfg::kKSplit > 1;
+  constexpr bool kWholeStages = Cfg::kKPerStage > 1 && Cfg::kKSplit == 1;
+  constexpr int kTurn = kPairs ? 1 : Cfg::kKSplit;  // from one of a warpgroup's stages to its next
   const int first_j = kPairs ? 0 : k_part;
   // Stage 0's X tile (with pairs, this warpgroup's half); the others and the k16 steps are
   // offsets of it (smem_desc_advance).
@@ -306,6 +309,12 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   const int part = kPairs ? k_part : 0, group0 = kPairs ? k_part * v_rows / Cfg::kKPerStage : 0;
 #pragma unroll
   for (int b = 0; b < Cfg::kBlocks; ++b) lane_offs[b] = lane_offsets<Cfg>(local_row0(b), lane, part, group0);
+  // kWholeStages: the second half's words and groups (groups of 32: its two; of 64: its one;
+  // larger: the first half's).
+  LaneOffsets second_half[Cfg::kBlocks];
+#pragma unroll
+  for (int b = 0; b < Cfg::kBlocks; ++b)
+    second_half[b] = kWholeStages ? lane_offsets<Cfg>(local_row0(b), lane, 1, v_rows / 2) : lane_offs[b];
   using ARegs = u32[Cfg::kBlocks][2][2][4];  // a K tile's A registers: [block][k32 block][k16 step][register]
   auto fence_a = [](ARegs& a) {
 #pragma unroll
@@ -320,21 +329,26 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // issuing the next leaves the tensor cores idle for a wgmma's latency per K tile
   // (H200, W4 128x128 at M = 4096: 3% slower, GEMM_SM90Q_WGMMA_DEPTH=0). Two in flight
   // (three register sets) and 12-16 stages measured no faster than one (NOTES).
-  auto dequantize = [&](int it, ARegs& a) {
-    wait_full(it);
+  // The A registers of stage it's K tile (kWholeStages: its first or its second half).
+  auto dequantize_from = [&](int it, const LaneOffsets (&offs)[Cfg::kBlocks], ARegs& a) {
     if (GEMM_SM90Q_LEAVE_OUT != 3) {
 #pragma unroll
       for (int b = 0; b < Cfg::kBlocks; ++b) {
         if (two_groups) {
-          quant_a_fragments<Cfg, 2>(st, stage_of(it), lane_offs[b], a[b]);
+          quant_a_fragments<Cfg, 2>(st, stage_of(it), offs[b], a[b]);
         } else {
-          quant_a_fragments<Cfg, 1>(st, stage_of(it), lane_offs[b], a[b]);
+          quant_a_fragments<Cfg, 1>(st, stage_of(it), offs[b], a[b]);
         }
       }
     }
   };
-  // K tile j's wgmma on `width` tokens (a TokenWidth), its group committed.
-  auto issue = [&](auto width, int j, const u64 x_desc, ARegs& use) {
+  auto dequantize = [&](int it, ARegs& a) {
+    wait_full(it);
+    dequantize_from(it, lane_offs, a);
+  };
+  // A K tile's wgmma on `width` tokens (a TokenWidth), its group committed; `accumulate`
+  // false on the run's first K tile starts the tile's sums afresh.
+  auto issue = [&](auto width, bool accumulate, const u64 x_desc, ARegs& use) {
     constexpr int kWidth = decltype(width)::value;
 #pragma unroll
     for (int b = 0; b < Cfg::kBlocks; ++b)
@@ -345,28 +359,32 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
           float(&d)[Cfg::kBlockAcc] = *reinterpret_cast<float(*)[Cfg::kBlockAcc]>(acc + b * Cfg::kBlockAcc);
           const u64 desc = smem_desc_advance(x_desc, (2 * kb + h) * 32);
           if constexpr (kWidth == Cfg::kTokens) {
-            wgmma_rs<kWidth, Mma>(d, use[b][kb][h], desc, j > first_j || kb > 0 || h > 0);
+            wgmma_rs<kWidth, Mma>(d, use[b][kb][h], desc, accumulate || kb > 0 || h > 0);
           } else {
-            wgmma_rs_prefix<kWidth, Mma>(d, use[b][kb][h], desc, j > first_j || kb > 0 || h > 0);
+            wgmma_rs_prefix<kWidth, Mma>(d, use[b][kb][h], desc, accumulate || kb > 0 || h > 0);
           }
         }
     wgmma_commit();
   };
-  auto step = [&](int narrow, int it, int j, int n, ARegs& use, ARegs& fill) {
-    const u64 x_desc = smem_desc_advance(x_desc0, static_cast<u32>(stage_of(it) * Cfg::kStageBytes));
+  // A K tile's wgmma on the tile's token width (narrower for a short 256-token tile).
+  auto issue_narrow = [&](int narrow, bool accumulate, const u64 x_desc, ARegs& use) {
     // NOTE: orders the A registers' ordinary writes before the wgmma reads them.
     wgmma_fence();
     if constexpr (!Cfg::kSharedB) {
       if (Cfg::kTokens >= 256 && narrow == 2) {
-        issue(TokenWidth<Cfg::kTokens >= 256 ? Cfg::kTokens / 4 : Cfg::kTokens>{}, j, x_desc, use);
+        issue(TokenWidth<Cfg::kTokens >= 256 ? Cfg::kTokens / 4 : Cfg::kTokens>{}, accumulate, x_desc, use);
       } else if (Cfg::kTokens >= 256 && narrow == 1) {
-        issue(TokenWidth<Cfg::kTokens >= 256 ? Cfg::kTokens / 2 : Cfg::kTokens>{}, j, x_desc, use);
+        issue(TokenWidth<Cfg::kTokens >= 256 ? Cfg::kTokens / 2 : Cfg::kTokens>{}, accumulate, x_desc, use);
       } else {
-        issue(TokenWidth<Cfg::kTokens>{}, j, x_desc, use);
+        issue(TokenWidth<Cfg::kTokens>{}, accumulate, x_desc, use);
       }
     } else {
       wgmma_commit();
     }
+  };
+  auto step = [&](int narrow, int it, int j, int n, ARegs& use, ARegs& fill) {
+    issue_narrow(narrow, j > first_j, smem_desc_advance(x_desc0, static_cast<u32>(stage_of(it) * Cfg::kStageBytes)),
+                 use);
     if constexpr (GEMM_SM90Q_WGMMA_DEPTH == 1) {
       wgmma_wait<1>();  // the previous K tile's wgmma: its X stage and its A registers are free
       fence_a(fill);
@@ -414,6 +432,31 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     wgmma_wait<0>();
     wgmma_fence_operand(acc);
     if (GEMM_SM90Q_WGMMA_DEPTH == 1) release(it + first_j + (n - 1 - first_j) / kTurn * kTurn);
+  };
+  // kWholeStages: stage j's two halves one after the other, one wgmma group in flight as
+  // in step: the first half's wgmma go out, the previous stage goes back once the group
+  // before them is done, and the second half is dequantized under them (its stage landed
+  // already); then the second half's wgmma, and the next stage's first half under them.
+  // NOTE: GEMM_SM90Q_WGMMA_DEPTH's 0 (no group in flight) is not this form's.
+  auto run_whole_stages = [&](int it, int n, int rows) {
+    const int narrow = rows <= Cfg::kTokens / 4 ? 2 : rows <= Cfg::kTokens / 2 ? 1 : 0;
+    ARegs a0, a1;
+    dequantize(it, a0);
+    for (int j = 0; j < n; ++j) {
+      const u64 x_desc = smem_desc_advance(x_desc0, static_cast<u32>(stage_of(it + j) * Cfg::kStageBytes));
+      issue_narrow(narrow, j > 0, x_desc, a0);
+      wgmma_wait<1>();
+      fence_a(a1);
+      if (j > 0) release(it + j - 1);
+      dequantize_from(it + j, second_half, a1);
+      issue_narrow(narrow, true, smem_desc_advance(x_desc, Cfg::kTileBytesX), a1);
+      wgmma_wait<1>();
+      fence_a(a0);
+      if (j + 1 < n) dequantize(it + j + 1, a0);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operand(acc);
+    release(it + n - 1);
   };
 
   // ---- shared B: D = X . W^T ----
@@ -503,6 +546,8 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     }
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
+    } else if constexpr (kWholeStages) {
+      run_whole_stages(it, n, rows_left);
     } else {
       run_register_a(it, n, rows_left);
     }

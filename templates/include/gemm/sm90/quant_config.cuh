@@ -43,7 +43,8 @@ struct Sm90QuantConfig {
   // a CTA on 64 rows gets its stages at the rate of one on 128 rows, with the same copies
   // a stage (X's two boxes, one weight box twice as wide): on 64 rows with a K tile a
   // stage, each warpgroup waited for every other stage (docs/NOTES.md, fifty-third
-  // session).
+  // session). Without turns (kKSplit 1) every warpgroup takes both halves of each stage:
+  // one full-barrier wait, one release and one stage step per two K tiles.
   static constexpr int kKPerStage = KPerStage_;
   static constexpr int kCtaK = 64;                      // a K tile: one 128-byte swizzled row of X
   static constexpr int kStageK = kCtaK * kKPerStage;    // K per ring stage
@@ -173,8 +174,10 @@ struct Sm90QuantConfig {
                             kTokens == 256),
                 "the wgmma widths implemented");
   static_assert(kStages >= 2 && kStages <= 8, "2..8 stages");
-  static_assert(kKPerStage == 1 || (kKPerStage == kKSplit && kKSplit == 2 && !kSharedB && !kGrouped),
-                "a pair of K tiles a stage is the register-A form's, for two warpgroups taking them in turn");
+  static_assert(kKPerStage == 1 ||
+                    (kKPerStage == 2 && !kSharedB && !kGrouped && (kKSplit == 2 || (kBlocks == 1 && kTokens <= 128))),
+                "a pair of K tiles a stage is the register-A form's: for two warpgroups taking them in turn, or "
+                "for one m64 block a warpgroup taking both, up to 128 tokens; no experts");
   static_assert(!kGrouped || !kSharedB, "the grouped form is the register-A one's");
   static_assert(kSmemBytes <= kSmemLimit, "the stages exceed sm_90's 227 KiB of shared memory per block");
 };
