@@ -42,13 +42,14 @@ def test_the_yaml_loads_into_the_default_set() -> None:
     loaded = load_configs([YAML])
     assert len(loaded) == 72  # f16/bf16 x 16-bit/f32 out x u4/u8 x 9 tiles
     assert {k.spec.mainloop for k in loaded} == {SM90Q}
-    tiles = {((64, 128, 64), 8), ((128, 128, 64), 6), ((256, 128, 64), 4), ((64, 256, 64), 8), ((128, 192, 64), 6)}
+    tiles = {((64, 128, 64), 8), ((128, 128, 64), 6), ((256, 128, 64), 4)}
+    whole = {((64, 256, 128), 4), ((128, 192, 128), 3)}  # a pair of K tiles a stage, both a warpgroup's
     in_turn = {((64, 64, 128), 8), ((32, 64, 128), 8), ((32, 128, 128), 8), ((128, 64, 128), 4)}  # pairs of K tiles
-    assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 4} == tiles | in_turn
-    assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 8} == tiles | in_turn
+    assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 4} == tiles | whole | in_turn
+    assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 8} == tiles | whole | in_turn
     # The tiles taking K tiles in turn: warps [1, rows / 16, 2], a pair of them a stage.
     assert {(k.spec.cta, k.spec.stages) for k in loaded if SM90Q.k_split(k.spec) == 2} == in_turn
-    assert all(SM90Q.k_per_stage(k.spec) == SM90Q.k_split(k.spec) for k in loaded)
+    assert {(k.spec.cta, k.spec.stages) for k in loaded if SM90Q.k_per_stage(k.spec) == 2} == in_turn | whole
     assert all(k.spec.warps == (1, k.spec.cta[1] // 16, SM90Q.k_split(k.spec)) for k in loaded)
     assert YAML in default_config_paths()
     assert {k.spec.name for k in loaded} <= {k.spec.name for k in load_configs(default_config_paths())}
@@ -57,7 +58,7 @@ def test_the_yaml_loads_into_the_default_set() -> None:
 @pytest.mark.parametrize(
     "tile, field, needle",
     [
-        ({"cta": [64, 128, 128], "warps": [1, 8, 1], "stages": 4}, "cta", "a K of 64"),
+        ({"cta": [256, 128, 128], "warps": [1, 8, 1], "stages": 2}, "cta", "a K of 64"),
         ({"cta": [24, 128, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "tokens per CTA"),
         ({"cta": [512, 128, 64], "warps": [1, 8, 1], "stages": 4}, "cta", "tokens per CTA"),
         ({"cta": [64, 320, 64], "warps": [1, 20, 1], "stages": 4}, "cta", "64 per consumer warpgroup"),
@@ -164,10 +165,10 @@ def test_a_pair_of_k_tiles_a_stage() -> None:
     single = QuantKernel("f16", 4, "f16", 64, 64, 8, k_split=2).spec
     assert SM90Q.tile_error(pair.cta, pair.warps, pair.stages) is None
     assert (SM90Q.k_per_stage(pair), SM90Q.k_per_stage(single)) == (2, 1)
-    for cta, warps in [((64, 64, 128), (1, 4, 1)), ((64, 128, 128), (1, 8, 1)), ((64, 256, 128), (1, 16, 2)),
+    for cta, warps in [((256, 64, 128), (1, 4, 1)), ((64, 256, 128), (1, 8, 1)), ((64, 256, 128), (1, 16, 2)),
                        ((64, 64, 192), (1, 4, 2))]:
         field, rule = SM90Q.tile_error(cta, warps, 8)
-        assert field == "cta" and "128 with warps [1, rows / 16, 2]" in rule, (cta, warps, rule)
+        assert field == "cta" and "with warps [1, rows / 16, 2] or, up to 128 tokens" in rule, (cta, warps, rule)
     smem = Mainloop.SM90_QUANT_SMEM
     assert smem.tile_error((64, 256, 128), (1, 8, 1), 4)[0] == "cta"
     # X 64 x 128 x 2, the packed pair (8 n8 tiles x 4 k32 blocks x 32 lanes x 4 bytes), four
@@ -185,6 +186,43 @@ def test_a_pair_of_k_tiles_a_stage() -> None:
     # Stream-K and the cost model count stages: K / 128.
     assert SM90Q.staged_bytes(pair) == SM90Q.staged_bytes(single)
     assert SM90Q.partial_tiles(pair, (1, 64), 2, 132) == SM90Q.partial_tiles(single, (1, 64), 2, 132)
+
+
+def test_a_pair_of_k_tiles_a_stage_for_one_warpgroup() -> None:
+    """cta K 128 with warps [1, rows / 16, 1]: each consumer warpgroup takes both halves of
+    every stage (one full-barrier wait and one release per two K tiles), up to 128 tokens
+    and one m64 block a warpgroup; the one-warpgroup tiles' staging, hand-off and
+    partials, a pair's stage, no grouped form."""
+    for tokens, rows in [(64, 128), (128, 128), (64, 256), (128, 192), (64, 64), (32, 128)]:
+        whole = QuantKernel("f16", 4, "f16", tokens, rows, 4, cta_k=128).spec
+        single = QuantKernel("f16", 4, "f16", tokens, rows, 4).spec
+        assert whole.warps == single.warps == (1, rows // 16, 1)
+        assert SM90Q.tile_error(whole.cta, whole.warps, whole.stages) is None
+        assert (SM90Q.k_per_stage(whole), SM90Q.k_split(whole), SM90Q.consumers(whole)) == (2, 1, rows // 64)
+        assert SM90Q.stage_bytes(whole) > 2 * SM90Q.stage_bytes(single) - 2048
+        assert SM90Q.staged_bytes(whole) == SM90Q.staged_bytes(single)
+        assert SM90Q.handoff_bytes(whole) in (0, SM90Q.handoff_bytes(single))
+        assert SM90Q.partial_tiles(whole, (1, 64), 2, 132) == SM90Q.partial_tiles(single, (1, 64), 2, 132)
+        assert "no grouped form" in SM90Q.grouped_error(whole) and SM90Q.grouped_error(single) is None
+    # 256 tokens: 64 KiB of X a stage; two m64 blocks a warpgroup: not this form.
+    assert SM90Q.tile_error((256, 128, 128), (1, 8, 1), 2)[0] == "cta"
+    assert SM90Q.tile_error((64, 256, 128), (1, 8, 1), 4)[0] == "cta"
+
+
+@pytest.mark.parametrize("dtype, bits, out", [("f16", 4, "f16"), ("bf16", 8, "f32")])
+def test_whole_stage_kernels_compile(dtype: str, bits: int, out: str) -> None:
+    """The GPU test's tiles taking both halves of a pair stage compile for sm_90a without
+    spilling and without ptxas serializing their wgmma, with the kernel's static_asserts."""
+    from codegen.render import render_kernel
+    from tests.sm90_smoke import nvrtc_compile, report
+
+    for tokens, rows, stages in [(128, 128, 4), (64, 256, 4), (128, 192, 3)]:
+        spec = QuantKernel(dtype, bits, out, tokens, rows, stages, cta_k=128).spec
+        ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+        assert ok, log
+        rep = report(log, spec.name)
+        assert rep["spill_stores"] == rep["spill_loads"] == 0, log
+        assert "serialized" not in log, log
 
 
 def test_what_a_kernel_implies() -> None:

@@ -712,7 +712,7 @@ def test_sm90_quant_stream_k_only_where_whole_tiles_leave_sms_idle(bits) -> None
     spec, splits = pick(128, 6144, 4096)
     assert (spec.cta, spec.warps, splits) == ((128, 64, 128), (1, 4, 2), 1)
     spec, splits = pick(128, 8192, 28672)
-    assert (spec.cta, splits) == ((128, 192, 64), 3)
+    assert (spec.cta, splits) == ((128, 192, 128), 3)
 
 
 def _dispatch_table(path: Path) -> list[dict]:
@@ -732,6 +732,12 @@ def _dispatch_table(path: Path) -> list[dict]:
     return rows
 
 
+# The default tiles taking a pair of K tiles a stage whole, by the one-K-tile form they
+# replaced (codegen/configs/sm90_quant.yaml, fifty-sixth session), for runs before them.
+WHOLE_STAGE_PREDECESSORS = {"64x256x128_w1x16x1_s4": "64x256x64_w1x16x1_s8",
+                            "128x192x128_w1x12x1_s3": "128x192x64_w1x12x1_s6"}
+
+
 def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
     """The model's W4 / W8 picks at M = 128 and 1024 against the H200 oracle run of
     docs/perf/dispatch_quant.md (its SM90 tiles' occupancy is the spec's own, so the
@@ -742,7 +748,10 @@ def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
     the fifty-fourth session timed it there at 1.00x (W4) and 1.008x (W8) the fastest plan
     (tests/bench/test_dispatch_timings.py), so those two rows are left out here, and so
     are those where it takes 128x64 in turn (fifty-fifth session; 8b qkv whole, 8b down split
-    two ways: the H100's fastest plans there, tests/bench/test_dispatch_timings.py)."""
+    two ways: the H100's fastest plans there, tests/bench/test_dispatch_timings.py). The
+    tiles taking a pair of K tiles a stage whole (64x256, 128x192; fifty-sixth session) are
+    priced with their one-K-tile form's time from that run: on the H200 they took 0.97-0.99x
+    of it in the median, 1.035 at most (docs/NOTES.md)."""
     table = Path(__file__).resolve().parents[2] / "docs" / "perf" / "dispatch_quant.md"
     ratios = []
     for row in _dispatch_table(table):
@@ -754,6 +763,7 @@ def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
             continue
         family = "sm90" if spec.mainloop is Mainloop.SM90_QUANT else spec.mainloop.value
         tile = "x".join(map(str, spec.cta)) + "_w" + "x".join(map(str, spec.warps)) + f"_s{spec.stages}"
+        tile = WHOLE_STAGE_PREDECESSORS.get(tile, tile)
         t = row["times"].get((family, tile, plan.splits))
         assert t is not None, f"{row['label']}: the model picks {family} {tile} k{plan.splits}, which the table did not time"
         ratios.append(t / row["oracle"])
