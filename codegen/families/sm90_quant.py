@@ -45,6 +45,7 @@ _STREAM_K_TAKE_S = 2.0e-6  # split_seconds
 _TAKE_BY_SIZE = 0.25  # split_seconds: the share of a take that grows with the partial's size
 _K_TURNS_FACTOR = 0.85  # dequant_rate of the tiles taking K tiles in turn, one a stage
 _K_PAIRS_FACTOR = 0.92  # dequant_rate of the tiles taking K tiles in turn, a pair a stage
+_WHOLE_STAGES_FACTOR = 1.03  # mma_efficiency of the tiles taking both halves of a pair stage
 
 
 def consumer_registers(consumers: int) -> int:
@@ -146,8 +147,9 @@ class Sm90QuantFamily(MainloopFamily):
         # Two consumer warpgroups per 64 weight rows, taking the K tiles in turn (a pair
         # of them a stage where cta K is 128).
         k_turns = not self.shared_b and n in (64, 128) and tuple(warps) == (1, n // 16, 2)
-        # A pair of K tiles a stage for one warpgroup per 64 rows taking both (up to 128
-        # tokens: a 256-token stage would hold 64 KiB of X).
+        # A pair of K tiles a stage for one warpgroup per 64 rows taking both, up to 128
+        # tokens: a 256-token stage holds 64 KiB of X, so two stages, and 256x128 ran
+        # 1.05-1.12x its one-K-tile form's time (docs/NOTES.md, fifty-sixth session).
         whole_stages = not self.shared_b and k == 2 * CTA_K and tuple(warps) == (1, n // 16, 1) and m <= 128
         if k != CTA_K and not (k_turns and k == 2 * CTA_K) and not whole_stages:
             also = (" (or 128: a pair of K tiles a stage, with warps [1, rows / 16, 2] or, up to 128 tokens, "
@@ -378,10 +380,14 @@ class Sm90QuantFamily(MainloopFamily):
         warpgroup beyond two adds 5%: their warps hide more of each other's latency
         (the 64x256 and 128x192 W4 tiles measured 5-22% faster than the two-consumer
         tiles of as many tokens on the large layers; fitted so that the pick over the
-        sixteenth session's sweep is within 8.5% of the best timed, 1.0 in the median)."""
+        sixteenth session's sweep is within 8.5% of the best timed, 1.0 in the median).
+        A warpgroup taking both halves of a pair stage waits, releases and steps the
+        ring once per two K tiles: 64x256 and 128x192 took 0.97-0.99x their one-K-tile
+        form's time (H200, fifty-sixth session)."""
         tokens, rows, _ = spec.cta
         consumers = self.consumers(spec)
-        return 2.36 * tokens / (tokens + 110.0) * (1 + 0.05 * max(0, consumers - 2))
+        whole_stages = _WHOLE_STAGES_FACTOR if self.k_per_stage(spec) > 1 and self.k_split(spec) == 1 else 1.0
+        return 2.36 * tokens / (tokens + 110.0) * (1 + 0.05 * max(0, consumers - 2)) * whole_stages
 
     def dequant_rate(self, spec: KernelSpec) -> float:
         """The sm80 decode kernels' rate (the default): the same Dequant code, each
@@ -398,7 +404,9 @@ class Sm90QuantFamily(MainloopFamily):
         return _K_PAIRS_FACTOR if self.k_per_stage(spec) > 1 else _K_TURNS_FACTOR
 
     def stages_in_flight(self, spec: KernelSpec) -> int:
-        return spec.stages
+        """K tiles of 64 in flight: every stage (the producer refills a stage once its
+        consumers release it), each of cta K / 64 of them."""
+        return spec.stages * self.k_per_stage(spec)
 
 SMEM_TOKENS = (64, 128)  # cta M: wgmma M slices of 64 tokens, one or two
 SMEM_ROWS = (128, 256)  # cta N: two consumer warpgroups, each wgmma's N over half of them
