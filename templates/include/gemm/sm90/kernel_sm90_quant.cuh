@@ -437,9 +437,10 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // in step: the first half's wgmma go out, the previous stage goes back once the group
   // before them is done, and the second half is dequantized under them (its stage landed
   // already); then the second half's wgmma, and the next stage's first half under them.
-  // NOTE: GEMM_SM90Q_WGMMA_DEPTH's 0 (no group in flight) is not this form's.
-  auto run_whole_stages = [&](int it, int n, int rows) {
-    const int narrow = rows <= Cfg::kTokens / 4 ? 2 : rows <= Cfg::kTokens / 2 ? 1 : 0;
+  // NOTE: GEMM_SM90Q_WGMMA_DEPTH's 0 (no group in flight) is not this form's, nor are
+  // the narrower widths of a short 256-token tile (the form takes at most 128 tokens).
+  auto run_whole_stages = [&](int it, int n) {
+    constexpr int narrow = 0;
     ARegs a0, a1;
     dequantize(it, a0);
     for (int j = 0; j < n; ++j) {
@@ -547,7 +548,7 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
     if constexpr (Cfg::kSharedB) {
       run_shared_b(it, n);
     } else if constexpr (kWholeStages) {
-      run_whole_stages(it, n, rows_left);
+      run_whole_stages(it, n);
     } else {
       run_register_a(it, n, rows_left);
     }
