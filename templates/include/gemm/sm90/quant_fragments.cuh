@@ -45,16 +45,16 @@ __device__ __forceinline__ LaneOffsets lane_offsets(int local_row0, int lane, in
   return {pin_register(words), pin_register(rows)};
 }
 
-// A warp's A registers of one K tile (stage s): [k32 block][k16 step][register], the two
-// n8 tiles of its 16 weight rows dequantized (registers {tile 0 reg 0, tile 1 reg 0,
-// tile 0 reg 1, tile 1 reg 1} of each step, see wgmma_rs). A row's scale and zero are
-// made once per group: once per K tile, twice for groups of 32 (VRows, Sm90QuantConfig::v_rows).
+// A lane's scales and zeros of one K tile (stage s), made once per group: [group of the
+// K tile][half: the warp's n8 tile], one group, or two for groups of 32 (VRows,
+// Sm90QuantConfig::v_rows).
 template <class Cfg, int VRows>
-__device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, LaneOffsets lane,
-                                                  u32 (&a)[2][2][4]) {
+using QuantAConsts = typename Dequant<typename Cfg::TA, Cfg::kBits>::Consts[VRows][2];
+
+template <class Cfg, int VRows>
+__device__ __forceinline__ void quant_a_consts(const Sm90QuantStage<Cfg>& st, int s, LaneOffsets lane,
+                                               QuantAConsts<Cfg, VRows>& c) {
   using D = Dequant<typename Cfg::TA, Cfg::kBits>;
-  static_assert(D::kWords == Cfg::kWords, "the packed words per lane and block");
-  typename D::Consts c[VRows][2];  // [group of the K tile][half]
 #pragma unroll
   for (int g = 0; g < VRows; ++g)
 #pragma unroll
@@ -63,6 +63,17 @@ __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st,
       const u32 v = lane.rows + static_cast<u32>(2 * (g * Cfg::kRows + 8 * half));
       c[g][half] = D::make(ld_shared_u16(st.scales(s) + v), ld_shared_u16(st.zeros(s) + v));
     }
+}
+
+// A warp's A registers of one K tile (stage s) with its scales and zeros made:
+// [k32 block][k16 step][register], the two n8 tiles of its 16 weight rows dequantized
+// (registers {tile 0 reg 0, tile 1 reg 0, tile 0 reg 1, tile 1 reg 1} of each step, see
+// wgmma_rs).
+template <class Cfg, int VRows>
+__device__ __forceinline__ void quant_a_apply(const Sm90QuantStage<Cfg>& st, int s, LaneOffsets lane,
+                                              const QuantAConsts<Cfg, VRows>& c, u32 (&a)[2][2][4]) {
+  using D = Dequant<typename Cfg::TA, Cfg::kBits>;
+  static_assert(D::kWords == Cfg::kWords, "the packed words per lane and block");
 #pragma unroll
   for (int kb = 0; kb < 2; ++kb) {
     BlockFragments f[2];
@@ -87,6 +98,15 @@ __device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st,
       a[kb][h][3] = f[1][h][1];
     }
   }
+}
+
+// Both: a K tile's A registers from its stage.
+template <class Cfg, int VRows>
+__device__ __forceinline__ void quant_a_fragments(const Sm90QuantStage<Cfg>& st, int s, LaneOffsets lane,
+                                                  u32 (&a)[2][2][4]) {
+  QuantAConsts<Cfg, VRows> c;
+  quant_a_consts<Cfg, VRows>(st, s, lane, c);
+  quant_a_apply<Cfg, VRows>(st, s, lane, c, a);
 }
 
 // Shared B: a warp's part of one K tile's dequantized weights (stage s) for its consumer
