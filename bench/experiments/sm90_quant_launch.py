@@ -30,33 +30,39 @@ class TileForm(NamedTuple):
     blocks: int = 1  # m64 blocks of weight rows per consumer warpgroup
     k_split: int = 1  # consumer warpgroups per weight row, taking the K tiles in turn
     cta_k: int = 64  # 128: a pair of K tiles a ring stage (one for each of two warpgroups, or both for one)
+    defines: tuple[str, ...] = ()  # experiment knobs of the header (gemm/sm90/quant_knobs.cuh)
 
     @property
     def label(self) -> str:
-        """64x128s8, 64x256s8b2, 64x64s8k2, 64x64x128s8k2 (parse_tile's form)."""
+        """64x128s8, 64x256s8b2, 64x64s8k2, 64x64x128s8k2, 64x256x128s4@KNOB=1 (parse_tile's
+        form)."""
         k = f"x{self.cta_k}" if self.cta_k != 64 else ""
         return (f"{self.tokens}x{self.rows}{k}s{self.stages}" + (f"b{self.blocks}" if self.blocks > 1 else "")
-                + (f"k{self.k_split}" if self.k_split > 1 else ""))  # fmt: skip
+                + (f"k{self.k_split}" if self.k_split > 1 else "")
+                + ("@" + ",".join(self.defines) if self.defines else ""))  # fmt: skip
 
     def kernel(self, dtype: str = "f16", bits: int = 4, out: str | None = None, **fields):
         """The QuantKernel of this tile (tests/sm90_quant_kernel.py); ``fields``: its
-        others (defines, header)."""
+        others (defines, header; defines given here come after the tile's own)."""
         from tests.sm90_quant_kernel import QuantKernel
 
+        fields["defines"] = self.defines + tuple(fields.get("defines", ()))
         return QuantKernel(dtype, bits, out or dtype, self.tokens, self.rows, self.stages, blocks=self.blocks,
                            k_split=self.k_split, cta_k=self.cta_k, **fields)  # fmt: skip
 
 
 def parse_tile(text: str) -> TileForm:
-    """'64x128s8' -> (64, 128, 8, 1, 1, 64); '64x256s8b2': two m64 blocks per consumer
+    """'64x128s8' -> (64, 128, 8, 1, 1, 64, ()); '64x256s8b2': two m64 blocks per consumer
     warpgroup; '64x64s8k2': two consumer warpgroups taking the K tiles in turn;
-    '64x64x128s8k2': the same with a pair of K tiles a stage (cta K 128)."""
-    m = re.fullmatch(r"(\d+)x(\d+)(?:x(\d+))?s(\d+)(?:b(\d+))?(?:k(\d+))?", text)
-    if m is None:
-        raise argparse.ArgumentTypeError(
-            f"tile {text!r}: expected TOKENSxROWS[xK]sSTAGES[bBLOCKS][kTURNS], e.g. 64x128s8 or 64x64x128s8k2")
-    tokens, rows, cta_k, stages, blocks, k_split = m.groups()
-    return TileForm(int(tokens), int(rows), int(stages), int(blocks or 1), int(k_split or 1), int(cta_k or 64))
+    '64x64x128s8k2': the same with a pair of K tiles a stage (cta K 128);
+    '64x256x128s4@GEMM_SM90Q_STAGE_CONSTS=1': a tile with knobs set (comma-separated)."""
+    m = re.fullmatch(r"(\d+)x(\d+)(?:x(\d+))?s(\d+)(?:b(\d+))?(?:k(\d+))?(?:@((?:GEMM_\w+=\w+,?)+))?", text)
+    if m is None or (m.group(7) or "").endswith(","):
+        raise argparse.ArgumentTypeError(f"tile {text!r}: expected TOKENSxROWS[xK]sSTAGES[bBLOCKS][kTURNS][@KNOB=V,...], "
+                                         "e.g. 64x128s8, 64x64x128s8k2 or 64x256x128s4@GEMM_SM90Q_STAGE_CONSTS=1")  # fmt: skip
+    tokens, rows, cta_k, stages, blocks, k_split, knobs = m.groups()
+    return TileForm(int(tokens), int(rows), int(stages), int(blocks or 1), int(k_split or 1), int(cta_k or 64),
+                    tuple(knobs.split(",")) if knobs else ())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -212,13 +212,15 @@ def test_a_pair_of_k_tiles_a_stage_for_one_warpgroup() -> None:
 @pytest.mark.parametrize("dtype, bits, out", [("f16", 4, "f16"), ("bf16", 8, "f32")])
 def test_whole_stage_kernels_compile(dtype: str, bits: int, out: str) -> None:
     """The GPU test's tiles taking both halves of a pair stage compile for sm_90a without
-    spilling and without ptxas serializing their wgmma, with the kernel's static_asserts."""
+    spilling and without ptxas serializing their wgmma, with the kernel's static_asserts,
+    and so does the form making a stage's scales and zeros once (GEMM_SM90Q_STAGE_CONSTS)."""
     from codegen.render import render_kernel
     from tests.sm90_smoke import nvrtc_compile, report
 
-    for tokens, rows, stages in [(128, 128, 4), (64, 256, 4), (128, 192, 3)]:
+    for tokens, rows, stages, knobs in [(128, 128, 4, ""), (64, 256, 4, ""), (128, 192, 3, ""),
+                                        (64, 256, 4, "#define GEMM_SM90Q_STAGE_CONSTS 1\n")]:  # fmt: skip
         spec = QuantKernel(dtype, bits, out, tokens, rows, stages, cta_k=128).spec
-        ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+        ok, log, _ = nvrtc_compile(knobs + render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
         assert ok, log
         rep = report(log, spec.name)
         assert rep["spill_stores"] == rep["spill_loads"] == 0, log
