@@ -55,11 +55,11 @@ def parse_tile(text: str) -> TileForm:
     """'64x128s8' -> (64, 128, 8, 1, 1, 64, ()); '64x256s8b2': two m64 blocks per consumer
     warpgroup; '64x64s8k2': two consumer warpgroups taking the K tiles in turn;
     '64x64x128s8k2': the same with a pair of K tiles a stage (cta K 128);
-    '64x256x128s4@GEMM_SM90Q_STAGE_CONSTS=1': a tile with knobs set (comma-separated)."""
+    '64x256x128s4@GEMM_SM90Q_SK_SKEW=0': a tile with knobs set (comma-separated)."""
     m = re.fullmatch(r"(\d+)x(\d+)(?:x(\d+))?s(\d+)(?:b(\d+))?(?:k(\d+))?(?:@((?:GEMM_\w+=\w+,?)+))?", text)
     if m is None or (m.group(7) or "").endswith(","):
         raise argparse.ArgumentTypeError(f"tile {text!r}: expected TOKENSxROWS[xK]sSTAGES[bBLOCKS][kTURNS][@KNOB=V,...], "
-                                         "e.g. 64x128s8, 64x64x128s8k2 or 64x256x128s4@GEMM_SM90Q_STAGE_CONSTS=1")  # fmt: skip
+                                         "e.g. 64x128s8, 64x64x128s8k2 or 64x256x128s4@GEMM_SM90Q_SK_SKEW=0")  # fmt: skip
     tokens, rows, cta_k, stages, blocks, k_split, knobs = m.groups()
     return TileForm(int(tokens), int(rows), int(stages), int(blocks or 1), int(k_split or 1), int(cta_k or 64),
                     tuple(knobs.split(",")) if knobs else ())

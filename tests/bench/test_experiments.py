@@ -250,9 +250,9 @@ def test_sm90_quant_launch_parses_tiles_and_rejects_bad_ones():
     assert pair.kernel("bf16", 8).spec.cta == (64, 64, 128) and pair.kernel().spec.warps == (1, 4, 2)
     assert parse_tile("64x256s8b2").label == "64x256s8b2"
     # Knobs of the header ride on the tile, in its label and its kernel's defines.
-    knobs = parse_tile("64x256x128s4@GEMM_SM90Q_STAGE_CONSTS=1,GEMM_SM90Q_SK_SKEW=0")
-    assert knobs[:6] == (64, 256, 4, 1, 1, 128) and knobs.defines == ("GEMM_SM90Q_STAGE_CONSTS=1", "GEMM_SM90Q_SK_SKEW=0")
-    assert knobs.label == "64x256x128s4@GEMM_SM90Q_STAGE_CONSTS=1,GEMM_SM90Q_SK_SKEW=0"
+    knobs = parse_tile("64x256x128s4@GEMM_SM90Q_WGMMA_DEPTH=1,GEMM_SM90Q_SK_SKEW=0")
+    assert knobs[:6] == (64, 256, 4, 1, 1, 128) and knobs.defines == ("GEMM_SM90Q_WGMMA_DEPTH=1", "GEMM_SM90Q_SK_SKEW=0")
+    assert knobs.label == "64x256x128s4@GEMM_SM90Q_WGMMA_DEPTH=1,GEMM_SM90Q_SK_SKEW=0"
     assert parse_tile(knobs.label) == knobs
     assert knobs.kernel(defines=("GEMM_SM90Q_LEAVE_OUT=1",)).defines == knobs.defines + ("GEMM_SM90Q_LEAVE_OUT=1",)
     for bad in ("64x128", "64x128s8z2", "64x64s8k2b2", "x128s8", "64x64x128", "", "64x128s8@", "64x128s8@X=1",

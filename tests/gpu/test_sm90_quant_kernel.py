@@ -28,8 +28,7 @@ SHAPES = [(64, 128, 64), (1, 128, 4096), (65, 261, 1000), (130, 392, 328), (7, 4
 # 128x192, 64x256; "b2": two m64 blocks of weight rows per consumer warpgroup, half the
 # warps; "ks": two consumer warpgroups per 64 weight rows taking the K tiles in turn,
 # warps [1, 4, 2]; "kp": the same with a pair of K tiles a ring stage, cta K 128; "kw": a
-# pair of K tiles a stage for one warpgroup per 64 rows taking both; "kwc": the same
-# making the scales and zeros once a stage, GEMM_SM90Q_STAGE_CONSTS), and the shared-B
+# pair of K tiles a stage for one warpgroup per 64 rows taking both), and the shared-B
 # form's ("smem",
 # codegen/families/sm90_quant.py: experimental), with three and two buffers of
 # dequantized weights.
@@ -39,7 +38,7 @@ TILES = [(64, 128, 8, ""), (128, 128, 6, ""), (256, 128, 4, ""), (64, 64, 8, "")
          (64, 64, 8, "ks"), (128, 64, 6, "ks"), (32, 64, 8, "ks"), (64, 128, 8, "ks"), (32, 128, 8, "ks"),
          (64, 64, 8, "kp"), (128, 64, 4, "kp"), (32, 64, 8, "kp"), (64, 128, 6, "kp"), (32, 128, 8, "kp"),
          (64, 128, 4, "kw"), (128, 128, 4, "kw"), (128, 128, 3, "kw"), (64, 256, 4, "kw"), (128, 192, 3, "kw"),
-         (64, 64, 4, "kw"), (32, 128, 4, "kw"), (64, 256, 4, "kwc"), (128, 192, 3, "kwc"),
+         (64, 64, 4, "kw"), (32, 128, 4, "kw"),
          (64, 256, 6, "smem"), (128, 256, 4, "smem"), (64, 128, 4, "smem")]  # fmt: skip
 
 
@@ -49,8 +48,7 @@ def _tile_id(tile) -> str:
 
 def _kernel(dtype: str, bits: int, out: str, tile) -> QuantKernel:
     return QuantKernel(dtype, bits, out, *tile[:3], smem=tile[3] == "smem", blocks=2 if tile[3] == "b2" else 1,
-                       k_split=2 if tile[3] in ("ks", "kp") else 1, cta_k=128 if tile[3] in ("kp", "kw", "kwc") else 64,
-                       defines=("GEMM_SM90Q_STAGE_CONSTS=1",) if tile[3] == "kwc" else ())
+                       k_split=2 if tile[3] in ("ks", "kp") else 1, cta_k=128 if tile[3] in ("kp", "kw") else 64)
 
 
 def _check(got: torch.Tensor, ref: torch.Tensor, full: torch.Tensor, m: int, n: int, dtype: str) -> str | None:
@@ -95,7 +93,7 @@ def test_quant_kernel_matches_dequantized_reference(dtype, bits, out, group_size
     _matches_reference(dtype, bits, out, group_size, symmetric, tile)
 
 
-@pytest.mark.parametrize("tile", [t for t in TILES if t[3] in ("kp", "kw", "kwc")], ids=_tile_id)
+@pytest.mark.parametrize("tile", [t for t in TILES if t[3] in ("kp", "kw")], ids=_tile_id)
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -310,13 +310,11 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
 #pragma unroll
   for (int b = 0; b < Cfg::kBlocks; ++b) lane_offs[b] = lane_offsets<Cfg>(local_row0(b), lane, part, group0);
   // kWholeStages: the second half's words and groups (groups of 32: its two; of 64: its one;
-  // larger: the first half's, whose scales and zeros it then takes as made).
+  // larger: the first half's).
   LaneOffsets second_half[Cfg::kBlocks];
 #pragma unroll
   for (int b = 0; b < Cfg::kBlocks; ++b)
     second_half[b] = kWholeStages ? lane_offsets<Cfg>(local_row0(b), lane, 1, v_rows / 2) : lane_offs[b];
-  // A stage's K in one group (GEMM_SM90Q_STAGE_CONSTS).
-  const u32 one_group = GEMM_SM90Q_STAGE_CONSTS ? pin_register(v_rows == 1 ? 1u : 0u) : 0u;
   using ARegs = u32[Cfg::kBlocks][2][2][4];  // a K tile's A registers: [block][k32 block][k16 step][register]
   auto fence_a = [](ARegs& a) {
 #pragma unroll
@@ -439,58 +437,25 @@ __device__ __forceinline__ void gemm_sm90_quant(const Params& p, const CUtensorM
   // in step: the first half's wgmma go out, the previous stage goes back once the group
   // before them is done, and the second half is dequantized under them (its stage landed
   // already); then the second half's wgmma, and the next stage's first half under them.
-  // GEMM_SM90Q_STAGE_CONSTS 1: where a stage's K is one group (groups of 128 and more),
-  // the second half takes the scales and zeros the first made (`stage_consts`), so a
-  // stage's pair of K tiles makes them once (7 of 198 instructions a stage of 64x256 W4).
   // NOTE: GEMM_SM90Q_WGMMA_DEPTH's 0 (no group in flight) is not this form's, nor are
   // the narrower widths of a short 256-token tile (the form takes at most 128 tokens).
-  QuantAConsts<Cfg, 1> stage_consts[Cfg::kBlocks];
-  auto first_half = [&](int it, ARegs& a) {
-    if constexpr (!GEMM_SM90Q_STAGE_CONSTS) {
-      dequantize(it, a);
-      return;
-    }
-    wait_full(it);
-    if (GEMM_SM90Q_LEAVE_OUT == 3) return;
-    if (one_group) {
-#pragma unroll
-      for (int b = 0; b < Cfg::kBlocks; ++b) {
-        quant_a_consts<Cfg, 1>(st, stage_of(it), lane_offs[b], stage_consts[b]);
-        quant_a_apply<Cfg, 1>(st, stage_of(it), lane_offs[b], stage_consts[b], a[b]);
-      }
-    } else {
-      dequantize_from(it, lane_offs, a);
-    }
-  };
-  auto second_of = [&](int it, ARegs& a) {
-    if constexpr (!GEMM_SM90Q_STAGE_CONSTS) {
-      dequantize_from(it, second_half, a);
-      return;
-    }
-    if (GEMM_SM90Q_LEAVE_OUT == 3) return;
-    if (one_group) {
-#pragma unroll
-      for (int b = 0; b < Cfg::kBlocks; ++b)
-        quant_a_apply<Cfg, 1>(st, stage_of(it), second_half[b], stage_consts[b], a[b]);
-    } else {
-      dequantize_from(it, second_half, a);
-    }
-  };
+  // Making a one-group stage's scales and zeros once for both halves (7 of 198
+  // instructions a stage of 64x256 W4) measured level (H100, fifty-seventh session).
   auto run_whole_stages = [&](int it, int n) {
     constexpr int narrow = 0;
     ARegs a0, a1;
-    first_half(it, a0);
+    dequantize(it, a0);
     for (int j = 0; j < n; ++j) {
       const u64 x_desc = smem_desc_advance(x_desc0, static_cast<u32>(stage_of(it + j) * Cfg::kStageBytes));
       issue_narrow(narrow, j > 0, x_desc, a0);
       wgmma_wait<1>();
       fence_a(a1);
       if (j > 0) release(it + j - 1);
-      second_of(it + j, a1);
+      dequantize_from(it + j, second_half, a1);
       issue_narrow(narrow, true, smem_desc_advance(x_desc, Cfg::kTileBytesX), a1);
       wgmma_wait<1>();
       fence_a(a0);
-      if (j + 1 < n) first_half(it + j + 1, a0);
+      if (j + 1 < n) dequantize(it + j + 1, a0);
     }
     wgmma_wait<0>();
     wgmma_fence_operand(acc);

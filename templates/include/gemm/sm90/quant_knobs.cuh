@@ -18,9 +18,6 @@
 // staging lies after the ring; 0 reads it from L2 after the K loop. GEMM_SM90Q_SK_SKEW
 // N > 0 (default 4): where the grid is twice the tiles, a tile's tail share is N K tiles
 // short of half the tile (stream_k.cuh's skewed_stream_k); 0: equal shares.
-// GEMM_SM90Q_STAGE_CONSTS 1: a warpgroup taking both halves of a pair stage makes the
-// scales and zeros once a stage where the stage is one group (kernel_sm90_quant.cuh,
-// run_whole_stages); 0 (default, until its GPU tests have run): once per half.
 #ifndef GEMM_SM90Q_LEAVE_OUT
 #define GEMM_SM90Q_LEAVE_OUT 0
 #endif
@@ -32,9 +29,6 @@
 #endif
 #ifndef GEMM_SM90Q_SK_SKEW
 #define GEMM_SM90Q_SK_SKEW 4
-#endif
-#ifndef GEMM_SM90Q_STAGE_CONSTS
-#define GEMM_SM90Q_STAGE_CONSTS 0
 #endif
 #ifndef GEMM_SM90Q_WGMMA_DEPTH
 #define GEMM_SM90Q_WGMMA_DEPTH 1
