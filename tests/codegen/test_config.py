@@ -416,8 +416,9 @@ def test_default_configs() -> None:
     # with three stages for fp16 and bf16 W4, 2; (fifty-second) the sm90_quant W4 tiles
     # taking K tiles in turn, 64x64, 32x64 and 32x128 for each activation and output type, 12;
     # (fifty-third) the same tiles for W8, 12; (fifty-fifth) 128x64 in turn for each
-    # activation type, bits and output type, 8.
-    assert len(loaded) == 329
+    # activation type, bits and output type, 8; (fifty-seventh) W4 128x128 taking a pair
+    # of K tiles a stage whole for each activation and output type, 4.
+    assert len(loaded) == 333
     assert sum(k.spec.family.endswith("_100k") for k in loaded) == 8
     # Swizzled: the dense prefill tiles (3 an a type and B order) and the grouped 128x128x32
     # (one an a type).

@@ -40,16 +40,18 @@ def family(**overrides: Any) -> dict[str, Any]:
 
 def test_the_yaml_loads_into_the_default_set() -> None:
     loaded = load_configs([YAML])
-    assert len(loaded) == 72  # f16/bf16 x 16-bit/f32 out x u4/u8 x 9 tiles
+    assert len(loaded) == 76  # f16/bf16 x 16-bit/f32 out x (u4 x 10 tiles + u8 x 9)
     assert {k.spec.mainloop for k in loaded} == {SM90Q}
     tiles = {((64, 128, 64), 8), ((128, 128, 64), 6), ((256, 128, 64), 4)}
     whole = {((64, 256, 128), 4), ((128, 192, 128), 3)}  # a pair of K tiles a stage, both a warpgroup's
+    whole_w4 = {((128, 128, 128), 4)}  # the same, 4-bit only
     in_turn = {((64, 64, 128), 8), ((32, 64, 128), 8), ((32, 128, 128), 8), ((128, 64, 128), 4)}  # pairs of K tiles
-    assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 4} == tiles | whole | in_turn
+    assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 4} == tiles | whole | whole_w4 | in_turn
     assert {(k.spec.cta, k.spec.stages) for k in loaded if k.spec.b_type.bits == 8} == tiles | whole | in_turn
     # The tiles taking K tiles in turn: warps [1, rows / 16, 2], a pair of them a stage.
     assert {(k.spec.cta, k.spec.stages) for k in loaded if SM90Q.k_split(k.spec) == 2} == in_turn
-    assert {(k.spec.cta, k.spec.stages) for k in loaded if SM90Q.k_per_stage(k.spec) == 2} == in_turn | whole
+    pairs = {(k.spec.cta, k.spec.stages) for k in loaded if SM90Q.k_per_stage(k.spec) == 2}
+    assert pairs == in_turn | whole | whole_w4
     assert all(k.spec.warps == (1, k.spec.cta[1] // 16, SM90Q.k_split(k.spec)) for k in loaded)
     assert YAML in default_config_paths()
     assert {k.spec.name for k in loaded} <= {k.spec.name for k in load_configs(default_config_paths())}
@@ -212,15 +214,13 @@ def test_a_pair_of_k_tiles_a_stage_for_one_warpgroup() -> None:
 @pytest.mark.parametrize("dtype, bits, out", [("f16", 4, "f16"), ("bf16", 8, "f32")])
 def test_whole_stage_kernels_compile(dtype: str, bits: int, out: str) -> None:
     """The GPU test's tiles taking both halves of a pair stage compile for sm_90a without
-    spilling and without ptxas serializing their wgmma, with the kernel's static_asserts,
-    and so does the form making a stage's scales and zeros once (GEMM_SM90Q_STAGE_CONSTS)."""
+    spilling and without ptxas serializing their wgmma, with the kernel's static_asserts."""
     from codegen.render import render_kernel
     from tests.sm90_smoke import nvrtc_compile, report
 
-    for tokens, rows, stages, knobs in [(128, 128, 4, ""), (64, 256, 4, ""), (128, 192, 3, ""),
-                                        (64, 256, 4, "#define GEMM_SM90Q_STAGE_CONSTS 1\n")]:  # fmt: skip
+    for tokens, rows, stages in [(128, 128, 4), (64, 256, 4), (128, 192, 3)]:
         spec = QuantKernel(dtype, bits, out, tokens, rows, stages, cta_k=128).spec
-        ok, log, _ = nvrtc_compile(knobs + render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
+        ok, log, _ = nvrtc_compile(render_kernel(spec, "tests/codegen/test_family_sm90_quant.py"), spec.name)
         assert ok, log
         rep = report(log, spec.name)
         assert rep["spill_stores"] == rep["spill_loads"] == 0, log
@@ -250,8 +250,10 @@ def test_what_a_kernel_implies() -> None:
         one_consumer = rows == 64 and turns == 1
         offset = 0 if one_consumer else s.stages * stage if s.stages * stage <= room else room // stage * stage
         assert SM90Q.staged_offset(s) == offset and offset % stage == 0
-        if (tokens, rows) in ((64, 128), (128, 128)) or (rows == 64 and (cta_k == 64 or s.b_type.bits == 4)):
+        if ((tokens, rows) in ((64, 128), (128, 128)) and cta_k == 64) or (rows == 64 and (cta_k == 64 or s.b_type.bits == 4)):
             assert offset == s.stages * stage  # no stage waits for the epilogue
+        if (tokens, rows, cta_k) == (128, 128, 128):
+            assert offset == 3 * stage  # the last of the four stages (42 KiB each) waits for it
         if (tokens, rows, cta_k, s.b_type.bits) == (64, 64, 128, 8):
             assert offset == (s.stages - 1) * stage  # the last stage: 8 of them are 200 KiB
         if (tokens, rows) == (256, 128):

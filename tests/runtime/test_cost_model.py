@@ -735,7 +735,8 @@ def _dispatch_table(path: Path) -> list[dict]:
 # The default tiles taking a pair of K tiles a stage whole, by the one-K-tile form they
 # replaced (codegen/configs/sm90_quant.yaml, fifty-sixth session), for runs before them.
 WHOLE_STAGE_PREDECESSORS = {"64x256x128_w1x16x1_s4": "64x256x64_w1x16x1_s8",
-                            "128x192x128_w1x12x1_s3": "128x192x64_w1x12x1_s6"}
+                            "128x192x128_w1x12x1_s3": "128x192x64_w1x12x1_s6",
+                            "128x128x128_w1x8x1_s4": "128x128x64_w1x8x1_s6"}
 
 
 def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
