@@ -733,7 +733,8 @@ def _dispatch_table(path: Path) -> list[dict]:
 
 
 # The default tiles taking a pair of K tiles a stage whole, by the one-K-tile form they
-# replaced (codegen/configs/sm90_quant.yaml, fifty-sixth session), for runs before them.
+# replaced (64x256, 128x192; fifty-sixth session) or sit beside (128x128, 4-bit only;
+# fifty-seventh), for runs before them (codegen/configs/sm90_quant.yaml).
 WHOLE_STAGE_PREDECESSORS = {"64x256x128_w1x16x1_s4": "64x256x64_w1x16x1_s8",
                             "128x192x128_w1x12x1_s3": "128x192x64_w1x12x1_s6",
                             "128x128x128_w1x8x1_s4": "128x128x64_w1x8x1_s6"}
@@ -752,7 +753,8 @@ def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
     two ways: the H100's fastest plans there, tests/bench/test_dispatch_timings.py). The
     tiles taking a pair of K tiles a stage whole (64x256, 128x192; fifty-sixth session) are
     priced with their one-K-tile form's time from that run: on the H200 they took 0.97-0.99x
-    of it in the median, 1.035 at most (docs/NOTES.md)."""
+    of it in the median, 1.035 at most (docs/NOTES.md); so is the 4-bit 128x128 one
+    (fifty-seventh session: level with 128x128 s6 at 128 tokens on an H100, 0.964 at 1024)."""
     table = Path(__file__).resolve().parents[2] / "docs" / "perf" / "dispatch_quant.md"
     ratios = []
     for row in _dispatch_table(table):
