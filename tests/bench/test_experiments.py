@@ -281,3 +281,19 @@ def test_the_read_order_kernels_compile_and_read_a_plans_geometry():
         assert form.fits(rows, row_bytes)
         assert form.rows_per_cta * form.chunk == form.per_thread() * 16 * read_order.THREADS
     assert not read_order.Form(16, 1024, 3, 1).fits(rows, row_bytes)  # 16 KB rows do not cut three ways
+
+
+def test_the_unpack_chunks_cover_n_in_packed_rows():
+    """sm80_unpack_chunks.column_chunks: chunks of whole packed rows (8 columns) whose
+    unpacked rows fit the size asked, the last one narrower, covering N once."""
+    from bench.experiments.sm80_unpack_chunks import column_chunks
+
+    # 16 MiB of 4096 16-bit values a row: 2048 rows
+    assert column_chunks(6144, 4096, 16) == [(0, 2048), (2048, 2048), (4096, 2048)]
+    assert column_chunks(4096, 4096, 24) == [(0, 3072), (3072, 1024)]
+    chunks = column_chunks(28672 + 24, 14336, 8)
+    assert sum(nc for _, nc in chunks) == 28672 + 24 and all(n0 % 8 == 0 for n0, _ in chunks)
+    assert all(nc * 14336 * 2 <= 8 << 20 for _, nc in chunks)
+    assert column_chunks(64, 1 << 20, 1)[0] == (0, 8)  # at least a packed row
+    with pytest.raises(ValueError, match="chunk size 0 MiB"):
+        column_chunks(4096, 4096, 0)
