@@ -41,6 +41,7 @@ PRODUCER_REGS = 40  # Sm90QuantConfig::kProducerRegs
 CONSUMER_REGS_BESIDE_ACC = 72
 _STREAM_K_COMPUTE_FACTOR = 1.05  # split_compute_factor
 _STREAM_K_TURNS_COMPUTE_FACTOR = 1.3  # split_compute_factor, tiles taking K tiles in turn
+_STREAM_K_WIDE_FACTOR = 1.2  # split_compute_factor, the 256-token tiles' shares
 _STREAM_K_TAKE_S = 2.0e-6  # split_seconds
 _TAKE_BY_SIZE = 0.25  # split_seconds: the share of a take that grows with the partial's size
 _K_TURNS_FACTOR = 0.85  # dequant_rate of the tiles taking K tiles in turn, one a stage
@@ -366,10 +367,22 @@ class Sm90QuantFamily(MainloopFamily):
         us split two ways (192 shares on 132 CTAs) against 19.4 whole, o at 256 tokens 25.9
         against 19.6, where its shares that are whole halves (8b down, 128 on 128) were the
         fastest plan (H100, fifty-fifth session, docs/NOTES.md); 1.15-1.4 fit the recorded
-        runs alike (1.3 with the L2 bound of cost_model._X_L2_BYTES_PER_CLOCK)."""
-        if splits == 1 or tiles * splits <= slots:
+        runs alike (1.3 with the L2 bound of cost_model._X_L2_BYTES_PER_CLOCK).
+        The 256-token tile's shares run slower than its whole tiles even where they are
+        whole fractions of a tile: on an H100, llama3-70b o at 256 tokens took 56.4 us
+        split two ways against 84.9 whole (0.66, where the model had 0.56), and the
+        model took 256x128 split where unsplit 128-token tiles ran 1.05-1.17x faster
+        (8b qkv at 1024, 8b down, 70b qkv and o at 256; W4 and W8, fifty-eighth session,
+        docs/perf/dispatch_quant_128x128_whole_h100.md and ..._w8_...). 1.2 takes the
+        median and mean of the model's picks over all the recorded runs from 1.0084 /
+        1.0251 to 1.0069 / 1.0215 of the fastest timed plans, no run worse; 1.35 is
+        worse again (docs/NOTES.md)."""
+        if splits == 1:
             return 1.0
-        return _STREAM_K_TURNS_COMPUTE_FACTOR if self.k_split(spec) > 1 else _STREAM_K_COMPUTE_FACTOR
+        wide = _STREAM_K_WIDE_FACTOR if spec.cta[0] == 256 else 1.0
+        if tiles * splits <= slots:
+            return wide
+        return wide * (_STREAM_K_TURNS_COMPUTE_FACTOR if self.k_split(spec) > 1 else _STREAM_K_COMPUTE_FACTOR)
 
     def mma_efficiency(self, spec: KernelSpec) -> float:
         """wgmma's rate on this tile against the SM's mma.sync peak: the tokens (wgmma's

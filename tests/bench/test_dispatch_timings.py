@@ -293,18 +293,27 @@ def test_the_trees_model_on_the_h100_run_after_the_stream_k_take_price():
         assert qkv.ratio <= 1.07 and qkv.pick.splits != 3, (qkv.label, qkv.pick, qkv.best)
 
 
-def test_the_trees_model_on_the_h100_run_with_the_4bit_128x128_whole_stage_tile():
-    """docs/perf/data/dispatch_quant_128x128_whole_h100.json.gz: every feasible plan of 24 W4
-    problems (llama3-8b / 70b, M = 128, 256 and 1024) timed on an H100 with 128x128
-    taking both halves of a pair stage in the default set (fifty-eighth session). The
-    oracle takes that tile unsplit on 8b qkv at 256 tokens, 8b gate_up at 128 and 70b o
-    at 256. The model's picks are within 3% of the fastest timed plan in the median and
-    17% at worst (8b qkv at 1024 tokens: 256x128 split two ways where unsplit 128x192
-    runs 1.17x faster); its picks of the tile split two ways (70b qkv and o at 128
-    tokens) are within 7% (70b o: 1.064, where 128x64 in turn runs unsplit)."""
+def test_the_trees_model_on_the_h100_runs_with_the_4bit_128x128_whole_stage_tile():
+    """docs/perf/data/dispatch_quant_128x128_whole_h100.json.gz (W4) and dispatch_quant_w8_
+    128x128_whole_h100.json.gz (W8): every feasible plan of 24 problems each (llama3-8b /
+    70b, M = 128, 256 and 1024) timed on an H100 with 128x128 taking both halves of a pair
+    stage in the 4-bit default set (fifty-eighth session). The oracle takes that tile
+    unsplit on 8b qkv at 256 tokens, 8b gate_up at 128 and 70b o at 256 (W4). The run's
+    own model took 256x128 split two or four ways where unsplit 128-token tiles ran
+    1.05-1.17x faster (W4 worst 1.168, 8b qkv at 1024; W8 1.130); with the 256-token
+    tile's shares priced 1.2x (split_compute_factor) the picks are within 0.5% of the
+    fastest timed plan in the median, 7% (W4) and 11% (W8: 8b o at 256 tokens, 128x128
+    split two ways where whole 128x64 tiles in turn ran 1.11x faster) at worst, and where
+    the model still splits 256x128 (70b down at 256 tokens, 70b o W8) that is within 1%
+    of the fastest plan; the W4 tile's picks split two ways (70b qkv and o at 128 tokens)
+    are within 7% (70b o: 1.064, where 128x64 in turn runs unsplit)."""
+    for name, worst in (("dispatch_quant_128x128_whole_h100.json.gz", 1.07),
+                        ("dispatch_quant_w8_128x128_whole_h100.json.gz", 1.11)):  # fmt: skip
+        rows = _recorded(name)
+        assert len(rows) == 24
+        assert statistics.median(r.ratio for r in rows) <= 1.005 and max(r.ratio for r in rows) <= worst, name
+        assert not [r.label for r in rows if "_256x128x64_" in r.pick.kernel and r.pick.splits > 1 and r.ratio > 1.01]
     rows = _recorded("dispatch_quant_128x128_whole_h100.json.gz")
-    assert len(rows) == 24
-    assert statistics.median(r.ratio for r in rows) <= 1.03 and max(r.ratio for r in rows) <= 1.17
     best_whole = {r.label for r in rows if "128x128x128_w1x8x1" in r.best.kernel and r.best.splits == 1}
     assert {"llama3-8b qkv w4 M=256", "llama3-8b gate_up w4 M=128", "llama3-70b o w4 M=256"} <= best_whole
     for r in rows:
