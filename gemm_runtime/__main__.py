@@ -234,6 +234,8 @@ def load_shapes(path: Path) -> dict:
         data = yaml.safe_load(path.read_text())
     except OSError as e:
         raise TuneError(f"cannot read the shapes file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise TuneError(f"the shapes file {path} is not UTF-8 text (byte {e.start}): not a YAML shapes file") from None
     except yaml.YAMLError as e:
         raise TuneError(f"the shapes file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
     models = data.get("models") if isinstance(data, dict) else None
@@ -387,6 +389,8 @@ def tune_command(args: argparse.Namespace) -> int:
     out_dir = Path(args.out).expanduser().resolve().parent
     if not out_dir.is_dir() or not os.access(out_dir, os.W_OK):
         raise TuneError(f"cannot write {args.out}: {out_dir} is not a writable folder")
+    if Path(args.out).expanduser().is_dir():  # else found out only once the tuning is done
+        raise TuneError(f"cannot write {args.out}: it is a folder; --out names the file to write")
     if args.import_path is not None and not Path(args.import_path).is_file():
         raise TuneError(f"--import {args.import_path}: no such file")
     gpus = visible_gpus()

@@ -15,6 +15,7 @@ by ``from_pretrained_quantized``; safetensors by both. Layouts: docs/QUANT.md.
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -163,6 +164,15 @@ class _Format:
             raise self._error(key, names, "a list of module names, or null")
         return names
 
+    def _patterns(self, key: str, names: list[str]) -> None:
+        """Each "re:" entry of ``names`` (compressed-tensors' targets and ignore) compiles."""
+        for name in names:
+            if name.startswith("re:"):
+                try:
+                    re.compile(name[3:])
+                except re.error as e:
+                    raise self._error(key, name, f'"re:" and a valid Python regular expression ({e})') from None
+
     def keeps_float(self, name: str, class_name: str) -> bool:
         """True: the config says this linear is not quantized."""
         raise NotImplementedError
@@ -224,7 +234,7 @@ class _Gptq(_NotConvertList):
         super().__init__(config, source)
         key = "checkpoint_format" if "checkpoint_format" in config else "format"
         checkpoint_format = config.get(key, "gptq")
-        if checkpoint_format not in self.ZERO_POINT_OFFSET:
+        if not isinstance(checkpoint_format, str) or checkpoint_format not in self.ZERO_POINT_OFFSET:
             raise self._error(key, checkpoint_format, '"gptq" or "gptq_v2" (marlin and bitblas repack the weights)')
         self.zero_point_offset = self.ZERO_POINT_OFFSET[checkpoint_format]
         if config.get("dynamic"):
@@ -262,6 +272,7 @@ class _CompressedTensors(_Format):
     def __init__(self, config: dict, source: str) -> None:
         super().__init__(config, source)
         self.ignore = self._names("ignore")
+        self._patterns("ignore", self.ignore)
         status = config.get("quantization_status", "compressed")
         if status != "compressed":
             raise self._error("quantization_status", status, '"compressed" (packed integer weights on disk)')
@@ -282,6 +293,7 @@ class _CompressedTensors(_Format):
         targets = group.get("targets")
         if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
             raise self._error(f"{key}.targets", targets, "a non-empty list of names, class names or re: patterns")
+        self._patterns(f"{key}.targets", targets)
         if group.get("input_activations") or group.get("output_activations"):
             raise self._error(f"{key}.input_activations", group.get("input_activations"),
                               "null (weight-only quantization: W4A16 / W8A16)")
@@ -338,7 +350,7 @@ def quantization_format(quantization_config: object, source: str = "quantization
     if not isinstance(quantization_config, dict):
         raise CheckpointError(source, f"quantization_config: got {quantization_config!r}; accepted: an object")
     method = quantization_config.get("quant_method")
-    if method not in _FORMATS:
+    if not isinstance(method, str) or method not in _FORMATS:
         raise CheckpointError(source, f"quantization_config.quant_method: got {method!r}; accepted: "
                               + ", ".join(map(repr, METHODS)))
     return _FORMATS[method](quantization_config, source)
@@ -434,6 +446,11 @@ def _plan(model: torch.nn.Module, files: CheckpointFiles, fmt: _Format) -> _Plan
 # --- loading ----------------------------------------------------------------------------------------
 
 
+def _check_path(path: object) -> None:
+    if not isinstance(path, (str, os.PathLike)):
+        raise GemmArgumentError("path", type(path).__name__, "a checkpoint folder or file: a str or os.PathLike")
+
+
 def _layer_dtype(linear: torch.nn.Linear, dtype: torch.dtype | None, path: Path, name: str) -> torch.dtype:
     dtype = dtype or linear.weight.dtype
     if dtype not in SCALE_DTYPES:
@@ -502,6 +519,7 @@ def load_quantized(
         raise GemmArgumentError("strict", repr(strict), "True or False")
     if dtype is not None and dtype not in SCALE_DTYPES:
         raise GemmArgumentError("dtype", repr(dtype), "torch.float16, torch.bfloat16 or None (the model's)")
+    _check_path(path)
     files = CheckpointFiles(path)
     source = "quantization_config"
     if quantization_config is None:
@@ -553,6 +571,7 @@ def from_pretrained_quantized(
     is the float model's before its linears are replaced."""
     if dtype not in SCALE_DTYPES:
         raise GemmArgumentError("dtype", repr(dtype), "torch.float16 or torch.bfloat16")
+    _check_path(path)
     folder = Path(path)
     if not (folder / CONFIG_FILE).is_file():
         raise CheckpointError(folder / CONFIG_FILE, "no such file: from_pretrained_quantized needs a checkpoint "

@@ -16,7 +16,7 @@ import os
 import threading
 import warnings
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Union
 
@@ -67,6 +67,12 @@ def _json_type(v: object) -> str:
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+# The fields of a record's "key" and "launch" objects (what to_json writes).
+_FIELDS = {"key": frozenset(ProblemKey._fields), "launch": frozenset(f.name for f in fields(LaunchSpec))}
+
+_PATH_OR_FILE = "a path (str or os.PathLike) or a file object opened for {}"
 
 
 class DispatchCache:
@@ -193,6 +199,8 @@ class DispatchCache:
         text = self.to_json_text()
         if isinstance(path_or_file, (str, os.PathLike)):
             atomic_write(Path(path_or_file), text.encode("utf-8"))
+        elif not callable(getattr(path_or_file, "write", None)):
+            raise GemmArgumentError("path", type(path_or_file).__name__, _PATH_OR_FILE.format("writing"))
         elif isinstance(path_or_file, (io.RawIOBase, io.BufferedIOBase)):
             path_or_file.write(text.encode("utf-8"))
         else:
@@ -302,6 +310,12 @@ class DispatchCache:
                     raise fail(f"record {i} has no {part!r}")
                 if not isinstance(rec[part], dict):
                     raise fail(f"record {i}: {part!r} is a JSON {_json_type(rec[part])}, expected an object")
+                # NOTE: a field this build does not know (a typo such as "split") would
+                # otherwise be dropped and its default used in its place.
+                unknown = sorted(set(rec[part]) - _FIELDS[part])
+                if unknown:
+                    raise fail(f"record {i}: {part!r} has unexpected field(s) {unknown}; "
+                               f"accepted: {', '.join(sorted(_FIELDS[part]))}")
                 try:
                     parsed.append(parse(rec[part]))
                 except KeyError as e:
@@ -346,9 +360,14 @@ def _read(path_or_file: PathOrFile) -> tuple[str, str]:
             data: str | bytes = Path(name).read_bytes()
         except OSError as e:
             raise DispatchCacheError(name, f"cannot be read: {e.strerror or e}") from e
+    elif not callable(getattr(path_or_file, "read", None)):
+        raise GemmArgumentError("path", type(path_or_file).__name__, _PATH_OR_FILE.format("reading"))
     else:
         name = str(getattr(path_or_file, "name", "") or "<stream>")
         data = path_or_file.read()
+        if not isinstance(data, (str, bytes)):
+            raise GemmArgumentError("path", f"a {type(path_or_file).__name__} whose read() returned a "
+                                    f"{type(data).__name__}", _PATH_OR_FILE.format("reading") + " (str or bytes)")
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")

@@ -19,7 +19,7 @@ from gemm_runtime.context import ProblemKey, arch_limit, describe, infeasible_re
 from gemm_runtime.cost_model import DeviceModel, rank, resident_ctas
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport, PathOrFile
 from gemm_runtime.errors import GraphCaptureError, UnsupportedProblemError
-from gemm_runtime.feasibility import launch_error
+from gemm_runtime.feasibility import launch_error, plan_type_error
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.settings import settings
 from gemm_runtime.tuner import Measurement
@@ -170,6 +170,9 @@ class Dispatcher:
 
     def forced(self, plan: LaunchSpec, key: ProblemKey, workspace: WorkspaceSizes) -> LaunchSpec:
         """A caller's ``kernel=`` choice, or the GemmArgumentError saying why it cannot serve."""
+        error = plan_type_error(plan)
+        if error is not None:
+            raise error
         kern = self._by_name.get(plan.kernel)
         spec, resident = (kern.spec, self._resident(kern)) if kern is not None else (None, None)
         error = launch_error(spec, plan, key, workspace, resident)

@@ -5,6 +5,8 @@ hit (exact, lower-bound reuse, imported or tuned) and every imported record ask 
 
 from __future__ import annotations
 
+import numbers
+
 from codegen.spec import KernelSpec
 from gemm_runtime import whole_weight
 from gemm_runtime.context import MAX_GRID_Y, ProblemKey, describe, infeasible_reason
@@ -20,6 +22,22 @@ def grid_of(spec: KernelSpec, key: ProblemKey, plan: LaunchSpec, resident: int =
     ``resident``: CTAs of the kernel the device holds at once; the default, no limit,
     gives the largest grid a persistent family may launch (for the limit checks)."""
     return spec.mainloop.grid(spec, tiles_of(spec, key), plan.splits, plan.swizzle, resident)
+
+
+def plan_type_error(plan: LaunchSpec) -> GemmArgumentError | None:
+    """Why a caller's ``kernel=`` is not even of LaunchSpec's field types (a name that is
+    not a string, a split count of 2.5, ...), or None. LaunchSpec.from_json checks a
+    file's records so; a forced launch is checked here before anything looks it up."""
+    if not isinstance(plan.kernel, str):
+        accepted = "a kernel name (a str) from Gemm.kernels, or a LaunchSpec"
+        return GemmArgumentError("kernel", repr(plan.kernel), accepted)
+    for name in ("splits", "swizzle"):
+        value = getattr(plan, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            return GemmArgumentError(f"kernel.{name}", repr(value), "an integer")
+    if not isinstance(plan.unpack, bool):
+        return GemmArgumentError("kernel.unpack", repr(plan.unpack), "True or False")
+    return None
 
 
 def launch_error(

@@ -350,13 +350,15 @@ class Gemm:
         check) or its arguments are not even of the right kinds."""
         if type(dispatch) is not DispatchPolicy or dispatch not in _REPLAYABLE:
             return None
+        if type(gated) is not bool:  # "False" or 1 must not replay a gated=True plan: the validating path refuses it
+            return None
         if check_values or (check_values is None and settings().check_routing):
             return None
         handle, capturing = self._replay_stream(stream)
         try:
             w_part = w.signature if type(w) is PackedExperts else fast_path.tensor_part(w)
             return grouped_signature(x, w_part, offsets, index, row_scale, bias, c, out,
-                                     (bool(gated), dispatch, kernel, handle, capturing))  # fmt: skip
+                                     (gated, dispatch, kernel, handle, capturing))  # fmt: skip
         except (AttributeError, TypeError):
             return None
 

@@ -115,6 +115,8 @@ def grouped_operands(
     the launch's (kernel_routing; None: the current one)."""
     if not isinstance(x, torch.Tensor) or x.dtype not in _TYPES:
         raise GemmArgumentError("x", getattr(x, "dtype", type(x).__name__), "a torch.float16 or torch.bfloat16 tensor")
+    if not isinstance(gated, bool):  # a truthy string ("False") would switch the epilogue on
+        raise GemmArgumentError("gated", repr(gated), "True or False")
     device = x.device
     x = _matrix("x", x, x.dtype, device, 2)
     packed = None

@@ -229,7 +229,9 @@ def _check_weight(weight: object) -> torch.Tensor:
         raise GemmArgumentError("weight", _describe(weight), "a 2-D floating-point tensor [N, K]")
     if weight.numel() == 0:
         raise GemmArgumentError("weight", _describe(weight), "a non-empty tensor")
-    if not bool(torch.isfinite(weight).all()):
+    # NOTE: torch has no isfinite for some 8-bit floats (float8_e4m3fn): those are checked
+    # in fp32, as _grouped reads every weight anyway.
+    if not bool(torch.isfinite(weight if weight.element_size() > 1 else weight.float()).all()):
         raise GemmArgumentError("weight", "non-finite values", "finite values")
     return weight
 
@@ -436,13 +438,17 @@ def from_awq(
     )
 
 
-def _act_order_g_idx(g_idx: object, k: int, group_size: int) -> torch.Tensor | None:
+def _act_order_g_idx(g_idx: object, k: int, group_size: int, groups: int) -> torch.Tensor | None:
     """int32 [K] or None; a g_idx that is just k // group_size (what checkpoints without
     act-order ship) carries nothing and becomes None."""
     if g_idx is None:
         return None
     g_idx = _check_tensor("g_idx", g_idx, (torch.int32, torch.int64), 1)
     _check_shape("g_idx", g_idx, (k,), "one group index per row of K")
+    # Checked before the cast to int32, which would wrap an int64 index into another group.
+    lo, hi = int(g_idx.min()), int(g_idx.max())
+    if lo < 0 or hi >= groups:
+        raise GemmArgumentError("g_idx", f"values in [{lo}, {hi}]", f"values in [0, {groups - 1}] (G = {groups})")
     trivial = torch.arange(k, device=g_idx.device) // group_size
     if bool((g_idx.long() == trivial).all()):
         return None
@@ -483,7 +489,7 @@ def from_gptq(
     _check_shape("scales", scales, (groups, n),
                  f"[G, N], G = ceil(K={k} / group_size={group_size}), N={n} from qweight")
     _check_shape("qzeros", qzeros, (groups, -(-n // per)), f"[G, ceil(N * bits / 32)] with N={n}")
-    g_idx = _act_order_g_idx(g_idx, k, group_size)
+    g_idx = _act_order_g_idx(g_idx, k, group_size, groups)
     q = _unpack_last(qweight.t(), bits, k).contiguous()  # packed along K: unpack the transpose
     zeros = (_unpack_last(qzeros, bits, n).to(torch.int32) + zero_point_offset).to(scales.dtype)
     return QuantizedWeight(
@@ -551,7 +557,7 @@ def from_compressed_tensors(
         _check_shape("weight_zero_point", zero_point, (-(-n // per), groups),
                      f"[ceil(N * bits / 32), G] with N={n} (packed along N)")
         zeros = _unpack_last(zero_point.t(), bits, n).to(scales.dtype)
-    g_idx = _act_order_g_idx(g_idx, k, group_size)
+    g_idx = _act_order_g_idx(g_idx, k, group_size, groups)
     return QuantizedWeight(
         q=q, scales=scales, zeros=zeros, bits=bits, group_size=group_size,
         symmetric=weight_zero_point is None, g_idx=g_idx,

@@ -47,6 +47,17 @@ MAX_SEQ_VALUES = 4096  # a longer sequence is almost surely a typo (and would tu
 _MAX_M = 2**31 - 1
 _UINT = re.compile(r"[0-9]+")
 _RANGE = re.compile(r"([0-9]+)\s*-\s*([0-9]+)\s*-\s*([0-9]+)")
+_TOO_LONG = -1  # _int's answer for more digits than int() converts
+
+
+def _int(digits: str) -> int:
+    """int(digits) of a string of decimal digits; _TOO_LONG (below every accepted value)
+    for one longer than int() converts (sys.get_int_max_str_digits), whose bare
+    ValueError would name neither the setting nor the item."""
+    try:
+        return int(digits)
+    except ValueError:
+        return _TOO_LONG
 
 
 def _seq(text: str, source: str = TUNE_VAR) -> tuple[int, ...]:
@@ -63,12 +74,12 @@ def _seq(text: str, source: str = TUNE_VAR) -> tuple[int, ...]:
         if not item:
             raise TuneSettingsError(source, whole, "an empty item in the list" if text.strip() else "nothing", accepted)
         if _UINT.fullmatch(item):
-            m = int(item)
+            m = _int(item)
             if not 1 <= m <= _MAX_M:
                 raise TuneSettingsError(source, whole, item, f"M in 1..{_MAX_M}")
             values.add(m)
         elif r := _RANGE.fullmatch(item):
-            start, end, step = (int(g) for g in r.groups())
+            start, end, step = (_int(g) for g in r.groups())
             if start < 1 or step < 1 or start >= end or end - 1 > _MAX_M:
                 limits = f"start-end-step with 1 <= start < end <= {_MAX_M + 1} and step >= 1"
                 raise TuneSettingsError(source, whole, item, limits)
@@ -116,7 +127,7 @@ class TuneSettings:
 
 def _int_item(source: str, name: str, value: str, lo: int, hi: int | None) -> int:
     accepted = f"an integer in {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
-    if not _UINT.fullmatch(value) or not (lo <= int(value) and (hi is None or int(value) <= hi)):
+    if not _UINT.fullmatch(value) or not (lo <= _int(value) and (hi is None or _int(value) <= hi)):
         raise TuneSettingsError(source, f"{name}={value}", repr(value), accepted)
     return int(value)
 
@@ -202,7 +213,7 @@ def _mib(var: str, default: int) -> int:
     value = os.environ.get(var, "").strip()
     if not value:
         return default
-    if not _UINT.fullmatch(value):
+    if not _UINT.fullmatch(value) or _int(value) == _TOO_LONG:
         raise ValueError(f"{var}={value!r}: expected an integer >= 0 (MiB)")
     return int(value)
 

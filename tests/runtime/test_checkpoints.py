@@ -228,6 +228,45 @@ def test_config_errors(tmp_path):
         from_pretrained_quantized(tmp_path, device="cpu")
 
 
+@pytest.mark.parametrize(
+    "fmt, changes, message",
+    [
+        # Values a dict lookup cannot hash: a JSON list or object where a name belongs.
+        ("awq", {"quant_method": ["awq"]}, r"quant_method: got \['awq'\]; accepted: 'awq', 'gptq'"),
+        ("awq", {"quant_method": {}}, r"quant_method: got \{\}; accepted: 'awq'"),
+        ("gptq", {"checkpoint_format": ["gptq"]}, r"checkpoint_format: got \['gptq'\]; accepted: \"gptq\" or"),
+        ("gptq", {"checkpoint_format": {"v": 2}}, r"checkpoint_format: got \{'v': 2\}; accepted: \"gptq\" or"),
+        # compressed-tensors' "re:" patterns: compiled when the config is read.
+        ("ct_sym", {"ignore": ["lm_head", "re:.*proj["]}, r"ignore: got 're:.*proj\['; accepted: \"re:\" and a valid"),
+    ],
+)
+def test_malformed_config_values_are_named(tmp_path, fmt, changes, message):
+    write_checkpoint(tmp_path, fmt)
+    set_quant_config(tmp_path, **changes)
+    model = tiny_model(tiny_llama_config())
+    with pytest.raises(CheckpointError, match=message) as e:
+        load_quantized(model, tmp_path)
+    assert e.value.path.endswith("config.json")
+    assert not any(isinstance(m, QuantLinear) for m in model.modules())
+
+
+def test_a_bad_target_pattern_is_named(tmp_path):
+    write_checkpoint(tmp_path, "ct_asym")
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["targets"] = ["re:(*_proj"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"config_groups.group_0.targets: got 're:\(\*_proj'; accepted: \"re:\""):
+        load_quantized(tiny_model(tiny_llama_config()), tmp_path)
+
+
+@pytest.mark.parametrize("path", [None, 3])
+def test_the_path_argument_is_named(path):
+    for call in (lambda: load_quantized(tiny_model(tiny_llama_config()), path),
+                 lambda: from_pretrained_quantized(path, device="cpu")):
+        with pytest.raises(GemmArgumentError, match=rf"^path: got {type(path).__name__}; accepted: a checkpoint"):
+            call()
+
+
 def test_quantized_tensors_for_an_ignored_or_missing_module(tmp_path):
     written = write_checkpoint(tmp_path, "ct_sym")
     set_quant_config(tmp_path, ignore=["lm_head", "re:.*q_proj$"])

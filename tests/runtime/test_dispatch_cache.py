@@ -334,6 +334,37 @@ def test_refuse_malformed_records_structure(tmp_path):
     _refused(tmp_path, json.dumps(doc), "record 4", "'key'")
 
 
+@pytest.mark.parametrize(
+    "index, part, changes, reason",
+    [
+        # A typo would otherwise be dropped and the default (1 split) imported in its place.
+        (0, "launch", {"split": 4}, ("record 0", "'launch' has unexpected field(s) ['split']", "splits, swizzle")),
+        (2, "key", {"group": 128}, ("record 2", "'key' has unexpected field(s) ['group']", "a_type, align")),
+    ],
+)
+def test_refuse_unknown_fields_in_key_or_launch(tmp_path, index, part, changes, reason):
+    _refused(tmp_path, _with_record(index, part, **changes), *reason)
+
+
+@pytest.mark.parametrize("bad", [None, 3, ["cache.json"]])
+def test_import_and_export_name_a_bad_path_argument(bad):
+    c = populated()
+    before = c.entries()
+    for call, what in ((lambda: c.import_(bad, KERNELS), "reading"), (lambda: c.export(bad), "writing")):
+        with pytest.raises(GemmArgumentError, match=rf"^path: got {type(bad).__name__}; accepted: a path .* {what}"):
+            call()
+    assert c.entries() == before
+
+
+def test_import_names_a_file_object_that_reads_no_text():
+    class Odd:
+        def read(self):
+            return 5
+
+    with pytest.raises(GemmArgumentError, match=r"^path: got a Odd whose read\(\) returned a int"):
+        DispatchCache(ARCH).import_(Odd(), KERNELS)
+
+
 def test_refuse_duplicate_records(tmp_path):
     doc = _exported_doc()
     doc["records"].append(dict(doc["records"][1], launch={"kernel": "k_big", "splits": 1, "swizzle": 0}))

@@ -238,6 +238,31 @@ def test_forced_launch_errors(plan, key, workspace, argument, accepted):
     assert info.value.argument == argument and accepted in info.value.accepted
 
 
+@pytest.mark.parametrize(
+    "kernel, argument, given",
+    [
+        (["k"], "kernel", "['k']"),  # unhashable: raised TypeError from the name lookup
+        ({"kernel": "k"}, "kernel", "{'kernel': 'k'}"),
+        (LaunchSpec(F16_NK8.name, splits=2.5), "kernel.splits", "2.5"),  # passed every range check
+        (LaunchSpec(F16_NK8.name, splits="2"), "kernel.splits", "'2'"),
+        (LaunchSpec(F16_NK8.name, splits=None), "kernel.splits", "None"),
+        (LaunchSpec(F16_NK8.name, swizzle=1.0), "kernel.swizzle", "1.0"),
+        (LaunchSpec(F16_NK8.name, swizzle=True), "kernel.swizzle", "True"),
+        (LaunchSpec(F16_NK8.name, unpack="no"), "kernel.unpack", "'no'"),
+    ],
+)
+def test_forced_launch_of_the_wrong_types_is_named(kernel, argument, given):
+    with pytest.raises(GemmArgumentError) as info:
+        dispatcher().choose(DispatchPolicy.DEFAULT, f16(8), WORKSPACE, never_measure, kernel=kernel)
+    assert (info.value.argument, info.value.given) == (argument, given)
+
+
+def test_forced_launch_takes_numpy_integers():
+    np = pytest.importorskip("numpy")
+    plan = LaunchSpec(F16_NK8.name, splits=np.int64(2), swizzle=np.int32(3))
+    assert dispatcher().forced(plan, f16(8), WORKSPACE) == plan
+
+
 def test_forced_launch_in_range_is_used_as_given():
     plan = LaunchSpec(F16_NK8.name, splits=3, swizzle=5)
     assert dispatcher().forced(plan, f16(8), WORKSPACE) == plan

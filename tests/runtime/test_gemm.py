@@ -89,3 +89,15 @@ def test_tuning_searches_with_the_settings_top_k_and_confirmation():
     # a and b (top_k), c (diversity); then the two finalists, fastest first, and reversed
     assert timed == [a, b, c, c, b, b, c]
     assert result.best == c and set(result.confirmed) == {b, c}
+
+
+@pytest.mark.parametrize("gated", ["False", 1])
+def test_a_grouped_call_whose_gated_is_not_a_bool_is_never_replayed(gated):
+    # 1 == True and "False" is truthy: a replay signature holding bool(gated) would replay a
+    # gated=True plan for what the validating path refuses (grouped.grouped_operands).
+    from gemm_runtime.types import DispatchPolicy
+
+    x, w = torch.zeros(4, 8, dtype=torch.float16), torch.zeros(2, 8, 8, dtype=torch.float16)
+    offsets = torch.tensor([0, 2, 4], dtype=torch.int32)
+    assert _bare_gemm()._grouped_signature(x, w, offsets, None, None, None, None, None, gated, DispatchPolicy.DEFAULT,
+                                           None, None, None) is None  # fmt: skip

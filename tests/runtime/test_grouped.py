@@ -98,6 +98,12 @@ def test_bad_arguments_are_named() -> None:
     _error("offsets[4]", f"<= {TOKENS}", offsets=torch.tensor([0, 3, 3, 7, 11], dtype=torch.int32), check_values=True)
 
 
+@pytest.mark.parametrize("gated", ["False", 1, None])
+def test_gated_must_be_a_bool(gated) -> None:
+    # "False" is truthy: taken as is, it would switch the gated epilogue on and halve the output.
+    _error("gated", "accepted: True or False", gated=gated)
+
+
 def test_the_touched_experts_expected_from_the_row_count() -> None:
     assert expected_experts_touched(0, 64) == 0.0
     assert expected_experts_touched(1, 64) == pytest.approx(1.0)

@@ -241,6 +241,20 @@ def test_quantize_rejects_non_finite_weights():
         quantize(w)
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
+def test_quantize_takes_8_bit_float_weights(dtype):
+    # torch has no isfinite for float8_e4m3fn: the check of the weight must not raise from inside torch.
+    w = rand_weight(8, 128, torch.float32, seed=12).to(dtype)
+    qw = quantize(w, bits=8, group_size=64)
+    assert qw.scales.dtype == torch.float16
+    expected = quantize(w.float(), bits=8, group_size=64).dequantize(torch.float32)
+    assert torch.equal(qw.dequantize(torch.float32), expected)
+    w = w.float()
+    w[3, 7] = float("nan")  # float8_e4m3fn has no infinity
+    with pytest.raises(GemmArgumentError, match="non-finite"):
+        quantize(w.to(dtype))
+
+
 # --- pack_int32 / unpack_int32 ---------------------------------------------------------------------
 
 
@@ -580,6 +594,17 @@ def test_from_gptq_accepts_int64_g_idx():
     qweight, qzeros, scales, g_idx = gptq_encode(qw, 1)
     imported = from_gptq(qweight, qzeros, scales, g_idx.long(), group_size=32)
     assert imported.g_idx.dtype == torch.int32 and torch.equal(imported.g_idx, qw.g_idx)
+
+
+def test_from_gptq_refuses_int64_g_idx_values_that_int32_would_wrap():
+    # 2**32 + 1 would become group 1 in the int32 g_idx the kernels read: a wrong weight, silently.
+    qw = random_quantized(16, 64, bits=4, group_size=32, zero_range=(1, 16), act_order=True, seed=26)
+    qweight, qzeros, scales, g_idx = gptq_encode(qw, 1)
+    for wrapped in (2**32 + 1, -(2**32) + 1):
+        bad = g_idx.long()
+        bad[5] = wrapped
+        with pytest.raises(GemmArgumentError, match=r"^g_idx: got values in .*accepted: values in \[0, 1\] \(G = 2\)"):
+            from_gptq(qweight, qzeros, scales, bad, group_size=32)
 
 
 def test_from_gptq_rejects_malformed_checkpoints():

@@ -87,6 +87,13 @@ def test_load_shapes_errors(tmp_path, text, message):
         cli.load_shapes(path)
 
 
+def test_load_shapes_names_a_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "shapes.yaml"
+    path.write_bytes(b"models:\n  m: {qkv: [64, 64]}  # \xff\xfe\n")
+    with pytest.raises(cli.TuneError, match=r"shapes.yaml is not UTF-8 text \(byte 32\)"):
+        cli.load_shapes(path)
+
+
 # ---- the sequence of M ----------------------------------------------------------------
 def test_resolve_seq_uses_the_settings():
     assert cli.resolve_seq(None) == settings_module.tuning_seq()
@@ -139,6 +146,8 @@ def test_unknown_model_exits_2_with_one_line(capsys, no_gpu, tmp_path):
          "cannot read the shapes file"),
         (["--model", "llama3-8b", "--seq", "not-a-seq", "--out", "{tmp}/c.json"], "not-a-seq"),
         (["--model", "llama3-8b", "--out", "{tmp}/no/such/dir/c.json"], "is not a writable folder"),
+        # A folder would be found out only when writing the cache, once everything is tuned.
+        (["--model", "llama3-8b", "--out", "{tmp}"], "it is a folder; --out names the file to write"),
         (["--model", "llama3-8b", "--out", "{tmp}/c.json", "--import", "{tmp}/prev.json"], "prev.json: no such file"),
         (["--model", "llama3-8b", "--out", "{tmp}/c.json"], "no GPU is visible"),
         (["--model", "llama3-8b", "--seq", "1-16-1", "--export", "{tmp}/c.json"], "no GPU is visible"),

@@ -132,3 +132,22 @@ def test_override_and_tuning_seq():
         assert settings_mod.settings().tune.max_splits == 8
     assert tuning_seq() == list(settings_mod.settings().tune.seq)
     assert isinstance(tuning_seq(), list)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["top_k=" + "9" * 5000, "confirm=" + "9" * 5000, "seq=" + "9" * 5000, "seq=1-" + "9" * 5000 + "-1",
+     "seq=" + "9" * 5000 + "-1-1", "seq=1-16-" + "9" * 5000],
+)
+def test_numbers_longer_than_int_converts_name_the_item(text):
+    # int() refuses more than sys.get_int_max_str_digits() digits with a ValueError naming nothing.
+    with pytest.raises(TuneSettingsError, match=r"^GEMM_TUNE: item '(top_k|confirm|seq)="):
+        parse_tune(text)
+
+
+def test_a_mib_limit_longer_than_int_converts_names_the_variable(monkeypatch):
+    monkeypatch.setenv("GEMM_UNPACK_MAX_MIB", "9" * 5000)
+    with pytest.raises(ValueError, match=r"^GEMM_UNPACK_MAX_MIB='9+': expected an integer >= 0"):
+        settings_mod.from_env()
+    monkeypatch.setenv("GEMM_UNPACK_MAX_MIB", "9" * 30)  # long, but converts: accepted as given
+    assert settings_mod.from_env().unpack_max_mib == int("9" * 30)
