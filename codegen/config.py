@@ -129,21 +129,42 @@ class LoadedKernel:
     source: str  # "path:families[i] (name).tiles[j]": where the spec came from
 
 
+_SHOW_MAX = 200  # characters of a value shown in a message
+_SHOW_DEPTH = 32  # nesting shown: YAML aliases can make a list that holds itself (&t [*t])
+
+
 def _show(v: Any) -> str:
     """A value as the user wrote it (YAML spellings for bool/null), kept short."""
+    text = _spell(v, 0)
+    return text if len(text) <= _SHOW_MAX else text[: _SHOW_MAX - 3] + "..."
+
+
+def _spell(v: Any, depth: int) -> str:
+    """_show's text, built no further than it is shown: a value made of YAML aliases may
+    contain itself or be exponentially large."""
+    if depth > _SHOW_DEPTH:
+        return "..."
     if isinstance(v, bool):
-        text = "true" if v else "false"
-    elif v is None:
-        text = "null"
-    elif isinstance(v, str):
-        text = repr(v)
-    elif isinstance(v, list):
-        text = "[" + ", ".join(_show(x) for x in v) + "]"
-    elif isinstance(v, dict):
-        text = "{" + ", ".join(f"{_show(k)}: {_show(x)}" for k, x in v.items()) + "}"
-    else:
-        text = repr(v)
-    return text if len(text) <= 200 else text[:197] + "..."
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, str):
+        return repr(v)
+    if not isinstance(v, (list, dict)):
+        return repr(v)
+    parts: list[str] = []
+    size = 0
+    for item in v.items() if isinstance(v, dict) else v:
+        if isinstance(v, dict):
+            part = f"{_spell(item[0], depth + 1)}: {_spell(item[1], depth + 1)}"
+        else:
+            part = _spell(item, depth + 1)
+        parts.append(part)
+        size += len(part) + 2
+        if size > _SHOW_MAX:
+            break  # past what _show keeps
+    brackets = "{}" if isinstance(v, dict) else "[]"
+    return brackets[0] + ", ".join(parts) + brackets[1]
 
 
 def display_path(path: str | Path) -> str:
@@ -486,15 +507,28 @@ def _check_kernel(where: _Where, spec: KernelSpec) -> None:
     tile_rows = {"A (cta K)": k, "B (cta K)" if spec.b_order is BOrder.NK else "B (cta N)":
                  k if spec.b_order is BOrder.NK else n}
     vector = {what: spec.align for what in tile_rows}
+    # The rows of each tile (config.cuh: kTileARows, kTileBRows; the groups of a K tile for V).
+    rows_of = {"A (cta K)": spec.a_rows, "B (cta K)": n, "B (cta N)": k}
     if spec.quantized:
         tile_rows = {"A (cta K)": k, "B (packed cta K)": k // 32 * spec.quant_block_units, "V (cta N)": n}
         vector = {"A (cta K)": spec.align, "B (packed cta K)": spec.align_b, "V (cta N)": spec.align_b}
+        rows_of = {"A (cta K)": spec.a_rows, "B (packed cta K)": n // 8, "V (cta N)": max(k // 32, 1)}
     for what, width in tile_rows.items():
         per_row = width // vector[what] if width % vector[what] == 0 else 0
-        if per_row and spec.threads % per_row and not spec.mainloop.tensor_maps(spec):
+        if not per_row or spec.mainloop.tensor_maps(spec):
+            continue
+        if spec.threads % per_row:
             where.reject("warps", list(spec.warps),
                          f"a thread count that is a multiple of the {per_row} vectors in a row of tile {what}",
                          f" ({spec.threads} threads; {vector[what]} elements per vector)")
+        # A thread's copies of a tile are the bits of one 32-bit row mask (TileCopy::kIters).
+        vectors = rows_of[what] * per_row
+        if vectors > 32 * spec.threads:
+            where.reject("warps", list(spec.warps),
+                         f"at least {-(-vectors // 32)} threads, so that each copies at most 32 vectors of tile "
+                         f"{what} (or a smaller cta, or a wider align)",
+                         f" ({spec.threads} threads for {rows_of[what]} rows of {per_row} vectors of "
+                         f"{vector[what]} elements: {-(-vectors // spec.threads)} each)")  # fmt: skip
     if not spec.archs_that_fit(KNOWN_ARCHS):
         in_range = [a for a in KNOWN_ARCHS if spec.arch_min <= a <= spec.arch_max]
         best = max(in_range, key=lambda a: ARCH_SMEM_LIMIT[a])

@@ -142,10 +142,20 @@ def grouped_reference(
     ``gated`` (D then has N / 2 columns), ``weights`` [E, N, K] (dequantize packed
     experts first) and ``bias`` [E, N]. Rows past offsets[E] are zero. What the grouped
     kernels are tested against; it synchronizes (it reads the offsets)."""
-    experts, n = weights.shape[0], weights.shape[1]
+    if weights.dim() != 3:
+        raise GemmArgumentError("weights.shape", tuple(weights.shape), "[E, N, K]: the experts' weights stacked")
+    experts, n, k = weights.shape
     if routing.experts != experts:
         raise GemmArgumentError("routing.offsets", f"{routing.experts + 1} offsets",
                                 f"{experts + 1}: one per expert of weights [E, N, K], then the end")  # fmt: skip
+    # Checked as grouped.grouped_operands checks them: torch would broadcast a bias of [N]
+    # (each expert's "row" then one value) and fail deep inside on the others.
+    if a.dim() != 2 or a.shape[1] != k:
+        raise GemmArgumentError("x.shape", tuple(a.shape), f"(rows, {k}): K of the experts' weights")
+    if gated and n % 2:
+        raise GemmArgumentError("w", f"N = {n}", "an even N: the gated epilogue pairs (gate, up) columns")
+    if bias is not None and tuple(bias.shape) != (experts, n):
+        raise GemmArgumentError("bias", f"shape {tuple(bias.shape)}", f"({experts}, {n}): one row per expert")
     rows = routing.index.shape[0] if routing.index is not None else a.shape[0]
     out = torch.zeros(rows, n // 2 if gated else n, dtype=torch.float32, device=a.device)
     starts = routing.offsets.tolist()

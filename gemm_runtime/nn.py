@@ -11,6 +11,7 @@ projection for the gated-SiLU epilogue.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Callable
 
 import torch
@@ -29,6 +30,26 @@ def _parameter(t: torch.Tensor | None) -> torch.nn.Parameter | None:
     if t is None or isinstance(t, torch.nn.Parameter):
         return t
     return torch.nn.Parameter(t, requires_grad=False)
+
+
+# quantize()'s arguments that the layers pass on (replace_linear: QuantLinear.from_float's).
+_QUANTIZE_KEYS = ("bits", "group_size", "symmetric")
+
+
+def _check_quantize(quantize: object, keys: tuple[str, ...] = _QUANTIZE_KEYS) -> None:
+    """``quantize`` as the layers take it: None, or a dict of quantize() arguments. Checked
+    before any layer is touched (a model's first CUDA layer would otherwise raise
+    TypeError from inside, and a model without one say nothing)."""
+    if quantize is None:
+        return
+    accepted = f'None or a dict of quantize() arguments ({", ".join(keys)}), e.g. {{"bits": 4, "group_size": 128}}'
+    if not isinstance(quantize, dict):
+        raise GemmArgumentError("quantize", type(quantize).__name__, accepted)
+    for key in quantize:
+        if key not in keys:
+            close = difflib.get_close_matches(str(key), keys, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise GemmArgumentError(f"quantize[{key!r}]", f"an unknown key{hint}", accepted)
 
 
 class Linear(torch.nn.Module):
@@ -77,6 +98,7 @@ def replace_linear(
     fp16/bf16 tensor (and for which ``predicate(name, module)`` holds) for ``Linear``,
     or for ``QuantLinear`` quantized with ``quantize`` (e.g. ``{"bits": 4,
     "group_size": 128}``). Returns the qualified names of the replaced modules."""
+    _check_quantize(quantize)
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
@@ -179,9 +201,17 @@ class QuantLinear(torch.nn.Module):
         """A layer of the given geometry with zero buffers, to load a state dict into
         (no weight is quantized)."""
         from gemm_runtime.packed_weight import BLOCK_K, BLOCK_N, PackedWeight, group_shift
-        from gemm_runtime.quant import _check_bits, _resolve_group_size
+        from gemm_runtime.quant import SCALE_DTYPES, _check_bits, _resolve_group_size
 
         bits = _check_bits(bits)
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise GemmArgumentError(name, repr(value), "an integer >= 1")
+        if dtype not in SCALE_DTYPES:
+            raise GemmArgumentError("dtype", dtype, "torch.float16 or torch.bfloat16 (the scales' and activations' type)")
+        for name, value in (("symmetric", symmetric), ("bias", bias), ("act_order", act_order)):
+            if not isinstance(value, bool):
+                raise GemmArgumentError(name, repr(value), "True or False")
         k, n = in_features, out_features
         size = _resolve_group_size(group_size, k)
         groups = -(-k // size)
@@ -205,7 +235,11 @@ class QuantLinear(torch.nn.Module):
     @classmethod
     def from_quantized(cls, qw, bias: torch.Tensor | None = None, gemm=None) -> "QuantLinear":
         from gemm_runtime.packed_weight import pack_for_gemm
+        from gemm_runtime.quant import QuantizedWeight
 
+        if not isinstance(qw, QuantizedWeight):
+            raise GemmArgumentError("qw", type(qw).__name__, "a gemm_runtime.quant.QuantizedWeight (quantize(), "
+                                    "from_awq(), from_gptq()); QuantLinear.from_float takes an nn.Linear")  # fmt: skip
         perm = None
         if qw.g_idx is not None:
             qw, perm = qw.reordered()
@@ -291,7 +325,10 @@ def from_quantized_state_dict(model: torch.nn.Module, state_dict: dict, *, gemm=
         if not isinstance(meta, dict) or set(meta) != set(_QUANT_META):
             raise GemmArgumentError(f"state_dict[{prefix}_extra_state]", type(meta).__name__,
                                     f"the QuantLinear extra state (keys {', '.join(_QUANT_META)})")  # fmt: skip
-        scales = state_dict[f"{prefix}scales_zeros"]
+        scales = state_dict.get(f"{prefix}scales_zeros")
+        if not isinstance(scales, torch.Tensor):
+            raise GemmArgumentError(f"state_dict[{prefix}scales_zeros]", type(scales).__name__,
+                                    f"the tensor of scales and zeros saved beside {prefix}qweight")  # fmt: skip
         layer = QuantLinear.empty(
             meta["in_features"], meta["out_features"], bits=meta["bits"], group_size=meta["group_size"],
             symmetric=meta["symmetric"], bias=f"{prefix}bias" in state_dict, act_order=f"{prefix}perm" in state_dict,
@@ -333,6 +370,9 @@ def route_rows(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, experts: 
     return offsets, tokens, top_k_weights.reshape(-1)[order]
 
 
+_EXPERT_QUANTIZE_KEYS = (*_QUANTIZE_KEYS, "scale_dtype")  # GroupedExperts calls quantize() itself
+
+
 class GroupedExperts(torch.nn.Module):
     """A mixture-of-experts layer's experts on grouped GEMMs: ``forward(hidden_states [T,
     H], top_k_index [T, k], top_k_weights [T, k])`` -> the combined hidden states [T, H],
@@ -365,9 +405,7 @@ class GroupedExperts(torch.nn.Module):
             self.gate_up = torch.nn.Parameter(interleaved, requires_grad=False)
             self.down = torch.nn.Parameter(down.detach().contiguous(), requires_grad=False)
             return
-        if not isinstance(quantize, dict):
-            raise GemmArgumentError("quantize", type(quantize).__name__, 'a dict of quantize() arguments, e.g. '
-                                    '{"bits": 4, "group_size": 128}, or None')  # fmt: skip
+        _check_quantize(quantize, _EXPERT_QUANTIZE_KEYS)
         packed = [_quantize_experts(w, quantize) for w in (interleaved, down.detach())]
         for name, p in zip(("gate_up", "down"), packed):
             self.register_buffer(f"{name}_q", p.b)
@@ -429,6 +467,7 @@ def replace_experts(model: torch.nn.Module, *, gemm=None, quantize: dict | None 
     ``gate_up_proj`` and ``down_proj`` on a CUDA device, fp16 or bf16, and a SiLU) for
     ``GroupedExperts``, its weights quantized with ``quantize`` if given (e.g.
     ``{"bits": 4, "group_size": 128}``). Returns the qualified names of the replaced modules."""
+    _check_quantize(quantize, _EXPERT_QUANTIZE_KEYS)
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):

@@ -103,8 +103,18 @@ def _gated(v: torch.Tensor) -> torch.Tensor:
 
 
 def _reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, epilogue: str) -> torch.Tensor:
-    """The op in fp32 torch, rounded once to x's dtype (what the kernels compute)."""
+    """The op in fp32 torch, rounded once to x's dtype (what the kernels compute). The
+    shapes are checked as the GEMM checks them: torch would broadcast a bias of one value."""
     _operation(epilogue, bias is not None)
+    if weight.dim() != 2:
+        raise GemmArgumentError("weight.shape", tuple(weight.shape), "a 2-D (N, K) tensor")
+    n, k = weight.shape
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise GemmArgumentError("x.shape", tuple(x.shape), f"(..., {k}): K of the weight")
+    if epilogue == "gated_silu" and n % 2:
+        raise GemmArgumentError("weight", f"N = {n}", "an even N: the gated epilogue pairs (gate, up) columns")
+    if bias is not None and tuple(bias.shape) != (n,):
+        raise GemmArgumentError("bias.shape", tuple(bias.shape), f"({n},): one value per column of x @ weight.T")
     v = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
     return (_gated(v) if epilogue == "gated_silu" else v).to(x.dtype)
 
@@ -213,9 +223,39 @@ def packed_weight(qweight, scales_zeros, bits: int, group_size: int, n: int, k: 
     return PackedWeight(qweight, scales_zeros, bits, group_size, k, n, groups, group_shift(group_size, groups), symmetric)
 
 
+def _check_packed(qweight, scales_zeros, bits: int, group_size: int, n: int, k: int) -> None:
+    """The packed tensors hold an N x K weight of ``bits`` in groups of ``group_size``, as
+    pack_for_gemm makes it (the GEMM checks the same; the torch reference would otherwise
+    compute with the N and K the tensors hold, not the op's)."""
+    from gemm_runtime.packed_weight import BLOCK_K, BLOCK_N
+    from gemm_runtime.quant import _check_bits, _resolve_group_size
+
+    bits = _check_bits(bits)
+    for name, v in (("n", n), ("k", k)):
+        if v < 1:
+            raise GemmArgumentError(name, v, "an integer >= 1")
+    groups = -(-k // _resolve_group_size(group_size, k))
+    shape = (-(-n // BLOCK_N), -(-k // BLOCK_K) * BLOCK_K * bits)
+    if qweight.dtype != torch.uint8 or tuple(qweight.shape) != shape:
+        raise GemmArgumentError("qweight", f"{qweight.dtype} {tuple(qweight.shape)}",
+                                f"a uint8 tensor {shape} from pack_for_gemm (N = {n}, K = {k}, {bits} bits)")  # fmt: skip
+    if scales_zeros.dim() != 2 or scales_zeros.shape[0] != 2 * groups or scales_zeros.shape[1] < n:
+        raise GemmArgumentError("scales_zeros.shape", tuple(scales_zeros.shape),
+                                f"({2 * groups}, N = {n} or more): scales, then zeros, of {groups} groups of K = {k}")  # fmt: skip
+
+
+def _check_packed_experts(qweight, scales_zeros, bits: int, group_size: int, n: int, k: int) -> None:
+    """_check_packed for stacks of experts (experts.pack_experts): [E, ...] of each."""
+    if qweight.dim() != 3 or scales_zeros.dim() != 3 or qweight.shape[0] != scales_zeros.shape[0]:
+        raise GemmArgumentError("qweight, scales_zeros", f"shapes {tuple(qweight.shape)}, {tuple(scales_zeros.shape)}",
+                                "[E, ...] stacks of as many experts (experts.pack_experts)")  # fmt: skip
+    _check_packed(qweight[0], scales_zeros[0], bits, group_size, n, k)
+
+
 def _linear_packed_cpu(x, qweight, scales_zeros, bits, group_size, n, k, symmetric, bias=None, epilogue="none",
                        gemm=0):  # fmt: skip
     """x @ dequant(W).T (+ bias) for a weight packed by packed_weight.pack_for_gemm."""
+    _check_packed(qweight, scales_zeros, bits, group_size, n, k)
     w = packed_weight(qweight, scales_zeros, bits, group_size, n, k, symmetric).unpack().dequantize(torch.float32)
     return _reference(x, w, bias, epilogue)
 
@@ -322,12 +362,14 @@ def _grouped_fake(x, w, offsets, index=None, row_scale=None, bias=None, gated=Fa
 
 def _grouped_packed_cpu(x, qweight, scales_zeros, offsets, bits, group_size, n, k, symmetric, index=None,
                         row_scale=None, bias=None, gated=False, gemm=0):  # fmt: skip
+    _check_packed_experts(qweight, scales_zeros, bits, group_size, n, k)
     w = packed_experts(qweight, scales_zeros, bits, group_size, n, k, symmetric).dequantize(torch.float32)
     return _grouped_reference(x, w, offsets, index, row_scale, bias, gated)
 
 
 def _grouped_packed_cuda(x, qweight, scales_zeros, offsets, bits, group_size, n, k, symmetric, index=None,
                          row_scale=None, bias=None, gated=False, gemm=0):  # fmt: skip
+    _check_packed_experts(qweight, scales_zeros, bits, group_size, n, k)
     w = packed_experts(qweight, scales_zeros, bits, group_size, n, k, symmetric)
     return _gemm(gemm, x.get_device()).grouped_matmul(x, w, offsets, index=index, row_scale=row_scale, bias=bias,
                                                       gated=gated)  # fmt: skip

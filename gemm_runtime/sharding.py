@@ -77,7 +77,14 @@ def shard_weight(weight: torch.Tensor, dim: Dim, rank: int, world: int, *, argum
 def shard_bias(bias: torch.Tensor | None, dim: Dim, rank: int, world: int) -> torch.Tensor | None:
     """A column-parallel layer's share of the bias; a row-parallel layer keeps it whole
     (it is added once, after the ranks' partial products are summed)."""
-    if bias is None or dim == "k":
+    _check_rank(rank, world)
+    if dim not in ("n", "k"):
+        raise GemmArgumentError("dim", dim, "'n' (column-parallel) or 'k' (row-parallel)")
+    if bias is None:
+        return bias
+    if not isinstance(bias, torch.Tensor) or bias.dim() != 1:
+        raise GemmArgumentError("bias", getattr(bias, "shape", type(bias).__name__), "a 1-D (N,) tensor or None")
+    if dim == "k":
         return bias
     rows = shard_range(bias.shape[0], rank, world, argument="bias N")
     return bias[rows.start : rows.stop].contiguous()
@@ -91,6 +98,8 @@ def shard_gate_up(gate: torch.Tensor, up: torch.Tensor, rank: int, world: int) -
 
 def shard_quantized(qw: QuantizedWeight, dim: Dim, rank: int, world: int, *, argument: str = "weight") -> QuantizedWeight:
     """``rank``'s share of a quantized weight (see the module docstring for the rules)."""
+    if not isinstance(qw, QuantizedWeight):
+        raise GemmArgumentError(argument, type(qw).__name__, "a gemm_runtime.quant.QuantizedWeight")
     n, k = qw.shape
     if dim == "n":
         rows = shard_range(n, rank, world, argument=f"{argument} N")
@@ -145,6 +154,9 @@ def with_original_order(qw: QuantizedWeight, perm: torch.Tensor | None) -> Quant
     if perm is None:
         return qw
     k = qw.shape[1]
+    if not isinstance(perm, torch.Tensor) or tuple(perm.shape) != (k,):
+        raise GemmArgumentError("perm", getattr(perm, "shape", type(perm).__name__),
+                                f"None or a ({k},) permutation of K (a QuantLinear's perm)")  # fmt: skip
     perm = perm.long()
     q = torch.empty_like(qw.q)
     q[:, perm] = qw.q
@@ -157,8 +169,11 @@ def shard_packed(packed, dim: Dim, rank: int, world: int, *, perm: torch.Tensor 
                  argument: str = "weight") -> tuple[object, torch.Tensor | None]:  # fmt: skip
     """``rank``'s share of a weight packed for the kernels (packed_weight.PackedWeight, a
     QuantLinear's) and its input permutation, repacked: (PackedWeight, perm or None)."""
-    from gemm_runtime.packed_weight import pack_for_gemm
+    from gemm_runtime.packed_weight import PackedWeight, pack_for_gemm
 
+    if not isinstance(packed, PackedWeight):
+        raise GemmArgumentError(argument, type(packed).__name__, "a gemm_runtime.packed_weight.PackedWeight "
+                                "(shard_quantized takes a QuantizedWeight)")  # fmt: skip
     qw = shard_quantized(with_original_order(packed.unpack(), perm), dim, rank, world, argument=argument)
     new_perm = None
     if qw.g_idx is not None:

@@ -43,6 +43,9 @@ class Sm80Family(MainloopFamily):
         (gemm_runtime.experts.PackedExperts)."""
         if spec.b_order is not BOrder.NK:
             return "false for b_order 'kn' (grouped weights are stacked [E, N, K]: 'nk')"
+        if spec.align == 1:
+            # TileCopy::issue_gathered: gathered rows of A are copied by cp.async only.
+            return "false for align 1 (a grouped kernel gathers A's rows by cp.async: align 8, 4 or 2)"
         return None
 
     def max_splits(self, spec: KernelSpec) -> int | None:

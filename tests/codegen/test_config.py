@@ -96,6 +96,15 @@ def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
     error(tmp_path, text, None, None, "line 3", "duplicate key 'name'")
 
 
+def test_a_value_that_holds_itself_is_shown_cut_short(tmp_path: Path) -> None:
+    # A YAML alias inside its own anchor makes a list that contains itself: shown to a
+    # bounded depth, not a RecursionError.
+    fam = yaml.safe_dump({"families": [family(tiles=[])]}, sort_keys=False)
+    text = fam.replace("tiles: []", "tiles: &t [*t]")
+    err = error(tmp_path, text, TILE, None, "got [[[", "...]]]", "(a tile must be a mapping)")
+    assert len(str(err)) < 600
+
+
 @pytest.mark.parametrize("text, got", [("", "got null"), ("- 1\n", "got [1]"), ("families\n", "got 'families'")])
 def test_top_level_not_a_mapping(tmp_path: Path, text: str, got: str) -> None:
     error(tmp_path, text, None, None, got, "accepted: a mapping with the key 'families'")
@@ -278,6 +287,19 @@ def test_threads_must_cover_whole_tile_rows(tmp_path: Path) -> None:
     # 1 warp, cta K = 128 at align 2: 64 vectors per A row, more than the 32 threads.
     fam = family(align=[2], tiles=[tile(cta=[16, 16, 128], warps=[1, 1, 1], stages=2)])
     fam_error(tmp_path, fam, TILE, "warps", "32 threads", "multiple of the 64 vectors in a row of tile A")
+
+
+def test_each_thread_copies_at_most_32_vectors_of_a_tile(tmp_path: Path) -> None:
+    # TileCopy keeps a thread's copies in a 32-bit row mask (its static_assert kIters <= 32):
+    # 128 rows of A at align 1 and K 64 are 8192 vectors, 64 for each of 128 threads.
+    fam = family(align=[1], tiles=[tile(cta=[128, 64, 64], stages=2)])
+    fam_error(tmp_path, fam, TILE, "warps", "got [2, 2, 1] (128 threads for 128 rows of 64 vectors of 1 elements: 64 each)",
+              "accepted: at least 256 threads, so that each copies at most 32 vectors of tile A (cta K)")
+    fam = family(align=[1], b_orders=["kn"], tiles=[tile(cta=[64, 128, 64], stages=2)])
+    fam_error(tmp_path, fam, TILE, "warps", "64 rows of 128 vectors", "of tile B (cta N)")
+    # 32 each is the most: 64 x 64 at align 1 over 128 threads loads (and compiles).
+    assert load_configs([write(tmp_path, {"families": [family(align=[1], tiles=[tile(cta=[64, 64, 64], stages=2)])]},
+                               "ok.yaml")])  # fmt: skip
 
 
 def test_b_type_is_a_type_or_a_quantized_type(tmp_path: Path) -> None:
@@ -559,6 +581,11 @@ def test_a_grouped_family_makes_grouped_kernels_named_so(tmp_path: Path) -> None
         (dict(mainloop="sm90_quant_smem", mma="m64nNk16", arch=[90, 90], b_type="u4",
               tiles=[{"cta": [64, 128, 64], "warps": [1, 8, 1], "stages": 4}]), "the sm90_quant_smem form has no grouped"),
         (dict(b_orders=["kn"]), "stacked [E, N, K]"),
+        # Gathered rows of A are copied by cp.async, which moves 4 bytes or more: the
+        # template's static_assert (TileCopy::issue_gathered) otherwise.
+        (dict(align=[8, 1]), "false for align 1 (a grouped kernel gathers A's rows by cp.async"),
+        (dict(align=[1], b_type="u4", tiles=[{"cta": [16, 128, 128], "warps": [1, 4, 1], "stages": 4}]),
+         "false for align 1"),
         (dict(mainloop="sm70", mma="m16n8k16", tiles=[{"cta": [128, 128, 32], "warps": [2, 2, 1], "stages": 2}]),
          "the sm70 family has no grouped kernels"),
         (dict(mainloop="sm90", mma="m64nNk16", arch=[90, 90], b_orders=["kn"],
@@ -566,7 +593,7 @@ def test_a_grouped_family_makes_grouped_kernels_named_so(tmp_path: Path) -> None
         (dict(mainloop="sm90", mma="m64nNk16", arch=[90, 90],
               tiles=[{"cta": [128, 128, 64], "warps": [8, 1, 1], "stages": 4, "cluster": 2}]), "with a cluster"),
     ],
-    ids=["sm90_quant_smem", "kn-sm80", "sm70", "kn-sm90", "cluster-sm90"],
+    ids=["sm90_quant_smem", "kn-sm80", "align1-sm80", "align1-sm80-w4", "sm70", "kn-sm90", "cluster-sm90"],
 )
 def test_grouped_kernels_only_where_the_family_has_them(tmp_path: Path, overrides, needle) -> None:
     error(tmp_path, {"families": [family(grouped=True, **overrides)]}, f"{FAM}.tiles[0]", "grouped", "got true",

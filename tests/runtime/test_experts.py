@@ -200,3 +200,16 @@ def test_grouped_reference_refuses_a_routing_for_other_experts() -> None:
         grouped_reference(torch.randn(2, 4), torch.randn(3, 5, 4), routing)
     assert info.value.argument == "routing.offsets" and "4:" in str(info.value)
 
+
+
+def test_grouped_reference_checks_the_shapes_torch_would_broadcast() -> None:
+    # A bias of [N] (not [E, N]) used to be read as one value per expert, added to every
+    # column: a wrong answer, not an error.
+    x, w = torch.randn(5, 32), torch.randn(2, 24, 32)
+    routing = check_routing(_offsets(0, 2, 5), experts=2, rows=5, device=CPU)
+    with pytest.raises(GemmArgumentError, match=r"bias: got shape \(24,\); accepted: \(2, 24\): one row per expert"):
+        grouped_reference(x, w, routing, bias=torch.randn(24))
+    with pytest.raises(GemmArgumentError, match=r"x.shape: got \(5, 31\); accepted: \(rows, 32\)"):
+        grouped_reference(torch.randn(5, 31), w, routing)
+    with pytest.raises(GemmArgumentError, match="w: got N = 23; accepted: an even N"):
+        grouped_reference(x, torch.randn(2, 23, 32), routing, gated=True)

@@ -247,3 +247,60 @@ def test_replace_experts_swaps_only_cuda_16_bit_experts() -> None:
 
     model = torch.nn.Sequential(_mixtral_experts().half())
     assert replace_experts(model) == []  # CPU weights stay as they are
+
+
+# ---- bad arguments ----------------------------------------------------------------------
+
+
+def test_quantize_arguments_are_checked_before_any_layer() -> None:
+    """A mistyped key of ``quantize`` used to raise TypeError from quantize() (the expert
+    layer) or from the first CUDA layer replaced; a model with none said nothing."""
+    from gemm_runtime.nn import GroupedExperts, replace_experts, replace_linear
+
+    with pytest.raises(GemmArgumentError, match=r"quantize\['bit'\]: got an unknown key \(did you mean 'bits'\?\)"):
+        GroupedExperts(torch.randn(4, 48, 32), torch.randn(4, 32, 24), quantize={"bit": 4})
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48).half())
+    with pytest.raises(GemmArgumentError, match=r"quantize\['group'\]: got an unknown key \(did you mean 'group_size'"):
+        replace_linear(model, quantize={"bits": 4, "group": 128})
+    with pytest.raises(GemmArgumentError, match="quantize: got int; accepted: None or a dict"):
+        replace_linear(model, quantize=4)
+    # QuantLinear.from_float takes no scale_dtype; the expert layer passes it to quantize().
+    with pytest.raises(GemmArgumentError, match=r"quantize\['scale_dtype'\]"):
+        replace_linear(model, quantize={"scale_dtype": torch.bfloat16})
+    with pytest.raises(GemmArgumentError, match="quantize: got str"):
+        replace_experts(model, quantize="w4")
+    assert replace_linear(model, quantize={"bits": 4}) == [] and isinstance(model[0], torch.nn.Linear)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(in_features=0), "in_features: got 0; accepted: an integer >= 1"),
+        (dict(out_features=-8), "out_features: got -8"),
+        (dict(in_features="64"), "in_features: got '64'"),
+        (dict(in_features=64.0), "in_features: got 64.0"),
+        (dict(dtype=torch.float32), "dtype: got torch.float32; accepted: torch.float16 or torch.bfloat16"),
+        (dict(symmetric="no"), "symmetric: got 'no'; accepted: True or False"),
+    ],
+    ids=["zero", "negative", "str", "float", "fp32", "symmetric-str"],
+)
+def test_empty_quant_linear_checks_its_geometry(kwargs, match) -> None:
+    args = {"in_features": 64, "out_features": 48, **kwargs}
+    with pytest.raises(GemmArgumentError, match=match):
+        QuantLinear.empty(args.pop("in_features"), args.pop("out_features"), **args)
+
+
+def test_a_quantized_state_dict_without_its_scales_is_named() -> None:
+    layer, _ = _quant_layer()
+    state = {f"0.{k}": v for k, v in layer.state_dict().items() if k != "scales_zeros"}
+    with pytest.raises(GemmArgumentError, match=r"state_dict\[0.scales_zeros\]: got NoneType"):
+        from_quantized_state_dict(torch.nn.Sequential(torch.nn.Linear(64, 48).half()), state)
+    state = {f"0.{k}": v for k, v in layer.state_dict().items()}
+    state["0._extra_state"] = {**state["0._extra_state"], "in_features": "64"}
+    with pytest.raises(GemmArgumentError, match="in_features: got '64'"):
+        from_quantized_state_dict(torch.nn.Sequential(torch.nn.Linear(64, 48).half()), state)
+
+
+def test_from_quantized_takes_a_quantized_weight() -> None:
+    with pytest.raises(GemmArgumentError, match="qw: got Tensor; accepted: a gemm_runtime.quant.QuantizedWeight"):
+        QuantLinear.from_quantized(torch.randn(48, 64).half())

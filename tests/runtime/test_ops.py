@@ -210,3 +210,50 @@ def test_the_expert_layer_compiles_into_one_graph(quantized):
     compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, index, weights), layer(x, index, weights))
+
+
+def test_cpu_ops_check_the_shapes_the_gemm_checks():
+    """The torch reference refuses what the GEMM refuses, with the same kind of error,
+    rather than broadcasting (a silent wrong answer) or failing inside torch."""
+    x, w, _ = _dense()
+    cases = [
+        # A bias of one value was broadcast over every column.
+        ((x, w, torch.ones(1).half(), "none"), r"bias.shape: got \(1,\); accepted: \(24,\)"),
+        # A 1-D weight gave a (5,) output.
+        ((x, w[0], None, "none"), r"weight.shape: got \(40,\); accepted: a 2-D \(N, K\)"),
+        ((x[:, :39], w, None, "none"), r"x.shape: got \(5, 39\); accepted: \(\.\.\., 40\)"),
+        ((x, w[:23], None, "gated_silu"), "weight: got N = 23; accepted: an even N"),
+    ]
+    for args, match in cases:
+        with pytest.raises(GemmArgumentError, match=match):
+            torch.ops.gemm_runtime.linear(*args, 0)
+
+
+def test_cpu_packed_op_checks_n_and_k_against_the_packed_tensors():
+    _, p, packed = _packed(n=24, k=64)
+    x = torch.randn(3, 64).half()
+    # N = 32 for a 24-column weight: the reference used to return 24 columns where the
+    # fake (torch.compile) promises 32.
+    with pytest.raises(GemmArgumentError, match=r"qweight: got torch.uint8 \(3, 256\); accepted: a uint8 tensor \(4, 256\)"):
+        torch.ops.gemm_runtime.linear_packed(x, p.b, p.v, 4, 32, 32, 64, False, None, "none", 0)
+    with pytest.raises(GemmArgumentError, match=r"qweight: got torch.uint8 \(3, 256\); accepted: a uint8 tensor \(3, 512\)"):
+        torch.ops.gemm_runtime.linear_packed(torch.randn(3, 128).half(), p.b, p.v, 4, 32, 24, 128, False, None, "none", 0)
+    with pytest.raises(GemmArgumentError, match=r"scales_zeros.shape: got \(4, 24\); accepted: \(2, N = 24 or more\)"):
+        torch.ops.gemm_runtime.linear_packed(x, p.b, p.v, 4, 64, 24, 64, False, None, "none", 0)
+    with pytest.raises(GemmArgumentError, match="bits: got 3"):
+        torch.ops.gemm_runtime.linear_packed(x, p.b, p.v, 3, 32, 24, 64, False, None, "none", 0)
+    from gemm_runtime.experts import pack_experts
+
+    xg, wg, offsets, index, scale = _grouped()
+    stacked = pack_experts([quantize(we, bits=4, group_size=32) for we in wg])
+    with pytest.raises(GemmArgumentError, match=r"qweight: got torch.uint8 \(3, 256\); accepted: a uint8 tensor \(4, 256\)"):
+        torch.ops.gemm_runtime.grouped_matmul_packed(xg, stacked.b, stacked.v, offsets, 4, 32, 32, 64, False, index)
+
+
+def test_cpu_grouped_op_refuses_a_bias_of_one_row():
+    x, w, offsets, index, scale = _grouped()
+    # [N] instead of [E, N]: each expert's "row" was one value, added to every column.
+    with pytest.raises(GemmArgumentError, match=r"bias: got shape \(24,\); accepted: \(4, 24\): one row per expert"):
+        torch.ops.gemm_runtime.grouped_matmul(x, w, offsets, index, scale, torch.randn(24).half(), False, 0)
+    with pytest.raises(GemmArgumentError, match="an even N"):
+        torch.ops.gemm_runtime.grouped_matmul(x, w[:, :23], offsets, index, scale, None, True, 0)

@@ -141,3 +141,29 @@ def test_packed_weights_shard_by_their_original_features() -> None:
         x_full = torch.randn(3, k)
         got_n = x_full[:, perm_n] @ packed_n.unpack().dequantize(torch.float32).t()
         torch.testing.assert_close(got_n, x_full @ whole[4 * rank : 4 * (rank + 1)].t())
+
+
+def test_bad_arguments_are_named_before_anything_is_sliced() -> None:
+    from gemm_runtime.packed_weight import pack_for_gemm
+    from gemm_runtime.sharding import shard_packed, with_original_order
+
+    b = torch.randn(48)
+    # shard_bias checks dim and rank as shard_weight does: "N" or "x" used to split the
+    # bias as column-parallel, and a row-parallel rank was never looked at.
+    for dim in ("N", "x"):
+        with pytest.raises(GemmArgumentError, match="dim: got N|dim: got x"):
+            shard_bias(b, dim, 0, 2)
+    with pytest.raises(GemmArgumentError, match=r"rank: got 5; accepted: an integer in 0\.\.1"):
+        shard_bias(b, "k", 5, 2)
+    with pytest.raises(GemmArgumentError, match=r"bias: got torch.Size\(\[48, 2\]\)"):
+        shard_bias(torch.randn(48, 2), "n", 0, 2)
+    qw = quantize(torch.randn(48, 64), bits=4, group_size=32)
+    # A QuantizedWeight where a PackedWeight goes, and the other way round.
+    with pytest.raises(GemmArgumentError, match="weight: got QuantizedWeight; accepted: a gemm_runtime.packed_weight"):
+        shard_packed(qw, "n", 0, 2)
+    with pytest.raises(GemmArgumentError, match="weight: got Tensor; accepted: a gemm_runtime.quant.QuantizedWeight"):
+        shard_quantized(torch.randn(48, 64), "n", 0, 2)
+    with pytest.raises(GemmArgumentError, match=r"perm: got torch.Size\(\[63\]\); accepted: None or a \(64,\)"):
+        with_original_order(qw, torch.arange(63))
+    with pytest.raises(GemmArgumentError, match="perm: got torch.Size"):
+        shard_packed(pack_for_gemm(qw), "k", 0, 2, perm=torch.arange(10))
