@@ -14,6 +14,10 @@ def _dims(v: tuple[int, ...]) -> str:
     return "x".join(str(x) for x in v)
 
 
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything that makes one generated kernel distinct.
@@ -91,7 +95,19 @@ class KernelSpec:
             elif f.name in kinds:
                 v = parse_enum(kinds[f.name], v)
             elif f.name in ("cta", "warps"):
-                v = tuple(int(x) for x in v)
+                if not isinstance(v, (list, tuple)) or len(v) != 3 or not all(_is_int(x) and x > 0 for x in v):
+                    raise ValueError(f"field {f.name!r}: got {v!r:.80}, accepted: three positive integers")
+                v = tuple(v)
+            elif f.name == "family":
+                if not isinstance(v, str) or not v:
+                    raise ValueError(f"field 'family': got {v!r:.80}, accepted: a non-empty string")
+            elif f.name == "grouped":
+                if not isinstance(v, bool):
+                    raise ValueError(f"field 'grouped': got {v!r:.80}, accepted: true or false")
+            elif not _is_int(v) or v < 0:
+                # NOTE: a str "3" would render the same name token as 3 and pass the
+                # manifest's name check, then fail deep inside the first comparison.
+                raise ValueError(f"field {f.name!r}: got {v!r:.80}, accepted: an integer >= 0")
             kwargs[f.name] = v
         return cls(**kwargs)
 

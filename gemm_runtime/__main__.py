@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-from gemm_runtime.errors import GemmError
+from gemm_runtime.errors import GemmArgumentError, GemmError
 
 BUILD_HINT = "run `make build` (python -m gemm_runtime.build) first"
 DEFAULT_SHAPES = Path(__file__).resolve().parent.parent / "bench" / "shapes.yaml"
@@ -208,7 +208,10 @@ def list_with_gpu(device: int, build_dir: Path, allow_emulated: bool) -> list[st
 
 def list_kernels(build_dir: Path, allow_emulated: bool = False, device: int = 0) -> list[str]:
     """The lines ``python -m gemm_runtime list`` prints; ListError/GemmError when it cannot."""
-    if visible_gpus() > 0:
+    gpus = visible_gpus()
+    if gpus > 0:
+        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < gpus:
+            raise ListError(f"--device {device}: {gpus} GPU(s) are visible (0..{gpus - 1})")
         return list_with_gpu(device, build_dir, allow_emulated)
     return list_without_gpu(build_dir, allow_emulated)
 
@@ -296,6 +299,16 @@ def resolve_seq(text: str | None) -> list[int]:
     return list(settings_module.parse_tune(f"seq={text}", source="--seq").seq)
 
 
+TUNE_DTYPES = ("f16", "bf16")  # --dtype: the type of A, W and D
+
+
+def check_tune_dtype(dtype: object) -> str:
+    """``dtype`` of run_tuning / shared_tuning.tune_across_ranks, or GemmArgumentError."""
+    if not isinstance(dtype, str) or dtype not in TUNE_DTYPES:
+        raise GemmArgumentError("dtype", dtype, " or ".join(map(repr, TUNE_DTYPES)))
+    return dtype
+
+
 def _dispatch_policy(appending: bool) -> object:
     from gemm_runtime import types
 
@@ -322,7 +335,7 @@ def run_tuning(
     from gemm_runtime import types
 
     stdout = stdout or sys.stdout
-    torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[check_tune_dtype(dtype)]
     t0 = time.perf_counter()
     if import_path is not None:
         report = gemm.import_cache(import_path)
@@ -445,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tun.add_argument(
         "--import", dest="import_path", type=Path, help="a dispatch cache to load first; its entries are kept"
     )
-    tun.add_argument("--dtype", choices=("f16", "bf16"), default="f16", help="type of A, W and D (%(default)s)")
+    tun.add_argument("--dtype", choices=TUNE_DTYPES, default="f16", help="type of A, W and D (%(default)s)")
     tun.add_argument(
         "--seq", help="values of M, as GEMM_TUNE's seq: \"start-stop-step,...\" (default: the settings' sequence)"
     )

@@ -152,7 +152,10 @@ def load_generated(generated_dir: Path) -> list[GeneratedKernel]:
             spec = KernelSpec.from_json(entry["spec"])
             if spec.name != entry["name"]:
                 raise ValueError(f"entry {entry['name']!r} has a spec named {spec.name!r}")
-            kernels.append(GeneratedKernel(entry["name"], path.parent / entry["file"], str(entry["source"]), spec))
+            file = Path(entry["file"])
+            if file.is_absolute() or ".." in file.parts:
+                raise ValueError(f"entry {entry['name']!r} names the source {entry['file']!r}, outside {path.parent}")
+            kernels.append(GeneratedKernel(entry["name"], path.parent / file, str(entry["source"]), spec))
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise BuildError(f"{path} is corrupt or stale ({type(e).__name__}: {e}): {hint}") from None
     names = [k.name for k in kernels]
@@ -191,6 +194,14 @@ def _accepted() -> str:
 def resolve_archs(archs: Sequence[int] | None) -> tuple[list[int], dict[int, str]]:
     """(archs to build, {arch: message} for those skipped). Raises BuildError on an unknown arch."""
     skipped: dict[int, str] = {}
+    if archs is not None and (
+        not isinstance(archs, (list, tuple, set, frozenset))
+        or not archs
+        or not all(isinstance(a, int) and not isinstance(a, bool) for a in archs)
+    ):
+        # NOTE: 80.0 == 80 would pass the check below and build into sm_80.0/.
+        raise BuildError(f"archs: got {archs!r:.80}, accepted: None (the visible GPUs) or a non-empty list of "
+                         f"integers among {', '.join(map(str, KNOWN_ARCHS))}")  # fmt: skip
     if archs is None:
         detected = detect_archs()
         for a in detected:
@@ -356,10 +367,18 @@ def build(
     """
     t_start = time.perf_counter()
     generated_dir, out_dir = Path(generated_dir), Path(out_dir)
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise BuildError(f"jobs: got {jobs!r:.80}, accepted: None (GEMM_BUILD_JOBS or the CPUs) or an integer >= 1")
     kernels = load_generated(generated_dir)
     wanted, skipped_archs = resolve_archs(archs)
-    jobs = max(1, jobs or settings().jobs or os.cpu_count() or 1)
+    jobs = jobs or settings().jobs or os.cpu_count() or 1
     cache_dir = Path(cache_dir) if cache_dir is not None else out_dir / ".cache"
+    for d in (out_dir, cache_dir) if wanted else ():
+        # Found out here, not as one "compile failure" per kernel or a traceback at publication.
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BuildError(f"cannot write the build to {d}: {e.strerror or e}; give --out a writable folder") from None
     include_dirs = [INCLUDE_DIR]
     sources = {k.name: k.source_file.read_text() for k in kernels}
 
@@ -440,7 +459,10 @@ def build(
     for a in wanted:
         rep = reports[a]
         if not rep.failed:  # a failing arch keeps its previous outputs rather than half of new ones
-            published = _publish_arch(out_dir, a, kernels, results[a], rep.skipped, rep.nvrtc)
+            try:
+                published = _publish_arch(out_dir, a, kernels, results[a], rep.skipped, rep.nvrtc)
+            except OSError as e:
+                raise BuildError(f"cannot write {out_dir / f'sm_{a}'}: {e}", report=report) from None
             rep.kernels = len(results[a])
             rep.restored = list(published.restored)
         rep.spills = [
@@ -460,9 +482,15 @@ def build(
 
 
 # ---- CLI -----------------------------------------------------------------------------
+def _jobs_arg(text: str) -> int:
+    if not text.strip().isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of parallel compiles (an integer >= 1)")
+    return int(text)
+
+
 def _arch_arg(text: str) -> int:
     digits = text.lower().removeprefix("sm_")
-    if not digits.isdigit():
+    if not (digits.isascii() and digits.isdigit()):
         raise argparse.ArgumentTypeError(f"{text!r} is not an arch (e.g. 80 or sm_80)")
     return int(digits)
 
@@ -495,7 +523,11 @@ def _stop_on_signals():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    s = settings()
+    try:
+        s = settings()
+    except ValueError as e:  # a malformed GEMM_* variable (TuneSettingsError is a ValueError)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog="python -m gemm_runtime.build", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--arch",
@@ -503,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         help=f"target arch, repeatable (default: the visible GPUs, else {' '.join(map(str, DEFAULT_ARCHS))})",
     )
-    parser.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: GEMM_BUILD_JOBS or CPUs)")
+    parser.add_argument("--jobs", type=_jobs_arg, default=None, help="parallel compiles (default: GEMM_BUILD_JOBS or CPUs)")
     parser.add_argument("--generated", type=Path, default=s.generated_dir, help="generated sources (%(default)s)")
     parser.add_argument("--out", type=Path, default=s.build_dir, help="output directory (%(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -30,6 +31,7 @@ from gemm_runtime.errors import GemmError
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 ARCH_MANIFEST_VERSION = 2  # 2: records carry the cubin's size and sha256
+_ARCH_DIR = re.compile(r"sm_[1-9][0-9]*")
 REBUILD_HINT = "rebuild with `make build` (python -m gemm_runtime.build)"
 # Integer fields of a record (the ptxas report and the launch shape) and their floor.
 INT_FIELDS = ("registers", "stack_frame", "spill_stores", "spill_loads", "smem_static", "smem_dynamic", "threads", "size")
@@ -136,7 +138,7 @@ def _record(path: Path, i: int, raw: Any) -> Record:
     for key in ("symbol", "cubin", "source", "sha256"):
         if not isinstance(raw.get(key), str) or not raw.get(key):
             raise ManifestError(path, entry, key, f"got {raw.get(key)!r:.80}, accepted: a non-empty string")
-    if "/" in raw["cubin"] or raw["cubin"] in (".", ".."):
+    if "/" in raw["cubin"] or "\0" in raw["cubin"] or raw["cubin"] in (".", ".."):
         raise ManifestError(path, entry, "cubin", f"got {raw['cubin']!r}, accepted: a file name in {path.parent}")
     ints = {}
     for key in INT_FIELDS:
@@ -167,6 +169,9 @@ def read_manifest(path: Path, arch: int) -> ArchManifest:
         raise ManifestError(
             path, None, "version", f"got {data.get('version')!r}, accepted: {ARCH_MANIFEST_VERSION} (this version's)"
         )
+    if data.get("arch") != arch:
+        # NOTE: a manifest copied from another arch's directory names cubins of that arch.
+        raise ManifestError(path, None, "arch", f"got {data.get('arch')!r:.80}, accepted: {arch} (its directory's)")
     kernels, skipped = data.get("kernels"), data.get("skipped", [])
     if not isinstance(kernels, list):
         raise ManifestError(path, None, "kernels", f"got {kernels!r:.80}, accepted: a list of kernel records")
@@ -233,8 +238,10 @@ def arch_dirs(build_dir: Path) -> list[tuple[int, Path]]:
     """(arch, manifest path) of every ``build_dir/sm_XX/manifest.json``, by arch."""
     build_dir = Path(build_dir)
     found = build_dir.glob("sm_*") if build_dir.is_dir() else ()
+    # NOTE: only the names the build writes (sm_80, not sm_080 or sm_²): the registry
+    # reads build_dir/sm_{arch} back, and int("²") raises.
     return sorted(
-        (int(p.name[3:]), p / MANIFEST) for p in found if p.name[3:].isdigit() and (p / MANIFEST).is_file()
+        (int(p.name[3:]), p / MANIFEST) for p in found if _ARCH_DIR.fullmatch(p.name) and (p / MANIFEST).is_file()
     )
 
 

@@ -337,10 +337,15 @@ def _cache_load(cache_dir: Path, key: str) -> CompileResult | None:
         cubin = (cache_dir / f"{key}.cubin").read_bytes()
         if hashlib.sha256(cubin).hexdigest() != meta["cubin_sha256"]:
             return None
-        report = {k: int(meta[k]) for k in _REPORT_FIELDS}
-        log = str(meta["log"])
+        report = {k: meta[k] for k in _REPORT_FIELDS}
+        log = meta["log"]
     except (OSError, ValueError, KeyError, TypeError):
         return None  # missing or corrupt entry: a miss, overwritten by the recompile
+    # NOTE: checked like a fresh report: int(Infinity) raises OverflowError, and a negative
+    # count would publish a manifest that every reader refuses.
+    if not isinstance(log, str) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                           for v in report.values()):  # fmt: skip
+        return None
     return CompileResult(cubin=cubin, log=log, cached=True, seconds=time.perf_counter() - t0, **report)
 
 

@@ -13,11 +13,12 @@ from codegen.spec import KernelSpec
 from codegen.vocabulary import QUANT_TYPES, BOrder, DataType, Order
 from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.packed_weight import GROUP_SHIFT_ALL_K
-from gemm_runtime.types import Epilogue, MatrixLayout, Operation, torch_dtype
+from gemm_runtime.types import DispatchPolicy, Epilogue, MatrixLayout, Operation, QuantDesc, torch_dtype
 
 _INPUT_TYPES = (DataType.F16, DataType.BF16)
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 _INT32_MAX = 2**31 - 1
+_POINTER_MAX = 2**64 - 1  # a raw device pointer is a CUdeviceptr (64 bits)
 MAX_EXPERTS = 1 << 16  # a grouped key's experts (the kernels scan the offsets 32 at a time)
 
 
@@ -205,6 +206,12 @@ def vector_align(ptr: int, ld: int, elem_bytes: int, lines: int) -> int:
 def _layout(name: str, desc: object) -> MatrixLayout:
     if not isinstance(desc, MatrixLayout):
         raise GemmArgumentError(name, type(desc).__name__, "a gemm_runtime.MatrixLayout")
+    # NOTE: not only for the message: an order "row" (a str) is not Order.ROW_MAJOR, so
+    # every check below would read the matrix as column-major.
+    if not isinstance(desc.type, DataType):
+        raise GemmArgumentError(f"{name}.type", repr(desc.type), "a gemm_runtime.DataType (e.g. DataType.F16)")
+    if not isinstance(desc.order, Order):
+        raise GemmArgumentError(f"{name}.order", repr(desc.order), "Order.ROW_MAJOR or Order.COL_MAJOR")
     for field in ("rows", "cols", "ld"):
         v = getattr(desc, field)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v > _INT32_MAX:
@@ -219,7 +226,7 @@ def _pointer(name: str, operand: object, desc: MatrixLayout, device: torch.devic
     """Check a tensor (or raw device pointer) against its layout; return the address."""
     elem = desc.type.bits // 8
     if isinstance(operand, int) and not isinstance(operand, bool):
-        ptr = operand
+        ptr = _raw_pointer(name, operand, desc.span > 0)
     elif isinstance(operand, torch.Tensor):
         if operand.device != device:
             raise GemmArgumentError(f"{name}.device", operand.device, f"{device} (the Gemm's device)")
@@ -236,6 +243,14 @@ def _pointer(name: str, operand: object, desc: MatrixLayout, device: torch.devic
         raise GemmArgumentError(name, type(operand).__name__, "a CUDA torch.Tensor or a device pointer (int)")
     if ptr % elem:
         raise GemmArgumentError(f"{name} address", hex(ptr), f"a multiple of the element size, {elem} bytes")
+    return ptr
+
+
+def _raw_pointer(name: str, ptr: int, addressed: bool = True) -> int:
+    """A raw device pointer: 1 .. 2**64 - 1 (0 only where nothing is addressed), not a
+    null pointer the kernel would fault on nor one the launch cannot pack."""
+    if not (1 if addressed else 0) <= ptr <= _POINTER_MAX:
+        raise GemmArgumentError(name, hex(ptr), f"a device address in 0x1..{_POINTER_MAX:#x}")
     return ptr
 
 
@@ -262,6 +277,10 @@ def make_problem(
 ) -> Problem:
     if not isinstance(operation, Operation):
         raise GemmArgumentError("operation", type(operation).__name__, "a gemm_runtime.Operation")
+    if not isinstance(operation.dispatch, DispatchPolicy):
+        # NOTE: "measure" (a str) is not DispatchPolicy.MEASURE: it ran DEFAULT, silently.
+        raise GemmArgumentError("operation.dispatch", repr(operation.dispatch),
+                                ", ".join(f"DispatchPolicy.{p.name}" for p in DispatchPolicy))  # fmt: skip
     if operation.quant_a is not None:
         raise GemmArgumentError("operation.quant_a", operation.quant_a, "None (A is fp16 / bf16)")
     epilogue = operation.epilogue
@@ -274,6 +293,13 @@ def make_problem(
     if a.order is not Order.ROW_MAJOR:
         raise GemmArgumentError("Adesc.order", a.order.value, "row (A is M x K with K contiguous)")
     quant = operation.quant_b
+    if quant is not None and (
+        not isinstance(quant, QuantDesc)
+        or not isinstance(quant.group_size, int)
+        or isinstance(quant.group_size, bool)
+    ):
+        raise GemmArgumentError("operation.quant_b", repr(quant),
+                                "None or a QuantDesc(DataType.U4 or DataType.U8, integer group_size)")  # fmt: skip
     if quant is not None:
         if b.type is not quant.type or b.type not in QUANT_TYPES:
             raise GemmArgumentError("Bdesc.type", b.type.value, "u4 or u8, as operation.quant_b says")
@@ -341,7 +367,7 @@ def _packed_pointer(B: object, b: MatrixLayout, device: torch.device) -> int:
     gemm_runtime.packed_weight.pack_for_gemm (ld: K padded to a multiple of 32)."""
     tiles, row_bytes = -(-b.cols // 8), b.ld * b.type.bits
     if isinstance(B, int) and not isinstance(B, bool):
-        ptr = B
+        ptr = _raw_pointer("B", B, b.span > 0)
     elif isinstance(B, torch.Tensor):
         if B.device != device:
             raise GemmArgumentError("B.device", B.device, f"{device} (the Gemm's device)")
@@ -381,7 +407,7 @@ def _scales_pointer(V: object, Vdesc: object, a_type: DataType, n: int, k: int, 
 def _bias_pointer(bias: object, n: int, dtype: DataType, device: torch.device, epilogue: Epilogue) -> int:
     """A bias vector of the accumulator's N columns, in D's type."""
     if isinstance(bias, int) and not isinstance(bias, bool) and bias:
-        return bias
+        return _raw_pointer("bias", bias)
     if not isinstance(bias, torch.Tensor):
         raise GemmArgumentError("bias", type(bias).__name__, f"a CUDA tensor of {n} values for {epilogue}")
     expected = torch_dtype(dtype)

@@ -43,6 +43,28 @@ def _check_quantize(quantize_args: dict | None) -> dict | None:
     return quantize_args
 
 
+def _check_linear(argument: str, linear: object) -> torch.nn.Linear:
+    if not isinstance(linear, torch.nn.Linear):
+        raise GemmArgumentError(argument, type(linear).__name__, "a torch.nn.Linear")
+    return linear
+
+
+def _check_row_bias(local: torch.nn.Module, bias: object) -> None:
+    """A row-parallel layer's whole bias: added to every output row after the all_reduce,
+    so anything but N values of the output's type would broadcast or promote silently."""
+    if bias is None:
+        return
+    n = getattr(local, "out_features", None)  # Linear, QuantLinear: the layers from_* build
+    typed = getattr(local, "weight", getattr(local, "scales_zeros", None))  # their output's type
+    dtype = typed.dtype if isinstance(typed, torch.Tensor) else None
+    if not isinstance(bias, torch.Tensor) or bias.dim() != 1 or (n is not None and bias.shape[0] != n):
+        raise GemmArgumentError("bias", tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__,
+                                f"None or a 1-D ({n if n is not None else 'N'},) tensor: one value per output of the "
+                                f"layer")  # fmt: skip
+    if dtype is not None and bias.dtype != dtype:
+        raise GemmArgumentError("bias.dtype", bias.dtype, f"{dtype} (the layer's output type)")
+
+
 def _local(weight: torch.Tensor, bias: torch.Tensor | None, quantize_args: dict | None, gemm) -> torch.nn.Module:
     """The rank's layer for a float shard: Linear, or QuantLinear of the quantized shard."""
     if quantize_args is None:
@@ -67,6 +89,7 @@ class ColumnParallelLinear(torch.nn.Module):
                     gather_output: bool = False) -> "ColumnParallelLinear":  # fmt: skip
         """The rank's shard of a float torch.nn.Linear (quantized when ``quantize`` gives
         bits / group_size / symmetric)."""
+        _check_linear("linear", linear)
         rank, world = rank_and_world(group)
         weight = shard_weight(linear.weight.detach(), "n", rank, world)
         bias = shard_bias(linear.bias.detach() if linear.bias is not None else None, "n", rank, world)
@@ -109,6 +132,7 @@ class RowParallelLinear(torch.nn.Module):
 
     def __init__(self, local: torch.nn.Module, bias: torch.Tensor | None = None, *, group=None) -> None:
         super().__init__()
+        _check_row_bias(local, bias)
         self.local = local  # without a bias: it would be summed world_size times
         self.register_buffer("bias", None if bias is None else bias.detach())
         self.group = group
@@ -117,6 +141,7 @@ class RowParallelLinear(torch.nn.Module):
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, group=None, gemm=None,
                     quantize: dict | None = None) -> "RowParallelLinear":  # fmt: skip
+        _check_linear("linear", linear)
         rank, world = rank_and_world(group)
         weight = shard_weight(linear.weight.detach(), "k", rank, world)
         bias = linear.bias.detach() if linear.bias is not None else None
@@ -164,8 +189,14 @@ class ParallelGatedMLP(torch.nn.Module):
                  quantize: dict | None = None) -> "ParallelGatedMLP":  # fmt: skip
         """The rank's share of a gated MLP (bias-free gate and up, as in LLaMA-like
         models), quantized when ``quantize`` gives bits / group_size / symmetric."""
+        for name, linear in (("gate", gate), ("up", up), ("down", down)):
+            _check_linear(name, linear)
         if gate.bias is not None or up.bias is not None:
             raise GemmArgumentError("gate/up bias", "a bias", "bias-free gate and up projections")
+        if down.in_features != gate.out_features:
+            # NOTE: else built, and refused at the first call as an x.shape the caller never gave.
+            raise GemmArgumentError("down.in_features", down.in_features,
+                                    f"{gate.out_features} (gate's out_features: down reads the MLP's features)")  # fmt: skip
         rank, world = rank_and_world(group)
         g, u = shard_gate_up(gate.weight.detach(), up.weight.detach(), rank, world)
         quantize_args = _check_quantize(quantize)

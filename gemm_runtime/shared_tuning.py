@@ -48,8 +48,9 @@ def tune_across_ranks(
     """Tune the rank's share of ``plan`` (``__main__.tuning_plan``'s problems) on its Gemm,
     exchange the caches, and (rank 0) write the merged cache to ``out_path``. Returns
     run_tuning's status for the rank's share (1 if a problem failed)."""
-    from gemm_runtime.__main__ import run_tuning
+    from gemm_runtime.__main__ import check_tune_dtype, run_tuning
 
+    check_tune_dtype(dtype)  # on every rank before any collective, like rank_and_world
     rank, world = rank_and_world(group)
     with tempfile.TemporaryDirectory() as tmp:
         status = run_tuning(gemm, share_of(plan, rank, world), dtype=dtype, out_path=Path(tmp) / f"rank{rank}.json",

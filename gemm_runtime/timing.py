@@ -10,6 +10,7 @@ imports it; its tests run without a GPU and with a fake timer)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -94,10 +95,17 @@ def interleaved_medians_ms(
     arguments are :func:`median_ms`'s."""
     import torch
 
-    if not fns:
-        raise ValueError("fns must hold at least one function")
-    if reps < 1 or min_reps < 1 or warmup < 0:
-        raise ValueError(f"reps ({reps}) and min_reps ({min_reps}) must be >= 1, warmup ({warmup}) >= 0")
+    if not fns or not all(callable(fn) for fn in fns):
+        raise ValueError(f"fns: got {fns!r:.80}; accepted: a non-empty sequence of functions")
+    # NOTE: checked before the GPU runs anything: 2.5 repetitions, a NaN budget or a flush
+    # of "yes" failed only after the warm-up, as a TypeError from range() or a call.
+    for name, value, lo in (("reps", reps, 1), ("min_reps", min_reps, 1), ("warmup", warmup, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+            raise ValueError(f"{name}: got {value!r}; accepted: an integer >= {lo}")
+    if isinstance(max_ms, bool) or not isinstance(max_ms, (int, float)) or not math.isfinite(max_ms) or max_ms < 0:
+        raise ValueError(f"max_ms: got {max_ms!r}; accepted: a finite number of milliseconds >= 0")
+    if not isinstance(flush, bool) and not callable(flush):
+        raise ValueError(f"flush: got {flush!r:.80}; accepted: True (flush_l2), False (none) or a function")
     for fn in fns:
         for _ in range(warmup):
             fn()

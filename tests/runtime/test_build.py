@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -126,6 +127,78 @@ def test_cli_unknown_arch_lists_accepted(generated, tmp_path, capsys):
     assert code == 1
     assert "sm_12" in err and "sm_80" in err and "sm_90" in err and "Traceback" not in err
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(archs=[80.0]), r"archs: got \[80\.0\]"),  # was built into sm_80.0/
+        (dict(archs=["80"]), r"archs: got \['80'\]"),  # was "unknown arch sm_80"
+        (dict(archs=80), r"archs: got 80,"),  # was a TypeError
+        (dict(archs=[]), r"archs: got \[\]"),  # built nothing, silently
+        (dict(archs=[80], jobs=-3), r"jobs: got -3"),  # ran one job, silently
+        (dict(archs=[80], jobs="2"), r"jobs: got '2'"),  # was a TypeError
+    ],
+)
+def test_build_refuses_malformed_archs_and_jobs(generated, tmp_path, kwargs, message):
+    out = tmp_path / "b"
+    with pytest.raises(BuildError, match=message):
+        build(generated, out, progress=False, **kwargs)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("jobs", ["0", "-2"])
+def test_cli_refuses_a_jobs_count_below_one(generated, tmp_path, capsys, jobs):
+    with pytest.raises(SystemExit) as info:
+        main(["--generated", str(generated), "--out", str(tmp_path / "b"), "--arch", "80", "--jobs", jobs])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "--jobs" in err and "integer >= 1" in err
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("variable", ["GEMM_BUILD_JOBS=many", "GEMM_TUNE=seq=0", "GEMM_UNPACK_MAX_MIB=-1"])
+@pytest.mark.parametrize("entry", [["gemm_runtime.build"], ["gemm_runtime", "build"]])
+def test_cli_malformed_environment_exits_2_without_a_traceback(generated, tmp_path, variable, entry):
+    name, _, value = variable.partition("=")
+    cmd = [sys.executable, "-m", *entry, "--generated", str(generated), "--out", str(tmp_path / "b"), "--arch", "80"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, name: value})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: {name}") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("blocker", ["out", "arch_dir"])
+def test_cli_unwritable_output_names_it_without_a_traceback(generated, tmp_path, capsys, blocker):
+    # A file where the build directory (or its sm_80/) should be: one clear line, not a
+    # "compile failure" per kernel nor a FileExistsError from the publication.
+    out = tmp_path / "b"
+    if blocker == "out":
+        out.write_text("")
+        where = out
+    else:
+        out.mkdir()
+        (out / "sm_80").write_text("")
+        where = out / "sm_80"
+    code = main(["--generated", str(generated), "--out", str(out), "--arch", "80", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and "cannot write" in err and str(where) in err and "Traceback" not in err
+    assert "compile(s) failed" not in err
+
+
+@pytest.mark.parametrize("where", ["../outside.cu", "/abs/outside.cu"])
+def test_a_generated_source_outside_its_folder_is_refused(generated, tmp_path, capsys, where):
+    # A hand-edited generated/manifest.json: the build compiled whatever file it named.
+    manifest = generated / "manifest.json"
+    data = json.loads(manifest.read_text())
+    entry = next(e for e in data["kernels"] if e["name"] == SMALL.name)
+    target = (generated / where) if not where.startswith("/") else tmp_path / "abs" / "outside.cu"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text((generated / entry["file"]).read_text())
+    entry["file"] = where if not where.startswith("/") else str(target)
+    manifest.write_text(json.dumps(data))
+    code = main(["--generated", str(generated), "--out", str(tmp_path / "b"), "--arch", "80", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and "outside" in err and str(manifest) in err and "Traceback" not in err
+    assert not (tmp_path / "b" / "sm_80").exists()
 
 
 @pytest.mark.parametrize("content", [None, "{not json", '{"version": 1, "kernels": [{"name": "x"}]}'])

@@ -84,6 +84,15 @@ def test_a_record_built_for_another_launch_is_stale(tmp_path, field, delta):
         (lambda r: r.update(sha256=None), "kernels[0] (", "sha256"),
         (lambda r: r.update(spec={"family": "x"}), "kernels[0] (", "spec"),
         (lambda r: r.update(cubin="../x.cubin"), "kernels[0] (", "cubin"),
+        (lambda r: r.update(cubin="x\0.cubin"), "kernels[0] (", "cubin"),
+        # Spellings that render the same kernel name (so the name check passes) but are
+        # not the integers and booleans a spec holds: refused here, not by a TypeError
+        # from the first comparison in the registry or `list`.
+        (lambda r: r["spec"].update(stages="3"), "kernels[0] (", "spec"),
+        (lambda r: r["spec"].update(arch_min="80"), "kernels[0] (", "spec"),
+        (lambda r: r["spec"].update(cluster="1"), "kernels[0] (", "spec"),
+        (lambda r: r["spec"].update(cta=[64.5, 64, 32]), "kernels[0] (", "spec"),
+        (lambda r: r["spec"].update(grouped=""), "kernels[0] (", "spec"),
     ],
 )
 def test_malformed_record_names_manifest_entry_and_field(tmp_path, change, entry, field):
@@ -107,6 +116,26 @@ def test_a_record_that_is_not_a_mapping(tmp_path, record):
     path.write_text(json.dumps({"version": bm.ARCH_MANIFEST_VERSION, "arch": 80, "kernels": [record]}))
     with pytest.raises(bm.ManifestError, match=r"kernels\[0\]: got .*accepted: a mapping"):
         bm.read_manifest(path, 80)
+
+
+def test_a_manifest_of_another_arch_is_refused(tmp_path):
+    # e.g. sm_80/manifest.json copied into sm_90/: its cubins would not load on sm_90.
+    _publish(tmp_path / "sm_80", SPECS[:1])
+    (tmp_path / "sm_90").mkdir()
+    path = tmp_path / "sm_90" / bm.MANIFEST
+    path.write_text((tmp_path / "sm_80" / bm.MANIFEST).read_text())
+    with pytest.raises(bm.ManifestError, match="field 'arch': got 80, accepted: 90.*make build") as info:
+        bm.read_manifest(path, 90)
+    assert (info.value.path, info.value.field) == (path, "arch")
+
+
+def test_arch_dirs_are_the_names_the_build_writes(tmp_path):
+    # int("²") raises, and the registry reads build_dir/sm_{arch} back: sm_080 would be
+    # listed as sm_80 by `list` while Gemm() looked for sm_80/.
+    for name in ("sm_80", "sm_080", "sm_\u00b2", "sm_\u0668\u0660", "sm_90a"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / bm.MANIFEST).write_text("{}")
+    assert bm.arch_dirs(tmp_path) == [(80, tmp_path / "sm_80" / bm.MANIFEST)]
 
 
 def test_older_manifest_version_says_rebuild(tmp_path):

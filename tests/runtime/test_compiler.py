@@ -112,7 +112,10 @@ def test_header_change_recompiles(tmp_path):
     assert not _tiny(cache, include_dirs=[include]).cached
 
 
-@pytest.mark.parametrize("damage", ["truncated_json", "missing_json", "missing_cubin", "wrong_cubin"])
+@pytest.mark.parametrize(
+    "damage", ["truncated_json", "missing_json", "missing_cubin", "wrong_cubin", "infinite_field", "negative_field",
+               "float_field", "log_not_text"],
+)  # fmt: skip
 def test_corrupt_cache_entry_is_a_miss(tmp_path, damage):
     good = _tiny(tmp_path)
     (json_path,) = tmp_path.glob("*.json")
@@ -123,8 +126,16 @@ def test_corrupt_cache_entry_is_a_miss(tmp_path, damage):
         json_path.unlink()
     elif damage == "missing_cubin":
         cubin_path.unlink()
-    else:
+    elif damage == "wrong_cubin":
         cubin_path.write_bytes(good.cubin[:100])
+    else:
+        # A well-formed entry with a report no compile gives (int(Infinity) raised
+        # OverflowError; -1 registers would publish a manifest every reader refuses).
+        meta = json.loads(json_path.read_text())
+        field, value = {"infinite_field": ("registers", float("inf")), "negative_field": ("spill_stores", -1),
+                        "float_field": ("registers", 40.5), "log_not_text": ("log", ["x"])}[damage]  # fmt: skip
+        meta[field] = value
+        json_path.write_text(json.dumps(meta))
 
     again = _tiny(tmp_path)
     assert not again.cached and again.cubin == good.cubin

@@ -62,6 +62,20 @@ def test_layout_of_rejects_non_unit_inner_stride():
         (lambda a, b, d: dict(op=Operation(quant_b=QuantDesc(DataType.U4, 128))), r"operation.quant"),
         (lambda a, b, d: dict(op="gemm"), r"operation: got str"),
         (lambda a, b, d: dict(d=a[:, :16]), r"D: got memory overlapping A"),
+        # Layout fields that are not the enums: an AttributeError from the error message
+        # itself, or (an order spelled "row") B read as column-major without a word.
+        (lambda a, b, d: dict(adesc=MatrixLayout("f16", Order.ROW_MAJOR, 8, 32, 32)), r"^Adesc.type: got 'f16'"),
+        (lambda a, b, d: dict(ddesc=MatrixLayout(DataType.F16, "row", 8, 16, 16)), r"^Ddesc.order: got 'row'"),
+        (lambda a, b, d: dict(b=b.t().contiguous().t().contiguous(),
+                              bdesc=MatrixLayout(DataType.F16, "row", 32, 16, 16)), r"^Bdesc.order: got 'row'"),
+        # Operation fields: "measure" ran the DEFAULT policy silently; a str quant_b raised AttributeError.
+        (lambda a, b, d: dict(op=Operation(dispatch="measure")), r"^operation.dispatch: got 'measure'; accepted: Disp"),
+        (lambda a, b, d: dict(op=Operation(quant_b="u4g128")), r"^operation.quant_b: got 'u4g128'"),
+        # Raw device pointers: null would fault on the GPU, the others fail to pack at launch.
+        (lambda a, b, d: dict(a=0, adesc=MatrixLayout.of(a)), r"^A: got 0x0; accepted: a device address"),
+        (lambda a, b, d: dict(a=-64, adesc=MatrixLayout.of(a)), r"^A: got -0x40"),
+        (lambda a, b, d: dict(d=2**64, ddesc=MatrixLayout.of(d)), r"^D: got 0x10000000000000000"),
+        (lambda a, b, d: dict(b=0, bdesc=MatrixLayout.of(b)), r"^B: got 0x0"),
     ],
 )
 def test_bad_arguments_name_the_argument(mutate, pattern):
@@ -147,6 +161,7 @@ def test_quantized_problem_key_and_pointers():
         (dict(b=torch.zeros(24, 100, dtype=torch.uint8)), r"^B: got torch.uint8 \(24, 100\).*\(3, 1024\)"),
         (dict(b=torch.zeros(24, 128, dtype=torch.uint8)), r"^B: got torch.uint8 \(24, 128\)"),  # the old N x K/2 form
         (dict(bdesc=MatrixLayout(DataType.U4, Order.COL_MAJOR, 256, 24, 264)), r"ld a multiple of 32"),
+        (dict(qb=QuantDesc(DataType.U4, "64")), r"^operation.quant_b: got QuantDesc\(.*group_size='64'"),  # a TypeError
     ],
 )
 def test_quantized_problem_errors(kwargs, pattern):

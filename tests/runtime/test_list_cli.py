@@ -173,3 +173,13 @@ def test_list_malformed_manifest_names_manifest_and_entry(built, no_gpu, capsys,
     assert captured.out == "" and "Traceback" not in captured.err
     assert captured.err.startswith(f"error: {path}: kernels[0]") and needle in captured.err
     assert "make build" in captured.err
+
+
+@pytest.mark.parametrize("device", ["2", "-1"])
+def test_list_device_out_of_range_names_it(tmp_path, capsys, monkeypatch, device):
+    # Like tune's --device: named, not a CUDA error from cuDeviceGet (or a negative index
+    # passed to the driver).
+    monkeypatch.setattr(cli, "visible_gpus", lambda: 2)
+    assert cli.main(["list", "--build-dir", str(tmp_path), "--device", device]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"error: --device {device}: 2 GPU(s) are visible (0..1)\n" and captured.out == ""

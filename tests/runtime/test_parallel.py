@@ -139,3 +139,60 @@ def test_a_parallel_layer_needs_a_process_group() -> None:
         pytest.skip("a process group is already set up")
     with pytest.raises(GemmArgumentError, match="init_process_group"):
         ColumnParallelLinear.from_linear(torch.nn.Linear(8, 8, dtype=torch.float16))
+
+
+def test_shared_tuning_checks_the_dtype_before_the_process_group() -> None:
+    # Every rank refuses it by name before any collective (was a KeyError inside run_tuning).
+    from gemm_runtime.shared_tuning import tune_across_ranks
+
+    if dist.is_available() and dist.is_initialized():
+        pytest.skip("a process group is already set up")
+    with pytest.raises(GemmArgumentError, match=r"^dtype: got fp16; accepted: 'f16' or 'bf16'$"):
+        tune_across_ranks(types.SimpleNamespace(), [], dtype="fp16")
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """A gloo group of this process alone, for what a layer refuses before it communicates."""
+    if dist.is_available() and dist.is_initialized():
+        pytest.skip("a process group is already set up")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    ("bias", "pattern"),
+    [
+        (torch.ones(1, dtype=torch.float16), r"^bias: got \(1,\); accepted: None or a 1-D \(64,\) tensor"),  # broadcast
+        (torch.ones(3, 64, dtype=torch.float16), r"^bias: got \(3, 64\)"),  # added to 3 rows, silently
+        (torch.ones(128, dtype=torch.float16), r"^bias: got \(128,\)"),  # a RuntimeError at the first call
+        (torch.ones(64), r"^bias.dtype: got torch.float32; accepted: torch.float16"),  # promoted the output
+        ("bias", r"^bias: got str"),  # an AttributeError
+    ],
+)
+def test_a_row_parallel_bias_is_n_values_of_the_output_type(one_rank, bias, pattern) -> None:
+    from gemm_runtime.parallel import RowParallelLinear
+    from gemm_runtime.quant import quantize
+
+    qw = quantize(torch.randn(64, 128, dtype=torch.float16), bits=4, group_size=32)
+    with pytest.raises(GemmArgumentError, match=pattern):
+        RowParallelLinear.from_quantized(qw, bias)
+    lin = torch.nn.Linear(128, 64, dtype=torch.float16)
+    with pytest.raises(GemmArgumentError, match=pattern):
+        RowParallelLinear(RowParallelLinear.from_linear(lin).local, bias)
+
+
+def test_parallel_layers_name_what_they_were_given(one_rank) -> None:
+    from gemm_runtime.parallel import ColumnParallelLinear, ParallelGatedMLP, RowParallelLinear
+
+    with pytest.raises(GemmArgumentError, match=r"^linear: got NoneType; accepted: a torch.nn.Linear"):
+        ColumnParallelLinear.from_linear(None)
+    with pytest.raises(GemmArgumentError, match=r"^linear: got ReLU"):
+        RowParallelLinear.from_linear(torch.nn.ReLU())
+    gate, up = (torch.nn.Linear(64, 128, bias=False, dtype=torch.float16) for _ in range(2))
+    down = torch.nn.Linear(96, 64, dtype=torch.float16)  # reads 96 features, the MLP has 128
+    with pytest.raises(GemmArgumentError, match=r"^down.in_features: got 96; accepted: 128"):
+        ParallelGatedMLP.from_mlp(gate, up, down)

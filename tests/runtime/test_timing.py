@@ -34,3 +34,22 @@ def test_interleaved_medians_refuses_an_empty_list():
 def test_interleaved_medians_refuses_zero_reps():
     with pytest.raises(ValueError, match="reps"):
         interleaved_medians_ms([lambda: None], reps=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(reps=2.5), r"^reps: got 2.5; accepted: an integer >= 1"),
+        (dict(min_reps="3"), r"^min_reps: got '3'"),
+        (dict(max_ms=float("nan")), r"^max_ms: got nan"),
+        (dict(flush="yes"), r"^flush: got 'yes'"),
+        (dict(fns=[None]), r"^fns: got \[None\]"),
+    ],
+)
+def test_interleaved_medians_refuses_malformed_arguments_before_running_anything(kwargs, message):
+    # These failed after the warm-up (on the GPU), as a TypeError from range() or a call.
+    calls = []
+    fns = kwargs.pop("fns", [lambda: calls.append(1)])
+    with pytest.raises(ValueError, match=message):
+        interleaved_medians_ms(fns, **kwargs)
+    assert calls == []

@@ -14,7 +14,7 @@ import torch
 
 import gemm_runtime.__main__ as cli
 from gemm_runtime import settings as settings_module
-from gemm_runtime.errors import GemmError
+from gemm_runtime.errors import GemmArgumentError, GemmError
 from gemm_runtime.settings import REPO_ROOT
 from gemm_runtime.types import DispatchPolicy
 
@@ -265,3 +265,14 @@ def test_run_tuning_reports_failed_problems_and_goes_on(tmp_path):
     text = out.getvalue()
     assert "problems tuned: 4 of 6" in text and "2 problem(s) failed:" in text
     assert "small.qkv M=3 N=96 K=64: no kernel can serve M=3" in text
+
+
+@pytest.mark.parametrize("dtype", ["f32", "fp16", torch.float16, None])
+def test_run_tuning_refuses_an_unknown_dtype_before_anything_runs(tmp_path, dtype):
+    # Was a KeyError from the dtype table (shared_tuning.tune_across_ranks passes it on).
+    gemm = FakeGemm()
+    plan = cli.tuning_plan(SHAPES, ["small"], [1])
+    with pytest.raises(GemmArgumentError, match=r"^dtype: got .*; accepted: 'f16' or 'bf16'$"):
+        cli.run_tuning(gemm, plan, dtype=dtype, out_path=tmp_path / "c.json", import_path=tmp_path / "p.json",
+                       progress=False, stdout=io.StringIO())  # fmt: skip
+    assert gemm.events == [] and not (tmp_path / "c.json").exists()
