@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import statistics
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from codegen.spec import KernelSpec
 from gemm_runtime.context import ProblemKey
+from gemm_runtime.errors import GemmArgumentError
 from gemm_runtime.plan import SWIZZLES, LaunchSpec
 
 # mma.sync fp16/bf16 FLOP per clock per SM, by arch (Volta/Turing 1024, Ampere+ 2048).
@@ -120,8 +122,24 @@ class DeviceModel:
     dram_bytes_per_s: float  # achievable DRAM bandwidth
     sm_clock_hz: float = 1.5e9
 
+    def __post_init__(self) -> None:
+        # NOTE: every term of predict divides by one of these: a 0 raised ZeroDivisionError
+        # from inside the ranking, a NaN or negative one ranked by nonsense costs.
+        if isinstance(self.sms, bool) or not isinstance(self.sms, numbers.Integral) or self.sms < 1:
+            raise GemmArgumentError("DeviceModel.sms", repr(self.sms), "an integer >= 1 (the device's SMs)")
+        for name in ("mma_flops_per_sm", "dram_bytes_per_s", "sm_clock_hz"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+                raise GemmArgumentError(f"DeviceModel.{name}", repr(value), "a finite number > 0")
+
     @classmethod
     def of(cls, arch: int, sms: int, sm_clock_khz: int, mem_clock_khz: int, bus_bits: int) -> "DeviceModel":
+        for name, value in (("sms", sms), ("sm_clock_khz", sm_clock_khz), ("mem_clock_khz", mem_clock_khz),
+                            ("bus_bits", bus_bits)):  # fmt: skip
+            # NOTE: a driver that reports 0 for one (the attributes registry.DeviceInfo reads)
+            # is named here rather than as the rate it would zero.
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+                raise GemmArgumentError(name, repr(value), "a finite number > 0, as the device reports it")
         per_clock = _MMA_FLOP_PER_CLOCK.get(arch, 2048 if arch >= 80 else 1024)
         # Double data rate; ~85% of the theoretical peak is what copies reach.
         dram = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8 * 0.85
@@ -172,6 +190,8 @@ def workspace_bytes(spec: KernelSpec, key: ProblemKey, splits: int, *, resident:
     partial tiles of all its splits but the last (which sums them). ``resident``: CTAs
     of the kernel the device holds at once (resident_ctas)."""
     tiles = tiles_of(spec, key)
+    if not tiles[0] * tiles[1]:
+        return 0, 0  # an empty output (M or N = 0) splits nothing
     semaphores = spec.mainloop.split_tiles(spec, tiles, splits, resident)
     partials = spec.mainloop.partial_tiles(spec, tiles, splits, resident)
     return semaphores * 4, partials * spec.cta[0] * spec.cta[1] * 4
@@ -196,6 +216,8 @@ def split_options(
     max_splits = min(max_splits, spec.mainloop.max_splits(spec) or max_splits)
     tiles = tiles_of(spec, key)
     options = [1]
+    if not tiles[0] * tiles[1]:
+        return options  # an empty output: nothing to split (and no grid to split it over)
     # Only counts that change the launch (the family says what does: by default the K
     # tiles per split); others duplicate a smaller count.
     seen = {spec.mainloop.split_key(spec, tiles, k_tiles, 1, resident)}
@@ -303,6 +325,10 @@ def predict(
         return t + grouped_scan_seconds(spec, key, splits, resident_ctas(device, ctas_per_sm))
     cm, cn, ck = spec.cta
     tm, tn = tiles_of(spec, key)
+    if not tm * tn:
+        # An empty output (M or N = 0): no CTA computes anything (Gemm launches nothing
+        # for it); every term below would divide by the empty grid.
+        return _LAUNCH_S
     k_tiles = max(1, math.ceil(key.k / ck))
     per_split = math.ceil(k_tiles / splits)
     ctas = tm * tn * splits

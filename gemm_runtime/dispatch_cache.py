@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import io
 import json
+import numbers
 import os
 import threading
 import warnings
@@ -22,9 +23,10 @@ from typing import IO, Union
 
 from codegen.fsutil import atomic_write
 from codegen.spec import KernelSpec
+from codegen.vocabulary import BOrder, DataType
 from gemm_runtime.context import ProblemKey
 from gemm_runtime.errors import DispatchCacheError, DispatchCacheWarning, GemmArgumentError
-from gemm_runtime.feasibility import launch_error
+from gemm_runtime.feasibility import launch_error, plan_type_error
 from gemm_runtime.plan import LaunchSpec
 
 FORMAT = "gemm-runtime/dispatch-cache"
@@ -68,6 +70,10 @@ def _json_type(v: object) -> str:
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
+
+# A ProblemKey's fields that are not integers, by type; the others are (DispatchCache.put).
+_KEY_TYPES = {"a_type": DataType, "b_type": DataType, "d_type": DataType, "b_order": BOrder, "quant": str, "epilogue": str}
+_KEY_INTS = tuple(f for f in ProblemKey._fields if f not in _KEY_TYPES)
 
 # The fields of a record's "key" and "launch" objects (what to_json writes).
 _FIELDS = {"key": frozenset(ProblemKey._fields), "launch": frozenset(f.name for f in fields(LaunchSpec))}
@@ -137,15 +143,27 @@ class DispatchCache:
 
     # --- changes -------------------------------------------------------------------------
 
-    def _check_key(self, key: object) -> None:
+    def _check_key(self, key: object) -> ProblemKey:
+        """``key`` checked as an import checks a record's, its integers made Python's."""
         if not isinstance(key, ProblemKey):
             raise GemmArgumentError("key", type(key).__name__, "a gemm_runtime.context.ProblemKey")
+        # NOTE: of the wrong types (m 16.0, quant a QuantDesc, a_type "f16"), a key passed
+        # validate, was served, and export wrote a file its own import refuses (numpy
+        # integers: export raised TypeError from inside json).
+        for f, v in zip(ProblemKey._fields, key):
+            kind = _KEY_TYPES.get(f)
+            if kind is not None and not isinstance(v, kind):
+                raise GemmArgumentError(f"key.{f}", repr(v), f"a {kind.__name__}")
+            if kind is None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+                raise GemmArgumentError(f"key.{f}", repr(v), "an integer")
+        key = key._replace(**{f: int(getattr(key, f)) for f in _KEY_INTS})
         if key.arch != self._arch:
             raise GemmArgumentError("key.arch", key.arch, f"{self._arch} (the arch of this cache)")
         try:
             key.validate()  # what export writes, import must read back
         except ValueError as e:
             raise GemmArgumentError("key", str(e), "a valid ProblemKey (ProblemKey.validate)") from None
+        return key
 
     def _store(self, key: ProblemKey, spec: LaunchSpec, replace: bool) -> str:
         """Store under the lock (held by the caller). Returns "added", "replaced",
@@ -165,9 +183,15 @@ class DispatchCache:
     def put(self, key: ProblemKey, spec: LaunchSpec, *, replace: bool = True) -> bool:
         """Store ``spec`` for exactly ``key``. With ``replace=False`` an existing entry for
         the key is kept. Returns whether ``spec`` was stored."""
-        self._check_key(key)
+        key = self._check_key(key)
         if not isinstance(spec, LaunchSpec):
             raise GemmArgumentError("spec", type(spec).__name__, "a gemm_runtime.plan.LaunchSpec")
+        # The types a file's record must have (LaunchSpec.from_json); its ranges are the
+        # lookups' to check (Dispatcher.usable), as they are an imported record's.
+        error = plan_type_error(spec, "spec")
+        if error is not None:
+            raise error
+        spec = LaunchSpec(spec.kernel, int(spec.splits), int(spec.swizzle), spec.unpack)
         with self._lock:
             stored = self._store(key, spec, replace) != "kept"
             self._version += 1

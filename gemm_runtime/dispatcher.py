@@ -193,7 +193,9 @@ class Dispatcher:
         # keeping (ProblemKey.validate refuses such keys).
         tunes = policy is DispatchPolicy.MEASURE or (policy is DispatchPolicy.APPEND and self.cache.get(key) is None)
         if tunes and key.k > 0:
-            best = measure().best
+            # NOTE: the winner is checked like any other launch from the cache before it is
+            # stored: one that cannot serve the key was returned and kept (and exported).
+            best = self.usable(measure().best, key, workspace)
             if best is not None:
                 self.cache.put(key, best, replace=policy is DispatchPolicy.MEASURE)
                 # Another thread may have stored its own winner first (APPEND keeps it).

@@ -24,19 +24,20 @@ def grid_of(spec: KernelSpec, key: ProblemKey, plan: LaunchSpec, resident: int =
     return spec.mainloop.grid(spec, tiles_of(spec, key), plan.splits, plan.swizzle, resident)
 
 
-def plan_type_error(plan: LaunchSpec) -> GemmArgumentError | None:
+def plan_type_error(plan: LaunchSpec, argument: str = "kernel") -> GemmArgumentError | None:
     """Why a caller's ``kernel=`` is not even of LaunchSpec's field types (a name that is
     not a string, a split count of 2.5, ...), or None. LaunchSpec.from_json checks a
-    file's records so; a forced launch is checked here before anything looks it up."""
+    file's records so; a forced launch is checked here before anything looks it up, and
+    a launch stored in the dispatch cache (``argument`` "spec": DispatchCache.put)."""
     if not isinstance(plan.kernel, str):
-        accepted = "a kernel name (a str) from Gemm.kernels, or a LaunchSpec"
-        return GemmArgumentError("kernel", repr(plan.kernel), accepted)
+        accepted = "a kernel name (a str) from Gemm.kernels" + (", or a LaunchSpec" if argument == "kernel" else "")
+        return GemmArgumentError(argument if argument == "kernel" else f"{argument}.kernel", repr(plan.kernel), accepted)
     for name in ("splits", "swizzle"):
         value = getattr(plan, name)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            return GemmArgumentError(f"kernel.{name}", repr(value), "an integer")
+            return GemmArgumentError(f"{argument}.{name}", repr(value), "an integer")
     if not isinstance(plan.unpack, bool):
-        return GemmArgumentError("kernel.unpack", repr(plan.unpack), "True or False")
+        return GemmArgumentError(f"{argument}.unpack", repr(plan.unpack), "True or False")
     return None
 
 

@@ -94,6 +94,8 @@ class Gemm:
         ptx.cuh). Off by default."""
         if type(programmatic_launch) is not bool:
             raise GemmArgumentError("programmatic_launch", programmatic_launch, "True or False")
+        if type(allow_emulated) is not bool:  # "no" or 1 admitted the emulated kernels, silently
+            raise GemmArgumentError("allow_emulated", repr(allow_emulated), "True or False")
         self.device = _device_of(device)
         torch.cuda.init()
         self._build_dir = Path(build_dir) if build_dir else settings().build_dir

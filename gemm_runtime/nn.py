@@ -360,7 +360,10 @@ def route_rows(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, experts: 
     """The grouped GEMMs' routing from a top-k router's output ([T, k] expert ids and
     weights): the T * k rows sorted by expert as (offsets [E + 1] int32, each row's token
     [T * k] int32, each row's weight [T * k]). All on the device, no host synchronization
-    (no bincount, whose output size would need one)."""
+    (no bincount, whose output size would need one). The ids' values are checked where
+    that costs no synchronization (on the CPU) and with GEMM_CHECK_ROUTING=1 (as the
+    grouped GEMMs check theirs), not while torch.compile traces."""
+    _check_route(top_k_index, top_k_weights, experts)
     flat = top_k_index.reshape(-1)
     order = torch.argsort(flat, stable=True)
     counts = torch.zeros(experts, dtype=torch.int32, device=flat.device)
@@ -368,6 +371,40 @@ def route_rows(top_k_index: torch.Tensor, top_k_weights: torch.Tensor, experts: 
     offsets = torch.cat((counts.new_zeros(1), counts.cumsum(0, dtype=torch.int32)))
     tokens = torch.div(order, top_k_index.shape[-1], rounding_mode="floor").to(torch.int32)
     return offsets, tokens, top_k_weights.reshape(-1)[order]
+
+
+def _check_route(top_k_index: object, top_k_weights: object, experts: object) -> None:
+    """route_rows' arguments. A float index was truncated to expert ids, a [T] one taken
+    for one token of T choices, weights of another shape read out of step with the ids
+    (all silently); an id out of range failed inside scatter_add_ (on a GPU: a device-side
+    assert, which ends the process's CUDA context)."""
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 1:
+        raise GemmArgumentError("experts", repr(experts), "an integer >= 1")
+    if not isinstance(top_k_index, torch.Tensor) or top_k_index.dim() != 2:
+        raise GemmArgumentError("top_k_index", _shape_or_type(top_k_index),
+                                "a [T, k] tensor: each token's k expert ids")  # fmt: skip
+    if top_k_index.dtype.is_floating_point or top_k_index.dtype.is_complex or top_k_index.dtype is torch.bool:
+        raise GemmArgumentError("top_k_index.dtype", top_k_index.dtype, "an integer dtype (torch.int64, as topk gives)")
+    if not isinstance(top_k_weights, torch.Tensor) or top_k_weights.shape != top_k_index.shape:
+        raise GemmArgumentError("top_k_weights", _shape_or_type(top_k_weights),
+                                f"a tensor of top_k_index's shape {tuple(top_k_index.shape)}: each id's weight")  # fmt: skip
+    if not top_k_weights.dtype.is_floating_point:
+        raise GemmArgumentError("top_k_weights.dtype", top_k_weights.dtype, "a floating-point dtype")
+    if top_k_weights.device != top_k_index.device:
+        raise GemmArgumentError("top_k_weights.device", top_k_weights.device, f"{top_k_index.device} (top_k_index's)")
+    if torch.compiler.is_compiling() or top_k_index.numel() == 0:
+        return
+    from gemm_runtime.settings import settings
+
+    if top_k_index.device.type == "cpu" or settings().check_routing:
+        low, high = int(top_k_index.min()), int(top_k_index.max())
+        if low < 0 or high >= experts:
+            raise GemmArgumentError("top_k_index", f"an expert id {low if low < 0 else high}",
+                                    f"ids of the {experts} experts, 0 .. {experts - 1}")  # fmt: skip
+
+
+def _shape_or_type(t: object) -> object:
+    return tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
 
 
 _EXPERT_QUANTIZE_KEYS = (*_QUANTIZE_KEYS, "scale_dtype")  # GroupedExperts calls quantize() itself
@@ -442,6 +479,11 @@ class GroupedExperts(torch.nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
         offsets, tokens, weights = route_rows(top_k_index, top_k_weights, self.experts)
+        if isinstance(hidden_states, torch.Tensor) and hidden_states.shape[:1] != top_k_index.shape[:1]:
+            # NOTE: the ids of more tokens than there are rows index past them (unchecked on a GPU).
+            raise GemmArgumentError("top_k_index.shape", tuple(top_k_index.shape),
+                                    f"({hidden_states.shape[0] if hidden_states.dim() else 0}, k): a row of ids per "
+                                    "token of hidden_states")  # fmt: skip
         gate_up, down = self.weights()
         # Through the custom ops (gemm_runtime.ops): torch.compile sees one node per GEMM.
         h = ops.call_grouped(hidden_states, gate_up, offsets, tokens, None, None, True, self._handle)

@@ -17,7 +17,7 @@ from codegen.spec import KernelSpec
 from codegen.vocabulary import KNOWN_ARCHS
 from gemm_runtime import build_manifest
 from gemm_runtime.cuda_driver import LoadedFunction, device_attribute, ensure_context
-from gemm_runtime.errors import NoKernelsError
+from gemm_runtime.errors import GemmArgumentError, NoKernelsError
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,8 @@ class Registry:
 
     @classmethod
     def load(cls, device_index: int, build_dir: Path, allow_emulated: bool = False) -> "Registry":
+        if type(allow_emulated) is not bool:  # a truthy "no" or 1 let the emulated kernels in
+            raise GemmArgumentError("allow_emulated", repr(allow_emulated), "True or False")
         ensure_context(device_index)
         build_dir = Path(build_dir)
         device = DeviceInfo.query(device_index)

@@ -779,3 +779,56 @@ def test_quantized_picks_at_prefill_sizes_stay_near_the_h200_oracle() -> None:
         ratios.append(t / row["oracle"])
         assert t / row["oracle"] <= 1.12, (row["label"], family, tile, plan.splits)
     assert len(ratios) >= 26 and statistics.median(ratios) <= 1.01
+
+
+@pytest.mark.parametrize("mnk", [(0, 4096, 4096), (16, 0, 4096), (0, 0, 0)])
+def test_an_empty_output_is_priced_as_a_launch_not_a_division_by_zero(mnk) -> None:
+    """M or N = 0 (Gemm launches nothing; Gemm.ranked / predicted take such keys): every
+    term divided by the empty grid (ZeroDivisionError from inside rank). Grouped keys
+    with N = 0 are priced through the dense one."""
+    sm90 = spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1), stages=4,
+                    arch_min=90, arch_max=90)  # fmt: skip
+    key = make_key(DataType.F16, BOrder.NK, DataType.F16, *mnk, arch=90)
+    for spec in (spec_for(), sm90):
+        for splits in (1, 2):
+            cost = predict(spec, 2, H200, key, splits)
+            assert math.isfinite(cost) and cost > 0
+    kernels = [SimpleNamespace(spec=s, name=s.name, ctas_per_sm=2) for s in (spec_for(), sm90)]
+    costs = [c for c, _ in rank(kernels, key, H200, **WORKSPACE)]
+    assert costs and all(math.isfinite(c) and c > 0 for c in costs)
+    grouped = spec_for(grouped=True)
+    empty_n = ProblemKey(90, DataType.F16, DataType.F16, BOrder.NK, DataType.F16, 8, "none", "none", 0, 4096, 64, 8)
+    assert math.isfinite(predict(grouped, 2, H200, empty_n)) and predict(grouped, 2, H200, empty_n) > 0
+
+
+@pytest.mark.parametrize(
+    "fields, argument",
+    [
+        (dict(sms=0), "DeviceModel.sms"),
+        (dict(sms=132.0), "DeviceModel.sms"),
+        (dict(sms=True), "DeviceModel.sms"),
+        (dict(mma_flops_per_sm=0.0), "DeviceModel.mma_flops_per_sm"),
+        (dict(mma_flops_per_sm=float("nan")), "DeviceModel.mma_flops_per_sm"),
+        (dict(dram_bytes_per_s=-1.0), "DeviceModel.dram_bytes_per_s"),
+        (dict(dram_bytes_per_s=math.inf), "DeviceModel.dram_bytes_per_s"),
+        (dict(dram_bytes_per_s="3e12"), "DeviceModel.dram_bytes_per_s"),
+        (dict(sm_clock_hz=0), "DeviceModel.sm_clock_hz"),
+    ],
+)
+def test_a_device_model_that_would_divide_by_zero_or_rank_by_nan_is_refused(fields, argument) -> None:
+    """Recorded models (bench.experiments.dispatch_regret reads them from files) and the
+    driver's attributes: a 0 raised ZeroDivisionError from inside predict, a NaN or a
+    negative rate gave every launch a NaN or negative cost that rank sorted arbitrarily."""
+    with pytest.raises(GemmArgumentError) as info:
+        dataclasses.replace(H200, **fields)
+    assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("position, name", [(1, "sms"), (2, "sm_clock_khz"), (3, "mem_clock_khz"), (4, "bus_bits")])
+def test_a_device_reporting_no_clock_or_bus_width_is_named(position, name) -> None:
+    args = [90, 132, 1980000, 3201000, 6144]
+    args[position] = 0
+    with pytest.raises(GemmArgumentError) as info:
+        DeviceModel.of(*args)
+    assert info.value.argument == name
+    assert DeviceModel(**dataclasses.asdict(H200)) == H200  # a recorded model reads back as it was

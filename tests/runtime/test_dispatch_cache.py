@@ -521,6 +521,42 @@ def test_put_refuses_invalid_keys():
     assert len(c) == 0
 
 
+@pytest.mark.parametrize(
+    "bad_key, spec, argument",
+    [
+        (key(64)._replace(m=64.0), LaunchSpec("k_small"), "key.m"),  # validate's range checks took it
+        (key(64)._replace(align=True), LaunchSpec("k_small"), "key.align"),
+        (key(64)._replace(a_type="f16"), LaunchSpec("k_small"), "key.a_type"),
+        (key(64)._replace(quant=None), LaunchSpec("k_small"), "key.quant"),
+        (key(64), LaunchSpec("k_small", splits=2.5), "spec.splits"),  # served: 1 <= 2.5 <= 64
+        (key(64), LaunchSpec("k_small", swizzle=1.0), "spec.swizzle"),  # served: 1.0 in range(6)
+        (key(64), LaunchSpec("k_small", splits="2"), "spec.splits"),
+        (key(64), LaunchSpec(["k_small"]), "spec.kernel"),
+        (key(64), LaunchSpec("k_small", unpack=1), "spec.unpack"),
+    ],
+)
+def test_put_refuses_fields_of_the_wrong_types(bad_key, spec, argument):
+    """What an import refuses as malformed, put refuses too: such an entry was served
+    (a swizzle of 1.0 then failed deep inside the launch) and exported into a file this
+    cache's own import refuses."""
+    c = DispatchCache(ARCH)
+    with pytest.raises(GemmArgumentError) as info:
+        c.put(bad_key, spec)
+    assert info.value.argument == argument
+    assert len(c) == 0
+
+
+def test_put_takes_numpy_integers_as_ints_and_exports_them():
+    np = pytest.importorskip("numpy")
+    c = DispatchCache(ARCH)
+    c.put(key(64)._replace(m=np.int64(64), n=np.int32(4096)), LaunchSpec("k_small", splits=np.int64(2)))
+    (stored_key, stored), = c.entries()
+    assert type(stored_key.m) is int and type(stored_key.n) is int and type(stored.splits) is int
+    again = DispatchCache(ARCH)
+    again.import_(io.StringIO(c.to_json_text()), KERNELS)  # export raised TypeError (int64 is not JSON)
+    assert again.get(key(64)) == LaunchSpec("k_small", splits=2)
+
+
 # --- with the build's specs: a record whose kernel cannot serve its key is invalid -----------
 
 

@@ -301,6 +301,25 @@ def test_measure_with_every_candidate_failing_falls_back_to_the_cost_model():
     assert len(calls) == 1 and len(d.cache) == 0
 
 
+@pytest.mark.parametrize(
+    "winner",
+    [
+        LaunchSpec("not_in_this_build"),
+        LaunchSpec(F16_NK8.name),  # cannot serve bf16 / K x N / align 2
+        LaunchSpec(BF16_KN2.name, swizzle=6),
+    ],
+)
+@pytest.mark.parametrize("policy", [DispatchPolicy.MEASURE, DispatchPolicy.APPEND])
+def test_a_measured_winner_that_cannot_serve_the_problem_is_neither_used_nor_stored(policy, winner):
+    """The tuner's winner is checked like every launch from the cache: one that cannot
+    serve the key was returned as it was and stored (then exported) where the cost
+    model's choice belongs."""
+    d = dispatcher()
+    measure, calls = _measured(winner)
+    assert d.plan(policy, bf16_kn2(8), WORKSPACE, measure) == d.predicted(bf16_kn2(8))
+    assert len(calls) == 1 and len(d.cache) == 0
+
+
 def test_empty_k_is_never_measured_nor_stored():
     d = dispatcher()
     key = f16(8, k=0)
@@ -340,3 +359,25 @@ def test_choose_inside_a_capture_takes_the_cache_or_the_cost_model_and_outside_m
     assert d.choose(DispatchPolicy.MEASURE, f16(8), WORKSPACE, measure) == winner and len(calls) == 1
     # APPEND with an exact entry measures nothing, so a capture may ask for it.
     assert d.choose(DispatchPolicy.APPEND, f16(8), WORKSPACE, never_measure, capturing="asked") == winner
+
+
+# --- degenerate keys ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m, n", [(0, 10240), (16, 0)])
+def test_an_empty_output_is_ranked_and_a_reused_split_serves_it(m, n):
+    """Gemm launches nothing for M or N = 0, but its ranked / predicted / select take
+    such keys (and REUSE maps M = 0 to the smallest tuned M): the cost model and the
+    sm90 workspace count divided by the empty grid (ZeroDivisionError from inside)."""
+    from codegen.families import Mainloop
+    from codegen.vocabulary import MmaAtom
+
+    sm90 = FakeKernel(spec_for(mainloop=Mainloop.SM90, mma=MmaAtom.M64NK16, cta=(128, 256, 64), warps=(8, 1, 1),
+                               stages=4, arch_min=90, arch_max=90), ctas_per_sm=1)  # fmt: skip
+    d = dispatcher(sm90, F16_NK8)
+    d.cache.put(f16(1024, n=10240, k=8192), LaunchSpec(sm90.name, splits=2))
+    key = f16(m, n=n, k=8192)
+    assert all(cost > 0 for cost, _ in d.ranked(key))
+    assert d.predicted(key).splits == 1
+    reused = d.select(key, DispatchPolicy.REUSE)  # N = 0 is another shape: no entry to reuse
+    assert reused == (LaunchSpec(sm90.name, splits=2) if n else d.predicted(key))

@@ -166,6 +166,42 @@ def test_route_rows_sorts_each_tokens_k_rows_by_expert() -> None:
     assert torch.equal(w, torch.tensor([0.3, 0.9, 0.1, 0.7, 0.6, 0.4]))
 
 
+_IDS = torch.tensor([[2, 0], [2, 3], [0, 1]])
+_WEIGHTS = torch.tensor([[0.7, 0.3], [0.6, 0.4], [0.9, 0.1]])
+
+
+@pytest.mark.parametrize(
+    "index, weights, experts, argument, needle",
+    [
+        (_IDS.float(), _WEIGHTS, 5, "top_k_index.dtype", "an integer dtype"),  # truncated to ids, silently
+        (_IDS.reshape(-1), _WEIGHTS.reshape(-1), 5, "top_k_index", "[T, k]"),  # one token of 6 choices, silently
+        (_IDS, torch.rand(3, 3), 5, "top_k_weights", "(3, 2)"),  # read out of step with the ids, silently
+        (_IDS, _WEIGHTS[:2], 5, "top_k_weights", "(3, 2)"),  # IndexError from inside
+        (_IDS, _IDS, 5, "top_k_weights.dtype", "floating-point"),
+        (_IDS.tolist(), _WEIGHTS, 5, "top_k_index", "[T, k]"),
+        (_IDS, _WEIGHTS, 3, "top_k_index", "0 .. 2"),  # scatter_add_'s RuntimeError (a device assert on a GPU)
+        (_IDS - 1, _WEIGHTS, 5, "top_k_index", "0 .. 4"),
+        (_IDS, _WEIGHTS, 0, "experts", ">= 1"),
+        (_IDS, _WEIGHTS, 5.0, "experts", ">= 1"),
+    ],
+)
+def test_route_rows_refuses_what_it_would_misroute(index, weights, experts, argument, needle) -> None:
+    from gemm_runtime.nn import route_rows
+
+    with pytest.raises(GemmArgumentError) as info:
+        route_rows(index, weights, experts)
+    assert info.value.argument == argument and needle in info.value.accepted
+
+
+def test_grouped_experts_refuse_ids_for_other_tokens() -> None:
+    from gemm_runtime.nn import GroupedExperts
+
+    layer = GroupedExperts.from_experts(_mixtral_experts())
+    with pytest.raises(GemmArgumentError) as info, torch.no_grad():
+        layer(torch.randn(2, 32), _IDS, _WEIGHTS)  # 3 tokens' ids for 2 rows
+    assert info.value.argument == "top_k_index.shape"
+
+
 def test_grouped_experts_interleave_gate_and_up_rows() -> None:
     from gemm_runtime.nn import GroupedExperts
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gemm_runtime import registry
-from gemm_runtime.errors import NoKernelsError
+from gemm_runtime.errors import GemmArgumentError, NoKernelsError
 
 
 def _load(tmp_path, monkeypatch, device_arch: int, built: list[int]):
@@ -29,3 +29,17 @@ def test_an_arch_the_project_does_not_target_is_named(tmp_path, monkeypatch):
     with pytest.raises(NoKernelsError, match=r"this GPU \(sm_100\) is not an arch this project builds kernels for "
                                              r"\(sm_70, .*sm_90\)"):  # fmt: skip
         _load(tmp_path, monkeypatch, 100, [80, 90])
+
+
+@pytest.mark.parametrize("value", ["no", 1, None, "False"])
+def test_allow_emulated_is_a_bool(tmp_path, monkeypatch, value):
+    """A truthy non-bool ("no", 1) admitted the emulated kernels (m8n8k4 on sm_80+), silently."""
+    from gemm_runtime import Gemm
+
+    monkeypatch.setattr(registry, "ensure_context", lambda index: None)
+    with pytest.raises(GemmArgumentError) as info:
+        registry.Registry.load(0, tmp_path, value)
+    assert info.value.argument == "allow_emulated"
+    with pytest.raises(GemmArgumentError) as info:
+        Gemm(allow_emulated=value)
+    assert info.value.argument == "allow_emulated"
