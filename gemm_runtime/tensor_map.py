@@ -46,6 +46,7 @@ _L2_PROMOTION = {
 _MAX_BOX = 256  # elements per box dimension
 _MAX_DIM = 1 << 32  # elements per tensor dimension
 _MAX_STRIDE = 1 << 40  # bytes
+_MAX_ADDRESS = (1 << 64) - 1  # a 64-bit pointer
 _RECENT_ADDRESSES = 16  # descriptors an Encoder keeps, per geometry
 
 
@@ -102,17 +103,21 @@ def _positive(argument: str, value: object, limit: int) -> None:
         raise GemmArgumentError(argument, value, f"an int in 1..{limit}")
 
 
+def _address(address: object) -> None:
+    if type(address) is not int or not 0 < address <= _MAX_ADDRESS or address % 16:
+        raise GemmArgumentError("address", address, "a non-null device address below 2^64, aligned to 16 bytes")
+
+
 def validate(spec: TensorMap2D) -> None:
     """The driver's requirements for a tiled 2-D map, each raising GemmArgumentError
     that names the argument."""
     if not isinstance(spec.dtype, DataType) or spec.dtype not in _ELEMENT_BYTES:
         raise GemmArgumentError("dtype", spec.dtype, ", ".join(d.value for d in _ELEMENT_BYTES))
-    if spec.swizzle not in _SWIZZLE:
+    if type(spec.swizzle) is not int or spec.swizzle not in _SWIZZLE:
         raise GemmArgumentError("swizzle", spec.swizzle, ", ".join(map(str, _SWIZZLE)) + " (bytes)")
-    if spec.l2_promotion not in _L2_PROMOTION:
+    if type(spec.l2_promotion) is not int or spec.l2_promotion not in _L2_PROMOTION:
         raise GemmArgumentError("l2_promotion", spec.l2_promotion, ", ".join(map(str, _L2_PROMOTION)) + " (bytes)")
-    if type(spec.address) is not int or spec.address <= 0 or spec.address % 16:
-        raise GemmArgumentError("address", spec.address, "a non-null device address aligned to 16 bytes")
+    _address(spec.address)
     _positive("rows", spec.rows, _MAX_DIM)
     _positive("cols", spec.cols, _MAX_DIM)
     _positive("box_rows", spec.box_rows, _MAX_BOX)
@@ -202,8 +207,7 @@ class Encoder:
 
     def tensor_map(self, address: int) -> Any:
         """The CUtensorMap (a cuda.bindings object) for the matrix at ``address``."""
-        if type(address) is not int or address <= 0 or address % 16:
-            raise GemmArgumentError("address", address, "a non-null device address aligned to 16 bytes")
+        _address(address)
         return check(self._call(*self._head, address, *self._tail), "cuTensorMapEncodeTiled")
 
     def __call__(self, address: int) -> bytes:
@@ -212,7 +216,8 @@ class Encoder:
         NOTE: remembered for the last few addresses (a descriptor depends on nothing
         else here): torch's caching allocator hands a model's activations the same few
         addresses step after step, so a replay rarely pays for the driver call."""
-        known = self._recent.get(address)
+        # NOTE: only an int may hit: 4096.0 == 4096 would get its descriptor unchecked.
+        known = self._recent.get(address) if type(address) is int else None
         if known is not None:
             self._recent.move_to_end(address)
             return known

@@ -32,14 +32,16 @@ _FROM_TORCH = {v: k for k, v in _TORCH_DTYPES.items()}
 def torch_dtype(t: DataType) -> torch.dtype:
     try:
         return _TORCH_DTYPES[t]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: unhashable
+        if not isinstance(t, DataType):
+            raise GemmArgumentError("dtype", repr(t), "a DataType: F16, BF16 or F32") from None
         raise GemmArgumentError("dtype", t.value, "f16, bf16, f32 (as torch tensors)") from None
 
 
 def data_type_of(dtype: torch.dtype, argument: str = "dtype") -> DataType:
     try:
         return _FROM_TORCH[dtype]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: unhashable (a list)
         raise GemmArgumentError(argument, dtype, "torch.float16, torch.bfloat16, torch.float32") from None
 
 
@@ -57,6 +59,8 @@ class MatrixLayout:
     @classmethod
     def of(cls, t: torch.Tensor, argument: str = "tensor") -> "MatrixLayout":
         """The layout of a 2-D tensor that is row-major or column-major with unit inner stride."""
+        if not isinstance(t, torch.Tensor):
+            raise GemmArgumentError(argument, type(t).__name__, "a 2-D torch.Tensor")
         if t.dim() != 2:
             raise GemmArgumentError(f"{argument}.shape", tuple(t.shape), "a 2-D tensor")
         rows, cols = t.shape

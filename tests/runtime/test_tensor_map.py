@@ -39,6 +39,7 @@ def test_encode_args_put_the_contiguous_dimension_first() -> None:
     [
         (dict(address=ADDR + 8), "address"),
         (dict(address=0), "address"),
+        (dict(address=1 << 64), "address"),  # past a 64-bit pointer
         (dict(rows=0), "rows"),
         (dict(cols=-1), "cols"),
         (dict(rows=True), "rows"),  # a bool is no size
@@ -51,7 +52,12 @@ def test_encode_args_put_the_contiguous_dimension_first() -> None:
         (dict(box_cols=64, swizzle=64), "box_cols"),  # 128 bytes > 64
         (dict(dtype=DataType.F32, box_cols=64), "box_cols"),  # 256 bytes > 128
         (dict(swizzle=16), "swizzle"),
+        (dict(swizzle=[128]), "swizzle"),
+        (dict(swizzle=False, box_cols=64), "swizzle"),  # a bool is no span (False == 0)
+        (dict(swizzle=128.0), "swizzle"),
         (dict(l2_promotion=512), "l2_promotion"),
+        (dict(l2_promotion={}), "l2_promotion"),
+        (dict(l2_promotion=False), "l2_promotion"),
         (dict(dtype=DataType.U4), "dtype"),
         (dict(dtype="f16"), "dtype"),  # the dataclass takes a DataType; tensor_map_2d takes names
     ],
@@ -152,3 +158,18 @@ def test_an_encoder_remembers_recent_addresses(monkeypatch: pytest.MonkeyPatch) 
     assert len(drv.calls) == 17
     assert decode(encoder(others[-1]))["address"] == others[-1] and len(drv.calls) == 17
     assert encoder(0x1000) == first and len(drv.calls) == 18  # evicted, encoded again
+
+
+@pytest.mark.parametrize("address", [1 << 64, [0x1000], 4096.0, True, 0x1008])
+def test_an_encoder_names_a_bad_address(monkeypatch: pytest.MonkeyPatch, address) -> None:
+    """Whether or not an equal address is remembered (4096.0 == 0x1000), what is no
+    16-byte aligned 64-bit address is refused before the driver sees it."""
+    from gemm_runtime.tensor_map import Encoder
+    from tests.runtime.fake_tensor_map import fake_driver
+
+    drv = fake_driver(monkeypatch)
+    encoder = Encoder(TensorMap2D(0x1000, 64, 128, 128, DataType.F16, 64, 64))
+    encoder(0x1000)
+    with pytest.raises(GemmArgumentError) as e:
+        encoder(address)
+    assert e.value.argument == "address" and len(drv.calls) == 1
