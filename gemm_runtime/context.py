@@ -20,6 +20,9 @@ MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (and z)
 _INT32_MAX = 2**31 - 1
 _POINTER_MAX = 2**64 - 1  # a raw device pointer is a CUdeviceptr (64 bits)
 MAX_EXPERTS = 1 << 16  # a grouped key's experts (the kernels scan the offsets 32 at a time)
+# The type of each ProblemKey field that is not an integer (the others are).
+KEY_FIELD_TYPES = {"a_type": DataType, "b_type": DataType, "d_type": DataType, "b_order": BOrder, "quant": str,
+                   "epilogue": str}  # fmt: skip
 
 
 class ProblemKey(NamedTuple):
@@ -108,12 +111,12 @@ class ProblemKey(NamedTuple):
     def from_json(cls, data: dict) -> "ProblemKey":
         """Inverse of to_json: KeyError for a missing field, TypeError for a value of the
         wrong JSON type, ValueError for a value no kernel serves (see validate)."""
-        kinds = {"a_type": DataType, "b_type": DataType, "d_type": DataType, "b_order": BOrder}
+        kinds = {f: t for f, t in KEY_FIELD_TYPES.items() if t is not str}  # spelled as strings in JSON
         raw = []
         for f in cls._fields:
             # NOTE: exports from before grouped keys have no "experts": dense keys.
             v = data.get(f, 0) if f == "experts" else data[f]
-            if f in kinds or f in ("quant", "epilogue"):
+            if f in KEY_FIELD_TYPES:
                 if not isinstance(v, str):
                     raise TypeError(f"{f} must be a string, got {v!r}")
             elif not isinstance(v, int) or isinstance(v, bool):

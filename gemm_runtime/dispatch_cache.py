@@ -23,8 +23,7 @@ from typing import IO, Union
 
 from codegen.fsutil import atomic_write
 from codegen.spec import KernelSpec
-from codegen.vocabulary import BOrder, DataType
-from gemm_runtime.context import ProblemKey
+from gemm_runtime.context import KEY_FIELD_TYPES, ProblemKey
 from gemm_runtime.errors import DispatchCacheError, DispatchCacheWarning, GemmArgumentError
 from gemm_runtime.feasibility import launch_error, plan_type_error
 from gemm_runtime.plan import LaunchSpec
@@ -71,9 +70,7 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-# A ProblemKey's fields that are not integers, by type; the others are (DispatchCache.put).
-_KEY_TYPES = {"a_type": DataType, "b_type": DataType, "d_type": DataType, "b_order": BOrder, "quant": str, "epilogue": str}
-_KEY_INTS = tuple(f for f in ProblemKey._fields if f not in _KEY_TYPES)
+_KEY_INTS = tuple(f for f in ProblemKey._fields if f not in KEY_FIELD_TYPES)
 
 # The fields of a record's "key" and "launch" objects (what to_json writes).
 _FIELDS = {"key": frozenset(ProblemKey._fields), "launch": frozenset(f.name for f in fields(LaunchSpec))}
@@ -151,7 +148,7 @@ class DispatchCache:
         # validate, was served, and export wrote a file its own import refuses (numpy
         # integers: export raised TypeError from inside json).
         for f, v in zip(ProblemKey._fields, key):
-            kind = _KEY_TYPES.get(f)
+            kind = KEY_FIELD_TYPES.get(f)
             if kind is not None and not isinstance(v, kind):
                 raise GemmArgumentError(f"key.{f}", repr(v), f"a {kind.__name__}")
             if kind is None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
