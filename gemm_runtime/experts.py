@@ -66,6 +66,10 @@ def _vector(name: str, t: object, dtypes: Sequence[torch.dtype], length: int, de
     return t
 
 
+def _shape_or_type(t: object) -> object:
+    return tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
 def _concrete(device: torch.device) -> torch.device:
     """``cuda`` as the ``cuda:N`` that tensors report, so that the two compare equal."""
     if device.type == "cuda" and device.index is None and torch.cuda.is_available():
@@ -142,22 +146,31 @@ def grouped_reference(
     ``gated`` (D then has N / 2 columns), ``weights`` [E, N, K] (dequantize packed
     experts first) and ``bias`` [E, N]. Rows past offsets[E] are zero. What the grouped
     kernels are tested against; it synchronizes (it reads the offsets)."""
+    if not isinstance(weights, torch.Tensor):
+        raise GemmArgumentError("weights", type(weights).__name__,
+                                "an [E, N, K] tensor (quantized experts: PackedExperts.dequantize())")  # fmt: skip
     if weights.dim() != 3:
         raise GemmArgumentError("weights.shape", tuple(weights.shape), "[E, N, K]: the experts' weights stacked")
+    if not isinstance(routing, Routing):
+        raise GemmArgumentError("routing", type(routing).__name__, "an experts.Routing (check_routing())")
     experts, n, k = weights.shape
     if routing.experts != experts:
         raise GemmArgumentError("routing.offsets", f"{routing.experts + 1} offsets",
                                 f"{experts + 1}: one per expert of weights [E, N, K], then the end")  # fmt: skip
     # Checked as grouped.grouped_operands checks them: torch would broadcast a bias of [N]
     # (each expert's "row" then one value) and fail deep inside on the others.
-    if a.dim() != 2 or a.shape[1] != k:
-        raise GemmArgumentError("x.shape", tuple(a.shape), f"(rows, {k}): K of the experts' weights")
+    if not isinstance(a, torch.Tensor) or a.dim() != 2 or a.shape[1] != k:
+        raise GemmArgumentError("x.shape", _shape_or_type(a), f"(rows, {k}): K of the experts' weights")
     if gated and n % 2:
         raise GemmArgumentError("w", f"N = {n}", "an even N: the gated epilogue pairs (gate, up) columns")
     if bias is not None and tuple(bias.shape) != (experts, n):
         raise GemmArgumentError("bias", f"shape {tuple(bias.shape)}", f"({experts}, {n}): one row per expert")
     rows = routing.index.shape[0] if routing.index is not None else a.shape[0]
-    out = torch.zeros(rows, n // 2 if gated else n, dtype=torch.float32, device=a.device)
+    cols = n // 2 if gated else n
+    if c is not None and (not isinstance(c, torch.Tensor) or tuple(c.shape) != (rows, cols)):
+        # NOTE: torch broadcast a C of one row, and failed inside on the others.
+        raise GemmArgumentError("c.shape", _shape_or_type(c), f"({rows}, {cols})")
+    out = torch.zeros(rows, cols, dtype=torch.float32, device=a.device)
     starts = routing.offsets.tolist()
     for e, (lo, hi) in enumerate(zip(starts, starts[1:])):
         if hi == lo:

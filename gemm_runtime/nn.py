@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from gemm_runtime import ops
 from gemm_runtime.errors import GemmArgumentError
-from gemm_runtime.experts import PackedExperts, pack_experts
+from gemm_runtime.experts import PackedExperts, _shape_or_type, pack_experts
+from gemm_runtime.packed_weight import PackedWeight
 
 _SUPPORTED = (torch.float16, torch.bfloat16)
 default_gemm = ops.default_gemm  # one shared Gemm per CUDA device (created on first use)
@@ -30,6 +31,37 @@ def _parameter(t: torch.Tensor | None) -> torch.nn.Parameter | None:
     if t is None or isinstance(t, torch.nn.Parameter):
         return t
     return torch.nn.Parameter(t, requires_grad=False)
+
+
+def _check_linear(argument: str, linear: object) -> torch.nn.Linear:
+    """A builder's float layer (any other module's weight may be laid out otherwise, and
+    anything without one failed inside with AttributeError)."""
+    if not isinstance(linear, torch.nn.Linear):
+        raise GemmArgumentError(argument, type(linear).__name__, "a torch.nn.Linear")
+    return linear
+
+
+def _check_bias(argument: str, bias: object, n: int, dtype: torch.dtype, device: torch.device) -> None:
+    """A layer's bias: None or n values of the layer's output type on its device. Checked
+    when the layer is made: a bias of another type was taken, worked on the CPU and was
+    refused by the GEMM at every call on a GPU; one of another shape was refused only at
+    the first call; a list failed inside with AttributeError."""
+    if bias is None:
+        return
+    if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,):
+        raise GemmArgumentError(argument, _shape_or_type(bias), f"None or a ({n},) tensor: one value per output")
+    if bias.dtype != dtype:
+        raise GemmArgumentError(f"{argument}.dtype", bias.dtype, f"{dtype} (the layer's output type)")
+    if bias.device != device:
+        raise GemmArgumentError(f"{argument}.device", bias.device, f"{device} (the weight's device)")
+
+
+def _refuse_input(x: object, dtype: torch.dtype, what: str):
+    """A forward's x that is not a tensor of the layer's type (a NumPy array's dtype read
+    "got float16; accepted: torch.float16", a list failed inside with AttributeError)."""
+    if not isinstance(x, torch.Tensor):
+        raise GemmArgumentError("x", type(x).__name__, f"a torch.Tensor of {dtype}")
+    raise GemmArgumentError("x.dtype", x.dtype, f"{dtype} ({what})")
 
 
 # quantize()'s arguments that the layers pass on (replace_linear: QuantLinear.from_float's).
@@ -64,6 +96,7 @@ class Linear(torch.nn.Module):
             raise GemmArgumentError("weight", getattr(weight, "shape", type(weight).__name__), "a 2-D (out, in) tensor")
         if weight.dtype not in _SUPPORTED:
             raise GemmArgumentError("weight.dtype", weight.dtype, "torch.float16 or torch.bfloat16")
+        _check_bias("bias", bias, weight.shape[0], weight.dtype, weight.device)
         self.weight = _parameter(weight)
         self.bias = _parameter(bias)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
@@ -72,6 +105,7 @@ class Linear(torch.nn.Module):
 
     @classmethod
     def from_float(cls, linear: torch.nn.Linear, gemm=None) -> "Linear":
+        _check_linear("linear", linear)
         return cls(linear.weight, linear.bias, gemm)
 
     @property
@@ -79,8 +113,8 @@ class Linear(torch.nn.Module):
         return self._gemm if self._gemm is not None else default_gemm(self.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != self.weight.dtype:
-            raise GemmArgumentError("x.dtype", x.dtype, f"{self.weight.dtype} (the layer's weight type)")
+        if not isinstance(x, torch.Tensor) or x.dtype != self.weight.dtype:
+            _refuse_input(x, self.weight.dtype, "the layer's weight type")
         return ops.call_linear(x, self.weight, self.bias, "none", self._handle)
 
     def extra_repr(self) -> str:
@@ -99,6 +133,10 @@ def replace_linear(
     or for ``QuantLinear`` quantized with ``quantize`` (e.g. ``{"bits": 4,
     "group_size": 128}``). Returns the qualified names of the replaced modules."""
     _check_quantize(quantize)
+    if predicate is not None and not callable(predicate):
+        # NOTE: else taken, and called (TypeError from inside) only at the first CUDA layer.
+        raise GemmArgumentError("predicate", type(predicate).__name__,
+                                "None or a callable (name, module) -> bool: whether to replace that module")  # fmt: skip
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
@@ -120,8 +158,11 @@ def replace_linear(
 def interleave_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """(gate, up) weights of shape (F, K) -> one (2F, K) weight whose rows alternate
     gate_0, up_0, gate_1, up_1, ...: the layout the gated-SiLU epilogue expects."""
-    if gate.shape != up.shape or gate.dim() != 2:
-        raise GemmArgumentError("gate/up shapes", (tuple(gate.shape), tuple(up.shape)), "two equal (F, K) shapes")
+    if not isinstance(gate, torch.Tensor) or not isinstance(up, torch.Tensor) or gate.shape != up.shape or gate.dim() != 2:
+        raise GemmArgumentError("gate/up shapes", (_shape_or_type(gate), _shape_or_type(up)), "two equal (F, K) shapes")
+    if up.dtype != gate.dtype or up.device != gate.device:
+        # NOTE: torch.stack promoted fp16 and bf16 to fp32, a layer that then refused its own inputs.
+        raise GemmArgumentError("up", f"{up.dtype} on {up.device}", f"{gate.dtype} on {gate.device}, as gate")
     return torch.stack((gate, up), dim=1).reshape(2 * gate.shape[0], gate.shape[1])
 
 
@@ -131,6 +172,8 @@ class GatedMLPProjection(torch.nn.Module):
 
     def __init__(self, gate: torch.nn.Linear, up: torch.nn.Linear, gemm=None) -> None:
         super().__init__()
+        _check_linear("gate", gate)
+        _check_linear("up", up)
         self._set(gate.weight, up.weight, gate.bias, up.bias, gemm)
 
     @classmethod
@@ -143,7 +186,12 @@ class GatedMLPProjection(torch.nn.Module):
         return layer
 
     def _set(self, gate, up, gate_bias, up_bias, gemm) -> None:
-        self.weight = torch.nn.Parameter(interleave_gate_up(gate.detach(), up.detach()), requires_grad=False)
+        weight = interleave_gate_up(gate, up).detach()  # checks gate and up
+        if weight.dtype not in _SUPPORTED:
+            raise GemmArgumentError("gate.dtype", weight.dtype, "torch.float16 or torch.bfloat16")
+        for name, b in (("gate_bias", gate_bias), ("up_bias", up_bias)):
+            _check_bias(name, b, gate.shape[0], gate.dtype, gate.device)
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
         self.bias = None
         if gate_bias is not None or up_bias is not None:
             zero = torch.zeros(gate.shape[0], dtype=gate.dtype, device=gate.device)
@@ -153,8 +201,8 @@ class GatedMLPProjection(torch.nn.Module):
         self._handle = ops.handle_of(gemm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != self.weight.dtype:
-            raise GemmArgumentError("x.dtype", x.dtype, f"{self.weight.dtype} (the layer's weight type)")
+        if not isinstance(x, torch.Tensor) or x.dtype != self.weight.dtype:
+            _refuse_input(x, self.weight.dtype, "the layer's weight type")
         return ops.call_linear(x, self.weight, self.bias, "gated_silu", self._handle)
 
 
@@ -178,6 +226,11 @@ class QuantLinear(torch.nn.Module):
 
     def __init__(self, packed, bias: torch.Tensor | None = None, perm: torch.Tensor | None = None, gemm=None):
         super().__init__()
+        if not isinstance(packed, PackedWeight):
+            raise GemmArgumentError("packed", type(packed).__name__, "a gemm_runtime.packed_weight.PackedWeight "
+                                    "(pack_for_gemm()); QuantLinear.from_quantized takes a QuantizedWeight, "
+                                    "from_float an nn.Linear")  # fmt: skip
+        _check_bias("bias", bias, packed.n, packed.dtype, packed.b.device)
         self.register_buffer("qweight", packed.b)
         self.register_buffer("scales_zeros", packed.v)
         self.register_buffer("bias", None if bias is None else bias.detach())
@@ -251,8 +304,10 @@ class QuantLinear(torch.nn.Module):
     ) -> "QuantLinear":
         from gemm_runtime.quant import quantize
 
+        _check_linear("linear", linear)
         qw = quantize(linear.weight.detach(), bits=bits, group_size=group_size, symmetric=symmetric)
-        bias = linear.bias.detach() if linear.bias is not None else None
+        # The layer's output type is the scales' (fp16 for an fp32 Linear): the bias's too.
+        bias = linear.bias.detach().to(qw.scales.dtype) if linear.bias is not None else None
         return cls.from_quantized(qw, bias, gemm)
 
     @classmethod
@@ -273,8 +328,8 @@ class QuantLinear(torch.nn.Module):
         return cls.from_quantized(qw, bias, gemm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != self.scales_zeros.dtype:
-            raise GemmArgumentError("x.dtype", x.dtype, f"{self.scales_zeros.dtype} (the layer's scale type)")
+        if not isinstance(x, torch.Tensor) or x.dtype != self.scales_zeros.dtype:
+            _refuse_input(x, self.scales_zeros.dtype, "the layer's scale type")
         if self.perm is not None:
             x = x.index_select(-1, self.perm)
         return ops.call_linear_packed(
@@ -303,7 +358,7 @@ class QuantGatedMLPProjection(QuantLinear):
         one by one, so interleaving first changes nothing); ``bias``: (2F,), interleaved."""
         from gemm_runtime.quant import quantize
 
-        weight = interleave_gate_up(gate.detach(), up.detach())
+        weight = interleave_gate_up(gate, up).detach()
         return cls.from_quantized(quantize(weight, bits=bits, group_size=group_size, symmetric=symmetric), bias, gemm)
 
     def extra_repr(self) -> str:
@@ -403,10 +458,6 @@ def _check_route(top_k_index: object, top_k_weights: object, experts: object) ->
                                     f"ids of the {experts} experts, 0 .. {experts - 1}")  # fmt: skip
 
 
-def _shape_or_type(t: object) -> object:
-    return tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-
-
 _EXPERT_QUANTIZE_KEYS = (*_QUANTIZE_KEYS, "scale_dtype")  # GroupedExperts calls quantize() itself
 
 
@@ -431,6 +482,12 @@ class GroupedExperts(torch.nn.Module):
         experts, two_i, hidden = gate_up.shape
         if not isinstance(down, torch.Tensor) or tuple(down.shape) != (experts, hidden, two_i // 2):
             raise GemmArgumentError("down", getattr(down, "shape", type(down).__name__), f"[{experts}, {hidden}, {two_i // 2}]")
+        # NOTE: experts of two types (devices) were taken, and refused only by the second
+        # grouped GEMM of each call on a GPU, as its "w". Quantized, the scales' types count.
+        if down.device != gate_up.device:
+            raise GemmArgumentError("down.device", down.device, f"{gate_up.device}, as gate_up")
+        if quantize is None and down.dtype != gate_up.dtype:
+            raise GemmArgumentError("down.dtype", down.dtype, f"{gate_up.dtype}, as gate_up")
         gate, up = gate_up.detach().chunk(2, dim=1)
         # Rows alternate gate_0, up_0, gate_1, ...: the gated-SiLU epilogue's pairs.
         interleaved = torch.stack((gate, up), dim=2).reshape(experts, two_i, hidden).contiguous()
@@ -444,6 +501,9 @@ class GroupedExperts(torch.nn.Module):
             return
         _check_quantize(quantize, _EXPERT_QUANTIZE_KEYS)
         packed = [_quantize_experts(w, quantize) for w in (interleaved, down.detach())]
+        if packed[1].dtype != packed[0].dtype:
+            raise GemmArgumentError("down.dtype", f"{down.dtype} (scales of {packed[1].dtype})",
+                                    f"{gate_up.dtype} as gate_up, or quantize's scale_dtype for both")  # fmt: skip
         for name, p in zip(("gate_up", "down"), packed):
             self.register_buffer(f"{name}_q", p.b)
             self.register_buffer(f"{name}_sz", p.v)
@@ -479,11 +539,14 @@ class GroupedExperts(torch.nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
         offsets, tokens, weights = route_rows(top_k_index, top_k_weights, self.experts)
-        if isinstance(hidden_states, torch.Tensor) and hidden_states.shape[:1] != top_k_index.shape[:1]:
+        if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 2:
+            # NOTE: a [B, T, H] batch was refused as a top_k_index of the wrong number of tokens.
+            raise GemmArgumentError("hidden_states", _shape_or_type(hidden_states),
+                                    "a [T, H] tensor, a row per token (flatten the batch dimensions first)")  # fmt: skip
+        if hidden_states.shape[0] != top_k_index.shape[0]:
             # NOTE: the ids of more tokens than there are rows index past them (unchecked on a GPU).
             raise GemmArgumentError("top_k_index.shape", tuple(top_k_index.shape),
-                                    f"({hidden_states.shape[0] if hidden_states.dim() else 0}, k): a row of ids per "
-                                    "token of hidden_states")  # fmt: skip
+                                    f"({hidden_states.shape[0]}, k): a row of ids per token of hidden_states")  # fmt: skip
         gate_up, down = self.weights()
         # Through the custom ops (gemm_runtime.ops): torch.compile sees one node per GEMM.
         h = ops.call_grouped(hidden_states, gate_up, offsets, tokens, None, None, True, self._handle)

@@ -52,6 +52,10 @@ def handle_of(gemm) -> int:
     """The ``gemm`` argument of the ops for a ``Gemm`` of your own (0 for None)."""
     if gemm is None:
         return 0
+    if isinstance(gemm, (int, str, torch.device)):
+        # NOTE: the ops' own 0 (or a device) was kept as "the Gemm", taken on the CPU and
+        # failing inside at the first call on a GPU ('int' object has no attribute 'linear').
+        raise GemmArgumentError("gemm", repr(gemm), "a gemm_runtime.Gemm, or None for the device's shared one")
     with _handles_lock:
         _handles[id(gemm)] = gemm  # kept alive: a compiled graph may call it any time
     return id(gemm)

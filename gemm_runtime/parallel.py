@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from gemm_runtime.errors import GemmArgumentError
-from gemm_runtime.nn import GatedMLPProjection, Linear, QuantGatedMLPProjection, QuantLinear
+from gemm_runtime.nn import GatedMLPProjection, Linear, QuantGatedMLPProjection, QuantLinear, _check_linear
 from gemm_runtime.quant import QuantizedWeight, quantize
 from gemm_runtime.sharding import shard_bias, shard_gate_up, shard_packed, shard_quantized, shard_weight
 
@@ -43,10 +43,20 @@ def _check_quantize(quantize_args: dict | None) -> dict | None:
     return quantize_args
 
 
-def _check_linear(argument: str, linear: object) -> torch.nn.Linear:
-    if not isinstance(linear, torch.nn.Linear):
-        raise GemmArgumentError(argument, type(linear).__name__, "a torch.nn.Linear")
-    return linear
+def _check_quant_linear(layer: object) -> QuantLinear:
+    """from_quant_linear's layer: a QuantLinear (a gated projection's shard became a plain
+    QuantLinear, the un-gated product of twice the columns, silently; anything else failed
+    inside with AttributeError)."""
+    if not isinstance(layer, QuantLinear) or layer._epilogue != "none":
+        raise GemmArgumentError("layer", type(layer).__name__, "a gemm_runtime.nn.QuantLinear (a gated MLP: "
+                                "ParallelGatedMLP.from_mlp)")  # fmt: skip
+    return layer
+
+
+def _check_gather_output(gather_output: object) -> bool:
+    if not isinstance(gather_output, bool):  # a truthy string ("False") would gather
+        raise GemmArgumentError("gather_output", repr(gather_output), "True or False")
+    return gather_output
 
 
 def _check_row_bias(local: torch.nn.Module, bias: object) -> None:
@@ -69,7 +79,14 @@ def _local(weight: torch.Tensor, bias: torch.Tensor | None, quantize_args: dict 
     """The rank's layer for a float shard: Linear, or QuantLinear of the quantized shard."""
     if quantize_args is None:
         return Linear(weight, bias, gemm)
-    return QuantLinear.from_quantized(quantize(weight, **quantize_args), bias, gemm)
+    qw = quantize(weight, **quantize_args)
+    return QuantLinear.from_quantized(qw, _output_bias(bias, qw.scales.dtype), gemm)
+
+
+def _output_bias(bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A float Linear's bias in its quantized layer's output type (the scales': fp16 for an
+    fp32 Linear), as QuantLinear.from_float takes it."""
+    return None if bias is None else bias.to(dtype)
 
 
 class ColumnParallelLinear(torch.nn.Module):
@@ -81,7 +98,7 @@ class ColumnParallelLinear(torch.nn.Module):
         super().__init__()
         self.local = local
         self.group = group
-        self.gather_output = gather_output
+        self.gather_output = _check_gather_output(gather_output)
         self.rank, self.world_size = rank_and_world(group)
 
     @classmethod
@@ -108,6 +125,7 @@ class ColumnParallelLinear(torch.nn.Module):
     def from_quant_linear(cls, layer: QuantLinear, *, group=None, gemm=None,
                           gather_output: bool = False) -> "ColumnParallelLinear":  # fmt: skip
         """The rank's rows of a loaded QuantLinear (the project's packed weights)."""
+        _check_quant_linear(layer)
         rank, world = rank_and_world(group)
         packed, perm = shard_packed(layer.packed, "n", rank, world, perm=layer.perm)
         local = QuantLinear(packed, shard_bias(layer.bias, "n", rank, world), perm, gemm)
@@ -144,8 +162,11 @@ class RowParallelLinear(torch.nn.Module):
         _check_linear("linear", linear)
         rank, world = rank_and_world(group)
         weight = shard_weight(linear.weight.detach(), "k", rank, world)
+        local = _local(weight, None, _check_quantize(quantize), gemm)
         bias = linear.bias.detach() if linear.bias is not None else None
-        return cls(_local(weight, None, _check_quantize(quantize), gemm), bias, group=group)
+        if isinstance(local, QuantLinear):
+            bias = _output_bias(bias, local.scales_zeros.dtype)
+        return cls(local, bias, group=group)
 
     @classmethod
     def from_quantized(cls, qw: QuantizedWeight, bias: torch.Tensor | None = None, *, group=None,
@@ -160,6 +181,7 @@ class RowParallelLinear(torch.nn.Module):
         """The rank's columns of a loaded QuantLinear, by its original input features (an
         act-order layer is taken back to them first, and refused where a group straddles
         two shards)."""
+        _check_quant_linear(layer)
         rank, world = rank_and_world(group)
         packed, perm = shard_packed(layer.packed, "k", rank, world, perm=layer.perm)
         return cls(QuantLinear(packed, None, perm, gemm), layer.bias, group=group)

@@ -141,7 +141,8 @@ class QuantizedWeight:
             raise GemmArgumentError("zeros", _describe(self.zeros), f"a tensor of scales' dtype {scales.dtype}")
         _check_shape("zeros", self.zeros, tuple(scales.shape), "the shape of scales")
         for name, t in (("scales", scales), ("zeros", self.zeros), ("g_idx", self.g_idx)):
-            if t is not None and t.device != self.q.device:
+            # A g_idx that is no tensor is named by _check_g_idx.
+            if isinstance(t, torch.Tensor) and t.device != self.q.device:
                 raise GemmArgumentError(name, f"device {t.device}", f"q's device {self.q.device}")
 
     def _check_g_idx(self, k: int) -> None:
@@ -193,6 +194,10 @@ class QuantizedWeight:
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """W [N, K] = (q - z) * s, computed in fp32 and rounded once at the end to
         ``dtype`` (default: the scales' dtype; ``torch.float32`` keeps it exact)."""
+        if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+            # NOTE: "float32" was read by Tensor.to as a device; an integer dtype truncated the weights.
+            raise GemmArgumentError("dtype", repr(dtype), "None (the scales' dtype) or a floating-point torch.dtype, "
+                                    "e.g. torch.float32")  # fmt: skip
         g = self.group_index()
         zeros = self.zeros.float().index_select(0, g).t()  # [N, K]
         scales = self.scales.float().index_select(0, g).t()

@@ -213,3 +213,18 @@ def test_grouped_reference_checks_the_shapes_torch_would_broadcast() -> None:
         grouped_reference(torch.randn(5, 31), w, routing)
     with pytest.raises(GemmArgumentError, match="w: got N = 23; accepted: an even N"):
         grouped_reference(x, torch.randn(2, 23, 32), routing, gated=True)
+
+
+def test_grouped_reference_names_its_other_arguments() -> None:
+    """Quantized experts (its docstring: dequantize first) and a Routing passed as a tuple
+    failed inside with AttributeError; a C of the wrong rows in torch's broadcast."""
+    x, w = torch.randn(5, 32), torch.randn(2, 24, 32)
+    routing = check_routing(_offsets(0, 2, 5), experts=2, rows=5, device=CPU)
+    packed = pack_experts([quantize(e, bits=4, group_size=32) for e in w])
+    with pytest.raises(GemmArgumentError, match=r"^weights: got PackedExperts; accepted: .*PackedExperts.dequantize\(\)"):
+        grouped_reference(x, packed, routing)
+    with pytest.raises(GemmArgumentError, match=r"^routing: got tuple; accepted: an experts.Routing"):
+        grouped_reference(x, w, (routing.offsets, None, None))
+    with pytest.raises(GemmArgumentError, match=r"^c.shape: got \(3, 24\); accepted: \(5, 24\)"):
+        grouped_reference(x, w, routing, c=torch.randn(3, 24), beta=1.0)
+    assert grouped_reference(x, packed.dequantize(torch.float32), routing).shape == (5, 24)

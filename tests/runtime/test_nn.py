@@ -340,3 +340,117 @@ def test_a_quantized_state_dict_without_its_scales_is_named() -> None:
 def test_from_quantized_takes_a_quantized_weight() -> None:
     with pytest.raises(GemmArgumentError, match="qw: got Tensor; accepted: a gemm_runtime.quant.QuantizedWeight"):
         QuantLinear.from_quantized(torch.randn(48, 64).half())
+
+
+def test_a_layers_bias_is_checked_when_it_is_made() -> None:
+    """A bias of another type was taken (the CPU computed with it, the GEMM refused it at
+    every call on a GPU), one of another shape refused only at the first call, a list
+    failed inside with AttributeError; gate_bias's wrong shape failed in torch.stack."""
+    w = torch.randn(8, 16).half()
+    with pytest.raises(GemmArgumentError, match=r"^bias.dtype: got torch.float32; accepted: torch.float16 \(the layer"):
+        Linear(w, torch.zeros(8))
+    with pytest.raises(GemmArgumentError, match=r"^bias: got \(3,\); accepted: None or a \(8,\) tensor"):
+        Linear(w, torch.zeros(3).half())
+    with pytest.raises(GemmArgumentError, match=r"^bias: got list"):
+        Linear(w, [0.0] * 8)
+    _, qw = _quant_layer()
+    with pytest.raises(GemmArgumentError, match=r"^bias.dtype: got torch.bfloat16; accepted: torch.float16"):
+        QuantLinear.from_quantized(qw, torch.zeros(48, dtype=torch.bfloat16))
+    with pytest.raises(GemmArgumentError, match=r"^bias: got \(64,\); accepted: None or a \(48,\) tensor"):
+        QuantLinear.from_quantized(qw, torch.zeros(64).half())
+    with pytest.raises(GemmArgumentError, match=r"^gate_bias: got \(3,\); accepted: None or a \(8,\) tensor"):
+        GatedMLPProjection.from_weights(w, w, gate_bias=torch.zeros(3).half())
+    with pytest.raises(GemmArgumentError, match=r"^up_bias.dtype: got torch.float32"):
+        GatedMLPProjection.from_weights(w, w, up_bias=torch.zeros(8))
+
+
+def test_an_fp32_linear_quantizes_its_bias_to_the_output_type() -> None:
+    """quantize() gives an fp32 weight fp16 scales, the layer's output type; the bias stayed
+    fp32, which the GEMM refuses at every call on a GPU."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 48)
+    layer = QuantLinear.from_float(lin, group_size=32)
+    assert layer.bias.dtype == layer.scales_zeros.dtype == torch.float16
+    x = torch.randn(3, 64)
+    ref = x @ quantize(lin.weight.detach(), group_size=32).dequantize(torch.float32).t() + lin.bias.detach()
+    torch.testing.assert_close(layer(x.half()).float(), ref, rtol=3e-3, atol=3e-3)
+
+
+def test_gate_and_up_must_agree_in_type_and_device() -> None:
+    """fp16 gate and bf16 up were stacked into an fp32 weight: a layer that refused its own
+    inputs ("x.dtype: got torch.float16; accepted: torch.float32")."""
+    from gemm_runtime.nn import QuantGatedMLPProjection, interleave_gate_up
+
+    gate = torch.randn(16, 64).half()
+    with pytest.raises(GemmArgumentError, match=r"^up: got torch.bfloat16 on cpu; accepted: torch.float16 on cpu, as gate"):
+        GatedMLPProjection.from_weights(gate, gate.bfloat16())
+    with pytest.raises(GemmArgumentError, match="^up: got torch.float32"):
+        QuantGatedMLPProjection.from_gate_up(gate, gate.float(), group_size=32)
+    with pytest.raises(GemmArgumentError, match="^up: got torch.float16 on meta"):
+        interleave_gate_up(gate, gate.to("meta"))
+    with pytest.raises(GemmArgumentError, match=r"^gate/up shapes: got \('list', 'list'\)"):
+        QuantGatedMLPProjection.from_gate_up([1.0], [1.0])
+    # Linear refuses fp32 (and integer) weights; the fused projection took them.
+    with pytest.raises(GemmArgumentError, match="^gate.dtype: got torch.float32; accepted: torch.float16 or torch.bfloat16"):
+        GatedMLPProjection.from_weights(gate.float(), gate.float())
+
+
+def test_builders_name_what_they_were_given() -> None:
+    """Each raised AttributeError from inside ('Tensor' object has no attribute 'weight',
+    'QuantizedWeight' object has no attribute 'b')."""
+    w = torch.randn(48, 64).half()
+    with pytest.raises(GemmArgumentError, match="^linear: got Tensor; accepted: a torch.nn.Linear"):
+        QuantLinear.from_float(w)
+    with pytest.raises(GemmArgumentError, match="^linear: got NoneType"):
+        Linear.from_float(None)
+    with pytest.raises(GemmArgumentError, match="^gate: got Tensor; accepted: a torch.nn.Linear"):
+        GatedMLPProjection(w, w)
+    with pytest.raises(GemmArgumentError, match="^packed: got QuantizedWeight; accepted: a gemm_runtime.packed_weight"):
+        QuantLinear(quantize(w, group_size=32))
+
+
+def test_forward_names_an_input_that_is_no_tensor() -> None:
+    """A list failed inside with AttributeError; a NumPy array's dtype read "got float16;
+    accepted: torch.float16"."""
+    layers = [Linear(torch.randn(8, 16).half(), None), _quant_layer()[0],
+              GatedMLPProjection.from_weights(torch.randn(8, 16).half(), torch.randn(8, 16).half())]  # fmt: skip
+    for layer in layers:
+        with pytest.raises(GemmArgumentError, match="^x: got ndarray; accepted: a torch.Tensor of torch.float16"):
+            layer(torch.randn(2, layer.in_features if hasattr(layer, "in_features") else 16).half().numpy())
+        with pytest.raises(GemmArgumentError, match="^x: got list"):
+            layer([1.0])
+
+
+def test_replace_linear_needs_a_callable_predicate() -> None:
+    """A model without CUDA layers took any predicate; one with them raised TypeError
+    ('str' object is not callable) from inside."""
+    from gemm_runtime.nn import replace_linear
+
+    with pytest.raises(GemmArgumentError, match=r"^predicate: got str; accepted: None or a callable \(name, module\)"):
+        replace_linear(torch.nn.Sequential(torch.nn.Linear(4, 4)), predicate="0")
+
+
+def test_grouped_experts_name_hidden_states_of_the_wrong_rank() -> None:
+    """[B, T, H] hidden states were refused as a top_k_index of the wrong number of tokens."""
+    from gemm_runtime.nn import GroupedExperts
+
+    layer = GroupedExperts.from_experts(_mixtral_experts())
+    with pytest.raises(GemmArgumentError, match=r"^hidden_states: got \(1, 3, 32\); accepted: a \[T, H\] tensor"), \
+            torch.no_grad():  # fmt: skip
+        layer(torch.randn(1, 3, 32), _IDS, _WEIGHTS)
+
+
+def test_grouped_experts_refuse_experts_of_two_types() -> None:
+    """Taken, and refused only by the second grouped GEMM of each call on a GPU, as its
+    "w"; quantized, only the scales' types must agree."""
+    from gemm_runtime.nn import GroupedExperts
+
+    gate_up, down = torch.randn(4, 48, 32).half(), torch.randn(4, 32, 24)
+    with pytest.raises(GemmArgumentError, match=r"^down.dtype: got torch.float32; accepted: torch.float16, as gate_up"):
+        GroupedExperts(gate_up, down)
+    with pytest.raises(GemmArgumentError, match=r"^down.device: got meta"):
+        GroupedExperts(gate_up, down.half().to("meta"))
+    with pytest.raises(GemmArgumentError, match=r"^down.dtype: got torch.bfloat16 \(scales of torch.bfloat16\)"):
+        GroupedExperts(gate_up, down.bfloat16(), quantize={"bits": 4, "group_size": 32})
+    # fp32 experts quantize to fp16 scales: the same type as fp16 ones'.
+    assert GroupedExperts(gate_up, down, quantize={"bits": 4, "group_size": 32}).quantized

@@ -117,6 +117,15 @@ def test_handles_name_their_gemm():
         ops._gemm(12345, torch.device("cpu"))
 
 
+def test_a_handle_is_of_a_gemm_or_none():
+    """The ops' 0 (or a device) was kept as "the Gemm" of a layer (nn.Linear(..., gemm=0)),
+    taken on the CPU and failing inside at the first call on a GPU ('int' object has no
+    attribute 'linear')."""
+    for gemm in (0, True, "cuda:0", torch.device("cuda", 0)):
+        with pytest.raises(GemmArgumentError, match="^gemm: got .*; accepted: a gemm_runtime.Gemm, or None"):
+            ops.handle_of(gemm)
+
+
 # ---- grouped (mixture-of-experts) ----------------------------------------------------------
 def _grouped(dtype=torch.float16, experts=4, n=24, k=64, tokens=7, seed=2):
     g = torch.Generator().manual_seed(seed)

@@ -196,3 +196,40 @@ def test_parallel_layers_name_what_they_were_given(one_rank) -> None:
     down = torch.nn.Linear(96, 64, dtype=torch.float16)  # reads 96 features, the MLP has 128
     with pytest.raises(GemmArgumentError, match=r"^down.in_features: got 96; accepted: 128"):
         ParallelGatedMLP.from_mlp(gate, up, down)
+
+
+def test_from_quant_linear_takes_a_plain_quant_linear(one_rank) -> None:
+    """A gated projection became a plain QuantLinear: the un-gated product, twice the
+    columns, silently; anything else failed inside with AttributeError ('packed')."""
+    from gemm_runtime.nn import QuantGatedMLPProjection
+    from gemm_runtime.parallel import ColumnParallelLinear, RowParallelLinear
+
+    gate, up = torch.randn(16, 64, dtype=torch.float16), torch.randn(16, 64, dtype=torch.float16)
+    gated = QuantGatedMLPProjection.from_gate_up(gate, up, group_size=32)
+    for cls in (ColumnParallelLinear, RowParallelLinear):
+        with pytest.raises(GemmArgumentError, match=r"^layer: got QuantGatedMLPProjection; accepted: a gemm_runtime.nn"):
+            cls.from_quant_linear(gated)
+        with pytest.raises(GemmArgumentError, match=r"^layer: got Linear"):
+            cls.from_quant_linear(torch.nn.Linear(64, 16, dtype=torch.float16))
+
+
+def test_gather_output_is_a_bool(one_rank) -> None:
+    from gemm_runtime.parallel import ColumnParallelLinear
+
+    lin = torch.nn.Linear(64, 48, dtype=torch.float16)
+    with pytest.raises(GemmArgumentError, match=r"^gather_output: got 'False'; accepted: True or False"):
+        ColumnParallelLinear.from_linear(lin, gather_output="False")  # truthy: it gathered
+
+
+def test_an_fp32_linear_quantizes_its_bias_to_the_output_type(one_rank) -> None:
+    """The shard's scales are fp16 (quantize's default for fp32 weights); the bias stayed
+    fp32: a column-parallel layer the GEMM refuses at every call on a GPU, a row-parallel
+    one refused when made, for a bias the caller never gave."""
+    from gemm_runtime.parallel import ColumnParallelLinear, RowParallelLinear
+
+    lin = torch.nn.Linear(64, 48)
+    col = ColumnParallelLinear.from_linear(lin, quantize={"group_size": 32})
+    row = RowParallelLinear.from_linear(lin, quantize={"group_size": 32})
+    assert col.local.bias.dtype == row.bias.dtype == torch.float16
+    x = torch.randn(3, 64, dtype=torch.float16)
+    torch.testing.assert_close(row(x).float(), col(x).float(), rtol=3e-3, atol=3e-3)

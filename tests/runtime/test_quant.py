@@ -650,3 +650,20 @@ def test_quantize_and_import_stay_on_the_device():
     tensors = [t.cuda() for t in gptq_encode(ref, 1)]
     imported = from_gptq(*tensors, group_size=32)
     assert imported.q.is_cuda and torch.equal(imported.dequantize().cpu(), ref.dequantize())
+
+
+def test_dequantize_takes_a_floating_point_dtype():
+    """"float32" was read by Tensor.to as a device (RuntimeError: Invalid device string);
+    an integer dtype truncated the weights, silently."""
+    qw = quantize(torch.randn(16, 64, dtype=torch.float16), group_size=32)
+    for dtype in ("float32", torch.int8, torch.int32):
+        with pytest.raises(GemmArgumentError, match=r"^dtype: got .*; accepted: None \(the scales' dtype\) or a floating"):
+            qw.dequantize(dtype)
+    assert qw.dequantize(torch.float32).dtype == torch.float32 and qw.dequantize().dtype == torch.float16
+
+
+def test_a_g_idx_that_is_no_tensor_is_named():
+    """AttributeError ('list' object has no attribute 'device') from the device check."""
+    qw = quantize(torch.randn(16, 64, dtype=torch.float16), group_size=32)
+    with pytest.raises(GemmArgumentError, match=r"^g_idx: got \[0, 0, .*accepted: a 1-D tensor of dtype torch.int32"):
+        QuantizedWeight(qw.q, qw.scales, qw.zeros, 4, 32, False, [0] * 64)
