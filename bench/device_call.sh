@@ -6,7 +6,7 @@
 #   TEST_PATHS="tests/gpu/test_quant_kernels.py" bash bench/device_call.sh build tests
 #
 # Steps, in order:
-#   build         make SYSTEM=1 generate build ARCH=90, unless build/sm_90 is there from an
+#   build         make SYSTEM=1 WITH_EMULATED=1 generate build ARCH=90 (the README's GPU set), unless build/sm_90 is there from an
 #                 earlier call on a warm machine (REBUILD=1 forces it: after a header change)
 #   tests         pytest -m gpu on $TEST_PATHS (default tests/gpu), only the ids matching the
 #                 extended regex $TEST_MATCH if set (e.g. 'kp|pair'), in 12 shards at once;
@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
 build() {
   if [ -n "${REBUILD:-}" ] || [ ! -f build/sm_90/manifest.json ]; then
     rm -rf build/sm_90
-    make SYSTEM=1 generate build ARCH=90 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+    make SYSTEM=1 WITH_EMULATED=1 generate build ARCH=90 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
   fi
 }
 

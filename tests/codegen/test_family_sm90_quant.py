@@ -427,9 +427,10 @@ def test_smem_shared_memory(bits: int, tile: tuple[int, int, int]) -> None:
     under 227 KiB, else two; the kernel's own kSmemBytes is checked against this by a
     static_assert when it compiles (test_smem_kernels_compile)."""
     tokens, rows, stages = tile
-    if bits == 8 and tile == (64, 256, 8):
-        pytest.skip("beyond 227 KiB with 8-bit weights")
     spec = QuantKernel("f16", bits, "f16", tokens, rows, stages, smem=True).spec
+    if bits == 8 and tile == (64, 256, 8):  # a ring of 8 stages of 8-bit weights is past the limit
+        assert spec.smem_bytes > 227 * 1024
+        return
     stage = tokens * 128 + rows // 8 * 64 * (bits // 4) * 4 + 2 * 2 * rows * 2
     ring = max(stages * -(-stage // 1024) * 1024, tokens * (rows + 8) * 4)
     buffers = 3 if ring + 3 * rows * 128 + 1024 <= 227 * 1024 else 2

@@ -83,22 +83,6 @@ def test_quant_kernel_epilogues_and_split_k(gemm, name):
         check_quant_epilogues_and_split_k(gemm, name, rows=rows)
 
 
-def test_quant_kernel_refuses_rows_it_cannot_serve(gemm):
-    """A kernel forced on more rows than its family serves (the sm80_rows8 decode tiles:
-    8) is refused before launch with the family's reason; default dispatch still serves
-    the problem with another kernel."""
-    limited = [k for k in gemm.kernels if k.spec.quantized and k.spec.mainloop.rows_error(k.spec, 9) is not None]
-    if not limited:
-        pytest.skip("no quantized kernel of the build serves fewer rows than its tile")
-    spec = limited[0].spec
-    dt = torch_dtype(spec.a_type)
-    packed = pack_for_gemm(_weight(64, 1024, dt, spec.b_type.bits, 128, torch.Generator(device="cuda")))
-    a = torch.randn(9, 1024, device="cuda", dtype=dt)
-    with pytest.raises(GemmArgumentError, match=r"\(M = 9"):
-        gemm.matmul(a, packed, kernel=limited[0].name)
-    assert gemm.matmul(a, packed).isfinite().all()
-
-
 def _wgmma_quant_kernels():
     if not torch.cuda.is_available():
         return ["no-gpu"]

@@ -37,13 +37,11 @@ def _diagnose(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, limit: i
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("stages", [4, 2])
-@pytest.mark.parametrize("out", ["f32", "f16", "bf16"])
+# The 2-stage ring is checked with f32 output only.
+@pytest.mark.parametrize("out, stages", [("f32", 4), ("f16", 4), ("bf16", 4), ("f32", 2)])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_smoke_gemm_matches_reference(shape: tuple[int, int, int], dtype: str, out: str, stages: int) -> None:
-    if stages != 4 and out != "f32":
-        pytest.skip("the 2-stage ring is checked with f32 output only")
     m, n, k = shape
     kernel = SmokeKernel(dtype, out, stages)
     gen = torch.Generator(device="cuda").manual_seed(m * 7919 + n * 31 + k)

@@ -39,10 +39,12 @@ def test_unpacked_weight_is_the_reference_dequantization(dtype, bits, group_size
     qw, packed = _packed(n, k, dtype, bits, group_size, symmetric, seed=n * 7 + k + bits)
     ld = -(-k // 8) * 8 if pitch == "whole" else k + k % 2 + 2
     assert (ld % 8 == 0) == (pitch == "whole")
-    out = torch.full((n, ld), float("nan"), dtype=dtype, device="cuda")[:, :k]
+    full = torch.full((n, ld), float("nan"), dtype=dtype, device="cuda")
+    out = full[:, :k]
     unpack_weight(packed, out=out)
     ref = qw.dequantize(dtype)
     assert not torch.isnan(out).any()
+    assert torch.isnan(full[:, k:]).all()  # a row's pitch past K is the caller's: never written
     assert torch.equal(out, ref), (out.float() - ref.float()).abs().max().item()
 
 

@@ -101,11 +101,11 @@ def test_epilogues_split_k_and_c_through_a_whole_weight_plan(gemm, dtype):
     v = a.float() @ qw.dequantize().float().t()
     plan = _best_whole_weight_plan(gemm, a, packed, _poisoned(m, n, dtype))
     split = LaunchSpec(plan.kernel, 3, plan.swizzle, unpack=True)
-    out = gemm.matmul(a, packed, bias=bias, alpha=0.5, beta=2.0, c=c, kernel=split)
+    out = gemm.matmul(a, packed, bias=bias, alpha=0.5, beta=2.0, c=c, kernel=split, out=_poisoned(m, n, dtype))
     assert rel_err(out, 0.5 * v + bias.float() + 2.0 * c.float()) < 1e-2
     gated_op = Operation(epilogue=Epilogue.GATED_SILU)
-    gated = gemm.matmul(a, packed, kernel=_best_whole_weight_plan(gemm, a, packed, _poisoned(m, n // 2, dtype), gated_op),
-                        operation=gated_op)  # fmt: skip
+    gated_plan = _best_whole_weight_plan(gemm, a, packed, _poisoned(m, n // 2, dtype), gated_op)
+    gated = gemm.matmul(a, packed, kernel=gated_plan, operation=gated_op, out=_poisoned(m, n // 2, dtype))
     assert rel_err(gated, F.silu(v[:, 0::2]) * v[:, 1::2]) < 1e-2
 
 
