@@ -1,5 +1,6 @@
-# Every target installs what it needs into .venv first (torch: the CPU build 2.13.0
-# where none is installed; never an unpinned torch that would pull a CUDA build).
+# Every target installs what it needs into .venv first (torch 2.13.0 where none is
+# installed, pinned: the CPU wheel where pip's find-links offer one, as on CI; PyPI's
+# Linux wheel is the CUDA build).
 # On a machine whose python already has the dependencies (the GPU box), use
 #   make SYSTEM=1 <target>        (runs python3 directly, installs nothing)
 PYTHON ?= python3

@@ -1,14 +1,15 @@
 """Load and validate kernel-set YAML files into KernelSpecs.
 
-Schema (see docs/CONFIG.md for the annotated version)::
+Schema, in brief (docs/CONFIG.md has every field and mainloop, annotated)::
 
     families:
       - name: sm80_f16           # [a-z0-9_]+, unique across all loaded files
         arch: [80, 90]           # inclusive arch range the family is meant for; each in KNOWN_ARCHS
-        mainloop: sm80           # sm80 | sm70   (arch min must be >= the mainloop's minimum arch)
-        mma: m16n8k16            # m16n8k16 | m16n8k8 | m8n8k4 (must multiply a_type)
+        mainloop: sm80           # sm80 | sm70 | sm90 | sm90_quant | sm80_xor | experimental ones
+                                 #   (arch min must be >= the mainloop's minimum arch)
+        mma: m16n8k16            # m16n8k16 | m16n8k8 | m8n8k4 | m64nNk16 (must multiply a_type)
         a_type: f16              # f16 | bf16
-        b_type: f16              # must equal a_type for now
+        b_type: f16              # a_type, or u4 | u8 for weight-only quantized B
         acc_type: f32            # only f32
         d_types: [f16, f32]      # each is a kernel: a_type or f32
         b_orders: [nk, kn]       # each is a kernel
