@@ -309,7 +309,9 @@ def quantize(
     that stored scale, so |dequantize - w| <= scale / 2 per element (before dequantize's
     final rounding). An all-zero group gets scale 1 (q == zero, exact)."""
     bits = _check_bits(bits)
-    weight = _check_weight(weight)
+    # Detached: an nn.Linear's weight requires grad, and its scales and zeros carried the
+    # autograd graph (held, and warned about at every float() of the checks).
+    weight = _check_weight(weight).detach()
     if not isinstance(symmetric, bool):
         raise GemmArgumentError("symmetric", repr(symmetric), "True or False")
     n, k = weight.shape

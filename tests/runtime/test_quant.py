@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import pytest
 import torch
@@ -667,3 +668,13 @@ def test_a_g_idx_that_is_no_tensor_is_named():
     qw = quantize(torch.randn(16, 64, dtype=torch.float16), group_size=32)
     with pytest.raises(GemmArgumentError, match=r"^g_idx: got \[0, 0, .*accepted: a 1-D tensor of dtype torch.int32"):
         QuantizedWeight(qw.q, qw.scales, qw.zeros, 4, 32, False, [0] * 64)
+
+
+def test_quantize_of_a_weight_that_requires_grad_is_detached():
+    # An nn.Linear's weight: the quantized tensors carried its autograd graph, and every
+    # check's float() warned.
+    weight = torch.nn.Linear(256, 64).half().weight
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        qw = quantize(weight, bits=4, group_size=128)
+    assert not (qw.q.requires_grad or qw.scales.requires_grad or qw.zeros.requires_grad)
