@@ -61,6 +61,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from bench.cli import check_out, positive_int
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_ENV = "CUTLASS_PEER_CACHE"
 DEFAULT_CACHE = ROOT / "build" / "cutlass_peer"
@@ -1226,11 +1228,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interleave", action="store_true",
                     help="time CUTLASS's fastest variant and our plans again, their repetitions interleaved "
                          "(one clock for the ratio; the H200's drifts under its power cap)")
-    ap.add_argument("--jobs", type=int, default=None, help=f"nvcc runs at a time (default: up to {DEFAULT_MAX_JOBS})")
+    ap.add_argument("--jobs", type=positive_int, default=None, help=f"nvcc runs at a time (default: up to {DEFAULT_MAX_JOBS})")
     ap.add_argument("--cache-dir", type=Path, default=None, help=f"compile cache (default ${CACHE_ENV} or {DEFAULT_CACHE})")
     ap.add_argument("--out", type=Path, default=None, help="JSON of the results, or of why the peer is unavailable")
     ap.add_argument("--allow-fail", action="store_true", help="on failure write the JSON and exit 0")
     args = ap.parse_args(argv)
+    check_out(ap, "--out", args.out)  # written at the end, failure or not
     bad = [o for o in args.order if o not in ORDERS]
     if bad:
         ap.error(f"--order: {bad} not in {ORDERS}")

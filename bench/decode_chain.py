@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from bench.cli import check_models, check_out, positive_int
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
@@ -148,13 +149,22 @@ def graphed(run: Callable[[], object]) -> Callable[[], object]:
     return graph.replay
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
-    ap.add_argument("--m", nargs="+", type=int, default=[1, 16])
+    ap.add_argument("--m", nargs="+", type=positive_int, default=[1, 16])
     ap.add_argument("--programmatic", action="store_true", help="also ours with programmatic dependent launch")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "decode_chain.md")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_models(ap, "--models", args.models)
+    for model in args.models:
+        try:
+            layer_shapes(model)
+        except (KeyError, ValueError) as e:
+            ap.error(f"--models: got {model!r}, which lacks a decoder layer's {', '.join(LAYERS)} "
+                     f"({e.args[0] if isinstance(e, ValueError) else f'no {e.args[0]}'}); accepted: a model of "
+                     f"shapes.yaml with all four")  # fmt: skip
+    check_out(ap, "--out", args.out)
     from bench.quant import copy_bandwidth
 
     gemm = Gemm()

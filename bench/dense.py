@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from bench.cli import check_models, check_out, positive_int
 from bench.timing import host_us_per_call, interleaved_medians_ms, median_ms
 from gemm_runtime import DispatchPolicy, Gemm
 from gemm_runtime.context import make_problem
@@ -166,15 +167,17 @@ def summary(rows: list[dict], time_key: str = "ours_ms", label: str = "ours", pe
     return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
-    ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128, 1024, 4096])
-    ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    ap.add_argument("--m", nargs="+", type=positive_int, default=[1, 16, 128, 1024, 4096])
+    ap.add_argument("--dtypes", nargs="+", choices=["float16", "bfloat16"], default=["float16", "bfloat16"])
     ap.add_argument("--no-oracle", action="store_true", help="skip timing every feasible kernel")
     ap.add_argument("--tuned", action="store_true", help="also time the launch measured dispatch picks")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "dense.md")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_models(ap, "--models", args.models)
+    check_out(ap, "--out", args.out)
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = run(args.models, args.m, [getattr(torch, d) for d in args.dtypes], not args.no_oracle, args.tuned)
     print("\n".join(summary(rows) + summary([r for r in rows if r["tuned_ms"]], "tuned_ms", "tuned", "cublas_tuned_ms")))

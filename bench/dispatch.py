@@ -30,30 +30,37 @@ from pathlib import Path
 import torch
 import yaml
 
+from bench.cli import check_models, check_out, positive_int
 from bench.quant import DTYPES
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import make_problem
 from gemm_runtime.packed_weight import pack_for_gemm
-from gemm_runtime.quant import quantize
+from gemm_runtime.quant import BITS, quantize
 from gemm_runtime.timing import median_ms
 from gemm_runtime.types import MatrixLayout
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
-    ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 128, 1024, 4096])
-    ap.add_argument("--oracle-reps", type=int, default=5)
+    ap.add_argument("--m", nargs="+", type=positive_int, default=[1, 16, 128, 1024, 4096])
+    ap.add_argument("--oracle-reps", type=positive_int, default=5)
     ap.add_argument("--budget", type=float, default=420.0, help="stop starting new problems after this many seconds")
-    ap.add_argument("--bits", nargs="+", type=int, default=[],
+    ap.add_argument("--bits", nargs="+", type=int, choices=BITS, default=[],
                     help="quantize the weights to these widths (group 128) instead of fp16")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16", help="activations and weights")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "dispatch.md")
     ap.add_argument("--timings", type=Path, default=None,
                     help="every timed plan, gzipped JSON (default: docs/perf/data/<out's stem>.json.gz)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if not args.budget > 0:  # NaN too: no problem would start
+        ap.error(f"--budget: got {args.budget}; accepted: seconds > 0")
+    check_models(ap, "--models", args.models)
+    check_out(ap, "--out", args.out)
+    timings = args.timings or ROOT / "docs" / "perf" / "data" / f"{args.out.stem}.json.gz"
+    check_out(ap, "--timings", timings)
     shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     gemm = Gemm()
     rows = []
@@ -78,7 +85,6 @@ def main() -> None:
                           f"model {r['cost_model']*1e3:9.1f} us ({r['cost_model'] / r['oracle']:.2f}x)  "
                           f"[{r['candidates']} candidates]", flush=True)
     write(rows, args.out, args.dtype)
-    timings = args.timings or ROOT / "docs" / "perf" / "data" / f"{args.out.stem}.json.gz"
     write_timings(timings_document(gemm, rows, args.dtype, torch.cuda.get_device_name()), timings)
 
 

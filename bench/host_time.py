@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from bench.cli import check_out, positive_int
 from bench.timing import host_us_per_call
 
 
@@ -139,11 +140,12 @@ def report(results, m: int, n: int, k: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.host_time", description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=500)
-    parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--shape", type=int, nargs=3, default=(4, 1024, 1024), metavar=("M", "N", "K"))
+    parser.add_argument("--calls", type=positive_int, default=500)
+    parser.add_argument("--rounds", type=positive_int, default=11)
+    parser.add_argument("--shape", type=positive_int, nargs=3, default=(4, 1024, 1024), metavar=("M", "N", "K"))
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
+    check_out(parser, "--out", args.out)
     m, n, k = args.shape
     lines = report(measure(args.calls, args.rounds, m, n, k), m, n, k)
     print("\n".join(lines))

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from bench.cli import check_out, positive_int
 from gemm_runtime import grouped
 from gemm_runtime.experts import PackedExperts, Routing, check_routing, grouped_reference, pack_experts
 from gemm_runtime.plan import LaunchSpec
@@ -117,14 +118,15 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    ap.add_argument("--tokens", nargs="+", type=int, default=[1, 16, 128, 1024, 8192])
+    ap.add_argument("--tokens", nargs="+", type=positive_int, default=[1, 16, 128, 1024, 8192])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "moe.md")
     ap.add_argument("--swizzles", action="store_true",
                     help="also force the persistent (sm90) kernels at every rasterization group, for the log")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_out(ap, "--out", args.out)
 
     from gemm_runtime import Gemm
     from gemm_runtime.timing import median_ms

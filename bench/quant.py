@@ -31,12 +31,13 @@ from pathlib import Path
 import torch
 import yaml
 
+from bench.cli import check_models, check_out, positive_int
 from codegen.spec import KernelSpec
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import ProblemKey
 from gemm_runtime.packed_weight import PackedWeight, pack_for_gemm
 from gemm_runtime.plan import LaunchSpec
-from gemm_runtime.quant import quantize
+from gemm_runtime.quant import BITS, quantize
 from gemm_runtime.timing import interleaved_medians_ms, median_ms
 from gemm_runtime.types import data_type_of
 
@@ -135,19 +136,22 @@ def plans_to_import(path: Path, retune: Collection[int]) -> Path | io.StringIO:
     return text
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama3-8b", "llama3-70b"])
-    ap.add_argument("--m", nargs="+", type=int, default=[1, 16, 32, 64, 128, 256, 1024, 4096])
-    ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
+    ap.add_argument("--m", nargs="+", type=positive_int, default=[1, 16, 32, 64, 128, 256, 1024, 4096])
+    ap.add_argument("--bits", nargs="+", type=int, choices=BITS, default=[4, 8])
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16", help="activations, weight and peer")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "quant.md")
     ap.add_argument("--plans", type=Path, help="the tuned plans' file: imported first, exported after each problem")
-    ap.add_argument("--retune", nargs="+", type=int, default=[], metavar="M",
+    ap.add_argument("--retune", nargs="+", type=positive_int, default=[], metavar="M",
                     help="token counts whose plans in --plans are tuned again rather than imported")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.retune and args.plans is None:
         ap.error("--retune: names token counts of a --plans file; give --plans too")
+    check_models(ap, "--models", args.models)
+    check_out(ap, "--out", args.out)
+    check_out(ap, "--plans", args.plans)  # exported after each problem
     label, dtype = args.dtype, DTYPES[args.dtype]
     models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
     shapes = {f"{model} {layer}": nk for model in args.models for layer, nk in models[model].items()}

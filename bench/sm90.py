@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from bench.cli import check_out, positive_int
 from bench.timing import median_ms
 from gemm_runtime import Gemm
 from gemm_runtime.plan import LaunchSpec
@@ -41,13 +42,14 @@ def run(sizes: list[int], dtypes: list[torch.dtype], orders: list[str]) -> list[
     return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sizes", nargs="+", type=int, default=[4096, 8192])
-    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
-    ap.add_argument("--orders", nargs="+", default=["nk", "kn"])
+    ap.add_argument("--sizes", nargs="+", type=positive_int, default=[4096, 8192])
+    ap.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16"], default=["bfloat16", "float16"])
+    ap.add_argument("--orders", nargs="+", choices=["nk", "kn"], default=["nk", "kn"])
     ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_out(ap, "--out", args.out)
     lines = run(args.sizes, [getattr(torch, d) for d in args.dtypes], args.orders)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")

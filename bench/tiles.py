@@ -11,6 +11,7 @@ import argparse
 
 import torch
 
+from bench.cli import positive_int
 from gemm_runtime import Gemm
 from gemm_runtime.context import make_key
 from gemm_runtime.plan import LaunchSpec
@@ -18,11 +19,11 @@ from gemm_runtime.timing import median_ms
 from gemm_runtime.types import BOrder, DataType
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", nargs=3, type=int, action="append", metavar=("M", "N", "K"))
-    ap.add_argument("--top", type=int, default=6)
-    args = ap.parse_args()
+    ap.add_argument("--shape", nargs=3, type=positive_int, action="append", metavar=("M", "N", "K"))
+    ap.add_argument("--top", type=positive_int, default=6)
+    args = ap.parse_args(argv)
     shapes = args.shape or [(4096, 28672, 4096), (4096, 8192, 8192), (4096, 8192, 28672), (1024, 6144, 4096)]
     gemm = Gemm()
     for m, n, k in shapes:

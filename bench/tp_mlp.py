@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from bench.cli import check_out, positive_int
 from gemm_runtime.timing import event_ms
 
 TOL = 1e-2
@@ -68,13 +69,14 @@ def _whole(gate, up, down, quantize: dict | None, device: torch.device) -> torch
 
 def main(argv: list[str] | None = None) -> list[str]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hidden", type=int, default=8192)
-    ap.add_argument("--intermediate", type=int, default=28672)
-    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 128, 1024])
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--hidden", type=positive_int, default=8192)
+    ap.add_argument("--intermediate", type=positive_int, default=28672)
+    ap.add_argument("--tokens", type=positive_int, nargs="+", default=[1, 16, 128, 1024])
+    ap.add_argument("--reps", type=positive_int, default=20)
     ap.add_argument("--cpu", action="store_true", help="run on the CPU over gloo (small sizes)")
     ap.add_argument("--out", type=Path, help="also write the table (markdown) here, from rank 0")
     args = ap.parse_args(argv)
+    check_out(ap, "--out", args.out)
 
     from gemm_runtime.parallel import ParallelGatedMLP
 

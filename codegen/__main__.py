@@ -14,20 +14,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from codegen.config import REPO_ROOT, ConfigError, default_config_paths, display_path, load_configs
+from codegen.fsutil import path_arg
 from codegen.render import write_generated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen", description="Render YAML kernel sets into .cu files.")
     parser.add_argument(
-        "--config", action="extend", nargs="+", type=Path, metavar="YAML",
+        "--config", action="extend", nargs="+", type=path_arg, metavar="YAML",
         help="kernel-set YAML files; repeat or list several (default: codegen/configs/*.yaml)",
     )  # fmt: skip
     parser.add_argument(
         "--with-defaults", action="store_true",
         help="load codegen/configs/*.yaml first, then the --config files (extend the default set)",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "generated", help="output folder (default: generated/)")
+    parser.add_argument("--out", type=path_arg, default=REPO_ROOT / "generated", help="output folder (default: generated/)")
     args = parser.parse_args(argv)
 
     paths: list[Path] = args.config or default_config_paths()

@@ -15,6 +15,17 @@ TEMP_NAME_OVERHEAD = len(".") + len(".") + 7 + len(".") + 8 + len(".tmp")
 _umask_lock = threading.Lock()
 
 
+def path_arg(text: str) -> Path:
+    """An argparse ``type`` for a path option: an empty value (an unset shell variable, as
+    in ``--out "$DIR"``) is refused, not read as the current folder, where an output
+    folder's sync would write, and delete, files."""
+    if not text:
+        import argparse
+
+        raise argparse.ArgumentTypeError("got an empty path; accepted: a non-empty path (. names the current folder)")
+    return Path(text)
+
+
 def current_umask() -> int:
     """The process umask, without changing it where the OS can tell (Linux's
     /proc/self/status); else by setting and restoring it under a lock."""

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
+from codegen.fsutil import path_arg
 from gemm_runtime.errors import GemmArgumentError, GemmError
 
 BUILD_HINT = "run `make build` (python -m gemm_runtime.build) first"
@@ -442,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gemm_runtime", description="The GEMM runtime's commands.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{list,build,tune}")
     lst = sub.add_parser("list", help="the kernels a GPU would use, or those built per arch when no GPU is visible")
-    lst.add_argument("--build-dir", type=Path, default=current.build_dir, help="cubins + manifests (%(default)s)")
+    lst.add_argument("--build-dir", type=path_arg, default=current.build_dir, help="cubins + manifests (%(default)s)")
     lst.add_argument("--allow-emulated", action="store_true", help="keep kernels whose MMA is emulated on the GPU")
     lst.add_argument("--device", type=int, default=0, help="GPU index when a GPU is visible (%(default)s)")
     sub.add_parser("build", help="compile generated/ into build/ (see python -m gemm_runtime build --help)")
@@ -452,11 +453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Measure, on the GPU, every layer (N, K) of the models named at every M of the tuning "
         "sequence (D = A @ W.t(), W the nn.Linear N x K weight), and write the dispatch cache.",
     )
-    tun.add_argument("--shapes", type=Path, default=DEFAULT_SHAPES, help="models and their layers (%(default)s)")
+    tun.add_argument("--shapes", type=path_arg, default=DEFAULT_SHAPES, help="models and their layers (%(default)s)")
     tun.add_argument("--model", action="append", required=True, help="a model of the shapes file; repeatable")
-    tun.add_argument("--out", "--export", dest="out", type=Path, help="where to write the dispatch cache (JSON)")
+    tun.add_argument("--out", "--export", dest="out", type=path_arg, help="where to write the dispatch cache (JSON)")
     tun.add_argument(
-        "--import", dest="import_path", type=Path, help="a dispatch cache to load first; its entries are kept"
+        "--import", dest="import_path", type=path_arg, help="a dispatch cache to load first; its entries are kept"
     )
     tun.add_argument("--dtype", choices=TUNE_DTYPES, default="f16", help="type of A, W and D (%(default)s)")
     tun.add_argument(

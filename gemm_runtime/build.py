@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from codegen.fsutil import remove_temp_files
+from codegen.fsutil import path_arg, remove_temp_files
 from codegen.spec import KernelSpec
 from codegen.vocabulary import ARCH_SMEM_LIMIT, KNOWN_ARCHS
 from gemm_runtime import build_manifest, compiler
@@ -536,8 +536,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"target arch, repeatable (default: the visible GPUs, else {' '.join(map(str, DEFAULT_ARCHS))})",
     )
     parser.add_argument("--jobs", type=_jobs_arg, default=None, help="parallel compiles (default: GEMM_BUILD_JOBS or CPUs)")
-    parser.add_argument("--generated", type=Path, default=s.generated_dir, help="generated sources (%(default)s)")
-    parser.add_argument("--out", type=Path, default=s.build_dir, help="output directory (%(default)s)")
+    parser.add_argument("--generated", type=path_arg, default=s.generated_dir, help="generated sources (%(default)s)")
+    parser.add_argument("--out", type=path_arg, default=s.build_dir, help="output directory (%(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--with-emulated",

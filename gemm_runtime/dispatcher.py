@@ -9,16 +9,17 @@ tests pass fakes."""
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import threading
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from codegen.spec import KernelSpec
 from gemm_runtime import whole_weight
-from gemm_runtime.context import ProblemKey, arch_limit, describe, infeasible_reason
+from gemm_runtime.context import KEY_FIELD_TYPES, ProblemKey, arch_limit, describe, infeasible_reason
 from gemm_runtime.cost_model import DeviceModel, rank, resident_ctas
 from gemm_runtime.dispatch_cache import DispatchCache, ImportReport, PathOrFile
-from gemm_runtime.errors import GraphCaptureError, UnsupportedProblemError
+from gemm_runtime.errors import GemmArgumentError, GraphCaptureError, UnsupportedProblemError
 from gemm_runtime.feasibility import launch_error, plan_type_error
 from gemm_runtime.plan import LaunchSpec
 from gemm_runtime.settings import settings
@@ -39,6 +40,39 @@ class DispatchKernel(Protocol):
 
 # (barrier bytes, partial bytes) of a split-K workspace.
 WorkspaceSizes = tuple[int, int]
+
+
+def _check_key(key: object) -> None:
+    """GemmArgumentError unless ``key`` is a ProblemKey with its fields' types and M, N and
+    K >= 0 (empty problems are ranked: Gemm asks for K = 0, callers for M or N = 0): of an
+    M of -5, the cost model ranked launches as if it were a problem. The stricter
+    ProblemKey.validate is the dispatch cache's."""
+    if not isinstance(key, ProblemKey):
+        raise GemmArgumentError("key", type(key).__name__, "a gemm_runtime.context.ProblemKey (context.make_key)")
+    for f, kind in KEY_FIELD_TYPES.items():
+        v = getattr(key, f)
+        if not isinstance(v, kind):
+            raise GemmArgumentError(f"key.{f}", repr(v), f"a {kind.__name__}")
+    for f in ("m", "n", "k"):
+        v = getattr(key, f)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise GemmArgumentError(f"key.{f}", repr(v), "an integer >= 0")
+
+
+def _check_workspace(workspace: object) -> None:
+    """GemmArgumentError unless ``workspace`` is (barrier bytes, partial bytes)."""
+    if not (
+        isinstance(workspace, tuple)
+        and len(workspace) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in workspace)
+    ):
+        raise GemmArgumentError("workspace", repr(workspace), "(barrier bytes, partial bytes), two integers >= 0")
+
+
+def _check_policy(policy: object) -> None:
+    # NOTE: the policies are compared by identity: "measure" (or None) was DEFAULT, silently.
+    if not isinstance(policy, DispatchPolicy):
+        raise GemmArgumentError("policy", repr(policy), "a DispatchPolicy: " + ", ".join(p.name for p in DispatchPolicy))
 
 
 class Dispatcher:
@@ -82,6 +116,9 @@ class Dispatcher:
         whole-weight plans of the best few dense kernels (whole_weight), cheapest predicted
         first; raises UnsupportedProblemError (with each kernel's reason, counted) when
         there is none."""
+        _check_key(key)
+        if workspace is not None:
+            _check_workspace(workspace)
         ranking = self._rank(self.feasible(key), key, workspace)
         if whole_weight.ranked(key):
             ranking = sorted(ranking + self._whole_weight_ranked(key, workspace), key=lambda item: item[0])
@@ -159,8 +196,12 @@ class Dispatcher:
         """The launch for ``key`` without measuring: the exact cache entry (REUSE: else the
         entry of the nearest tuned M at or above), if it can serve ``key``; else the
         cost model's choice."""
+        _check_policy(policy)
+        if workspace is not None:
+            _check_workspace(workspace)
         hit = self.usable(self.cache.get(key), key, workspace)
         if hit is None and policy is DispatchPolicy.REUSE:
+            _check_key(key)  # an M of -5 took the entry of the smallest tuned M
             hit = self.usable(self.cache.get_at_or_above(key), key, workspace)
         if hit is not None:
             return hit
@@ -173,6 +214,7 @@ class Dispatcher:
         error = plan_type_error(plan)
         if error is not None:
             raise error
+        _check_workspace(workspace)
         kern = self._by_name.get(plan.kernel)
         spec, resident = (kern.spec, self._resident(kern)) if kern is not None else (None, None)
         error = launch_error(spec, plan, key, workspace, resident)
@@ -189,6 +231,7 @@ class Dispatcher:
     ) -> LaunchSpec:
         """The launch ``policy`` picks. MEASURE, and APPEND without an exact entry, call
         ``measure`` (the caller times the ranking on the GPU) and store its winner."""
+        _check_policy(policy)
         # K = 0 computes D = beta * C whatever the kernel: nothing worth measuring or
         # keeping (ProblemKey.validate refuses such keys).
         tunes = policy is DispatchPolicy.MEASURE or (policy is DispatchPolicy.APPEND and self.cache.get(key) is None)

@@ -181,10 +181,19 @@ def tune(
     """
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
         raise ValueError(f"top_k: got {top_k!r}; accepted: an integer >= 0")
+    # NOTE: a make_call that is not callable failed every candidate, and tune returned a
+    # measurement whose best is None, as if every kernel had failed on the GPU.
+    if not callable(make_call):
+        raise ValueError(f"make_call: got {type(make_call).__name__}; accepted: a callable (LaunchSpec) -> callable")
+    if not callable(getattr(measurer, "measure", None)):
+        raise ValueError(f"measurer: got {type(measurer).__name__}; accepted: a gemm_runtime.tuner.Measurer")
     if not isinstance(confirm, int) or isinstance(confirm, bool) or confirm < 0:
         raise ValueError(f"confirm: got {confirm!r}; accepted: an integer >= 0 (0 or 1: no confirmation)")
     t0 = time.perf_counter()
     ranked = list(dict.fromkeys(candidates_ranked))  # ordered de-duplication
+    bad = next((c for c in ranked if not isinstance(c, LaunchSpec)), None)
+    if bad is not None:
+        raise ValueError(f"candidates_ranked: got an item {bad!r}; accepted: LaunchSpecs (gemm_runtime.plan)")
 
     first = ranked[:top_k]
     kernels = {c.kernel for c in first}

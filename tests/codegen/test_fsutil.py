@@ -36,3 +36,14 @@ def test_temp_files_of_a_dead_writer_are_removable_by_pid(tmp_path):
     other.write_bytes(b"half")
     assert remove_temp_files(tmp_path, [4242]) == [mine]
     assert other.exists() and not mine.exists()
+
+
+def test_path_arg_refuses_an_empty_path_and_keeps_the_others():
+    import argparse
+    from pathlib import Path
+
+    from codegen.fsutil import path_arg
+
+    with pytest.raises(argparse.ArgumentTypeError, match="got an empty path; accepted: a non-empty path"):
+        path_arg("")
+    assert path_arg(".") == Path(".") and path_arg("out dir") == Path("out dir")

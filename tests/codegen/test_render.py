@@ -262,3 +262,22 @@ def test_cli_extends_the_default_set(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     families = {k["spec"]["family"] for k in manifest["kernels"]}
     assert "my_f16" in families and "sm80_f16" in families and "sm70_f16_m8n8k4" in families
+
+
+@pytest.mark.parametrize("option", ["--out", "--config"])
+def test_cli_refuses_an_empty_path_and_leaves_the_current_folder_alone(tmp_path, monkeypatch, capsys, option):
+    """``--out "$DIR"`` with DIR unset: the empty path was the current folder, where the
+    sync wrote the kernel set and deleted every <folder>/*.cu not in it."""
+    from codegen.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    keep = tmp_path / "mine" / "keep.cu"
+    keep.parent.mkdir()
+    keep.write_text("// not generated\n")
+    config = str(REPO_ROOT / "codegen/configs/sm80_lowalign.yaml")
+    argv = ["--config", config, "--out", ""] if option == "--out" else ["--config", "", "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"argument {option}: got an empty path" in err
+    assert keep.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]

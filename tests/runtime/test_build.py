@@ -482,3 +482,20 @@ def test_progress_lines_without_a_terminal(generated, tmp_path, capsys, monkeypa
     err = capsys.readouterr().err  # pytest's capture is not a terminal
     assert "nvrtc: 1/3 kernels" in err or "nvrtc: 2/3 kernels" in err
     assert "sm_80: 1 kernels done (" in err and "sm_90: 2 kernels done (" in err and "s of NVRTC time" in err
+
+
+@pytest.mark.parametrize("option", ["--out", "--generated"])
+@pytest.mark.parametrize("entry", [[], ["build"]])
+def test_cli_refuses_an_empty_path_rather_than_the_current_folder(generated, tmp_path, monkeypatch, capsys, option,
+                                                                  entry):  # fmt: skip
+    """``--out "$BUILD"`` with BUILD unset built into the current folder."""
+    import gemm_runtime.__main__ as cli
+
+    monkeypatch.chdir(tmp_path)
+    paths = {"--generated": str(generated), "--out": str(tmp_path / "b"), option: ""}
+    argv = [*entry, *(x for kv in paths.items() for x in kv), "--arch", "80", "--no-progress"]
+    with pytest.raises(SystemExit) as info:
+        (cli.main if entry else main)(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"argument {option}: got an empty path" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["generated"]

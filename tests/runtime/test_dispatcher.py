@@ -381,3 +381,43 @@ def test_an_empty_output_is_ranked_and_a_reused_split_serves_it(m, n):
     assert d.predicted(key).splits == 1
     reused = d.select(key, DispatchPolicy.REUSE)  # N = 0 is another shape: no entry to reuse
     assert reused == (LaunchSpec(sm90.name, splits=2) if n else d.predicted(key))
+
+
+# --- arguments of the wrong kind --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["measure", "reuse", None, 2])
+def test_a_policy_that_is_not_a_dispatch_policy_is_refused_by_name(policy):
+    """Compared by identity, "measure" (or None) was DEFAULT, silently: nothing tuned."""
+    d = dispatcher()
+    with pytest.raises(GemmArgumentError, match=r"^policy: got .*; accepted: a DispatchPolicy: DEFAULT"):
+        d.select(f16(16), policy)
+    with pytest.raises(GemmArgumentError, match=r"^policy: "):
+        d.choose(policy, f16(16), WORKSPACE, never_measure)
+
+
+def test_a_key_with_a_negative_size_or_of_another_type_is_refused_by_name():
+    """An M of -5 was ranked as a problem; REUSE served it the smallest tuned M's entry."""
+    d = dispatcher()
+    d.cache.put(f16(64), d.predicted(f16(64)))
+    for key, field in ((f16(-5), "key.m"), (f16(16, n=-1), "key.n"), (f16(16, k=-8), "key.k")):
+        with pytest.raises(GemmArgumentError, match=rf"^{field}: got -\d+; accepted: an integer >= 0"):
+            d.ranked(key)
+        with pytest.raises(GemmArgumentError, match=rf"^{field}: "):
+            d.select(key, DispatchPolicy.REUSE)
+    with pytest.raises(GemmArgumentError, match="^key: got str; accepted: a gemm_runtime.context.ProblemKey"):
+        d.predicted("16x4096x4096")
+    with pytest.raises(GemmArgumentError, match="^key.a_type: got 'f16'; accepted: a DataType"):
+        d.ranked(make_key("f16", BOrder.NK, DataType.F16, 16, 4096, 4096, arch=ARCH))
+
+
+@pytest.mark.parametrize("workspace", [(1,), "big", (-1, 1 << 20), (1.5, 2), [1 << 20, 32 << 20]])
+def test_a_workspace_that_is_not_two_byte_counts_is_refused_by_name(workspace):
+    """Before: ValueError 'not enough values to unpack' or a TypeError from inside, and a
+    negative size ranked as if it were none."""
+    d = dispatcher()
+    name = d.predicted(f16(16)).kernel
+    for call in (lambda: d.ranked(f16(16), workspace), lambda: d.select(f16(16), workspace=workspace),
+                 lambda: d.forced(LaunchSpec(name), f16(16), workspace)):  # fmt: skip
+        with pytest.raises(GemmArgumentError, match=r"^workspace: got .*; accepted: \(barrier bytes, partial bytes\)"):
+            call()

@@ -183,3 +183,11 @@ def test_list_device_out_of_range_names_it(tmp_path, capsys, monkeypatch, device
     assert cli.main(["list", "--build-dir", str(tmp_path), "--device", device]) == 1
     captured = capsys.readouterr()
     assert captured.err == f"error: --device {device}: 2 GPU(s) are visible (0..1)\n" and captured.out == ""
+
+
+def test_an_empty_build_dir_is_refused_by_name(capsys):
+    """``--build-dir "$BUILD"`` with BUILD unset listed the current folder as a build."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["list", "--build-dir", ""])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "argument --build-dir: got an empty path" in err

@@ -276,3 +276,12 @@ def test_run_tuning_refuses_an_unknown_dtype_before_anything_runs(tmp_path, dtyp
         cli.run_tuning(gemm, plan, dtype=dtype, out_path=tmp_path / "c.json", import_path=tmp_path / "p.json",
                        progress=False, stdout=io.StringIO())  # fmt: skip
     assert gemm.events == [] and not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("option", ["--out", "--shapes", "--import"])
+def test_an_empty_path_is_refused_by_name(capsys, option):
+    argv = {"--model": "llama3-8b", "--out": "c.json", option: ""}
+    with pytest.raises(SystemExit) as e:
+        cli.main(["tune", *(x for kv in argv.items() for x in kv)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "got an empty path" in err and option in err

@@ -368,3 +368,16 @@ def test_a_finalist_failing_its_confirmation_scores_infinity():
 def test_tune_validates_confirm(bad):
     with pytest.raises(ValueError, match="confirm: got"):
         tune([S("a")], FakeProblem(), top_k=1, measurer=Measurer(FakeTimer()), confirm=bad)
+
+
+def test_tune_refuses_a_make_call_measurer_or_candidate_of_the_wrong_kind():
+    """Before: a make_call that is not callable failed every candidate and tune returned a
+    measurement whose best is None (as if every kernel failed on the GPU); a measurer of
+    None or a candidate that is a kernel name raised AttributeError from inside."""
+    problem, measurer = FakeProblem(), Measurer(FakeTimer())
+    with pytest.raises(ValueError, match=r"^make_call: got NoneType; accepted: a callable"):
+        tune(RANKED, None, top_k=2, measurer=measurer)
+    with pytest.raises(ValueError, match=r"^measurer: got NoneType; accepted: a gemm_runtime.tuner.Measurer"):
+        tune(RANKED, problem, top_k=2, measurer=None)
+    with pytest.raises(ValueError, match=r"^candidates_ranked: got an item 'a'; accepted: LaunchSpecs"):
+        tune(["a", "b"], problem, top_k=2, measurer=measurer)
