@@ -20,9 +20,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import yaml
 
-from bench.cli import check_models, check_out, positive_int
+from bench.cli import check_models, check_out, positive_int, shape_models
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.packed_weight import pack_for_gemm
 from gemm_runtime.quant import quantize
@@ -38,7 +37,7 @@ INT4_INNER_K_TILES = 8  # torch's int4 packing; K must be a multiple of 16 x thi
 def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
     """(N, K) of the model's four layers (bench/shapes.yaml); gate_up's N is gate and up
     interleaved, so down's K is half of it."""
-    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"][model]
+    shapes = shape_models()[model]
     out = {layer: tuple(shapes[layer]) for layer in LAYERS}
     if out["gate_up"][0] != 2 * out["down"][1]:
         raise ValueError(f"{model}: gate_up N {out['gate_up'][0]} is not twice down's K {out['down'][1]}")

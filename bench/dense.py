@@ -16,9 +16,8 @@ import statistics
 from pathlib import Path
 
 import torch
-import yaml
 
-from bench.cli import check_models, check_out, positive_int
+from bench.cli import check_models, check_out, positive_int, shape_models
 from bench.timing import host_us_per_call, interleaved_medians_ms, median_ms
 from gemm_runtime import DispatchPolicy, Gemm
 from gemm_runtime.context import make_problem
@@ -41,7 +40,7 @@ def _problem_key(gemm: Gemm, a, b, out):
 
 
 def run(models: list[str], ms: list[int], dtypes: list[torch.dtype], oracle: bool, tuned: bool = False) -> list[dict]:
-    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    shapes = shape_models()
     gemm = Gemm()
     rows = []
     for dtype in dtypes:

@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
-from bench.cli import check_models, check_out, positive_int
+from bench.cli import check_models, check_out, positive_int, shape_models
 from bench.quant import DTYPES
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import make_problem
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     check_out(ap, "--out", args.out)
     timings = args.timings or ROOT / "docs" / "perf" / "data" / f"{args.out.stem}.json.gz"
     check_out(ap, "--timings", timings)
-    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    shapes = shape_models()
     gemm = Gemm()
     rows = []
     t_start = time.perf_counter()

@@ -29,9 +29,8 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import torch
-import yaml
 
-from bench.cli import check_models, check_out, positive_int
+from bench.cli import check_models, check_out, positive_int, shape_models
 from codegen.spec import KernelSpec
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import ProblemKey
@@ -74,7 +73,7 @@ def ceiling_speedup(peer_us: float, flops: float, rate: float, floor_us: float) 
 def w4_layers(models: list[str]) -> Iterator[tuple[str, int, int, torch.Tensor, PackedWeight]]:
     """Per layer of ``models`` (bench/shapes.yaml): its label, N, K, a random fp16 weight
     [N, K] on the GPU and that weight in 4 bits, groups of 128, packed."""
-    shapes = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    shapes = shape_models()
     for model in models:
         for layer, (n, k) in shapes[model].items():
             w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
@@ -153,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     check_out(ap, "--out", args.out)
     check_out(ap, "--plans", args.plans)  # exported after each problem
     label, dtype = args.dtype, DTYPES[args.dtype]
-    models = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())["models"]
+    models = shape_models()
     shapes = {f"{model} {layer}": nk for model in args.models for layer, nk in models[model].items()}
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references
     gemm = Gemm()
