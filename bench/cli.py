@@ -26,6 +26,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+def int_from(lo: int, hi: int):
+    """An argparse ``type``: an integer from ``lo`` to ``hi`` (a swizzle, a split count)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"got {text!r}; accepted: an integer from {lo} to {hi}")
+        return value
+
+    return parse
+
+
+def tile_mn(text: str) -> str:
+    """An argparse ``type``: a CTA tile's MxN, e.g. 128x256 (as the kernel names spell it)."""
+    parts = text.split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"got {text!r}; accepted: MxN, two integers >= 1 (e.g. 128x256)")
+    return "x".join(str(int(p)) for p in parts)
+
+
 def shape_models() -> dict:
     """bench/shapes.yaml's ``models``: {model: {layer: [N, K]}}."""
     return yaml.safe_load(SHAPES.read_text())["models"]
@@ -56,3 +79,41 @@ def check_out(ap: argparse.ArgumentParser, option: str, path: Path | None) -> No
         ap.error(f"{option}: got {path}; cannot create it: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         ap.error(f"{option}: got {path}; cannot create it: {parent} is not writable")
+
+
+def check_distinct(ap: argparse.ArgumentParser, *options: tuple[str, Path | None]) -> None:
+    """``ap.error`` where two of ``options`` ((option, path), None: not given) name the same
+    file: the later write would replace the earlier (a table by the plans or timings)."""
+    seen: dict[Path, str] = {}
+    for option, path in options:
+        if path is None:
+            continue
+        resolved = Path(path).expanduser().resolve()
+        if resolved in seen:
+            ap.error(f"{option}: got {path}, the file {seen[resolved]} names too; accepted: another file "
+                     f"(each would overwrite the other)")  # fmt: skip
+        seen[resolved] = option
+
+
+def check_folder(ap: argparse.ArgumentParser, option: str, path: Path | None) -> None:
+    """``ap.error`` unless ``path`` is a folder or can be made one: no part of it is a file."""
+    if path is None:
+        return
+    path = Path(path).expanduser()
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        ap.error(f"{option}: got {path}; accepted: a folder (made if missing), but {existing} is a file")
+
+
+def check_build(ap: argparse.ArgumentParser, option: str, path: Path | None) -> None:
+    """``ap.error`` unless ``path`` (where given) is a build folder: one holding
+    sm_XX/manifest.json (python -m gemm_runtime.build --out)."""
+    if path is None:
+        return
+    from gemm_runtime.build_manifest import arch_dirs
+
+    if not arch_dirs(Path(path).expanduser()):
+        what = "does not exist" if not Path(path).expanduser().exists() else "holds no sm_XX/manifest.json"
+        ap.error(f"{option}: got {path}, which {what}; accepted: a build folder (python -m gemm_runtime.build --out)")

@@ -61,7 +61,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.cli import check_out, positive_int
+from bench.cli import check_build, check_folder, check_out, positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_ENV = "CUTLASS_PEER_CACHE"
@@ -1234,6 +1234,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-fail", action="store_true", help="on failure write the JSON and exit 0")
     args = ap.parse_args(argv)
     check_out(ap, "--out", args.out)  # written at the end, failure or not
+    # NOTE: both were found only once the run reached them: --ours-build after every
+    # CUTLASS kernel compiled (each row's ours column then "no build"), --cache-dir as a
+    # failed run whose record held a NotADirectoryError's traceback.
+    check_build(ap, "--ours-build", args.ours_build)
+    check_folder(ap, "--cache-dir", args.cache_dir)
     bad = [o for o in args.order if o not in ORDERS]
     if bad:
         ap.error(f"--order: {bad} not in {ORDERS}")

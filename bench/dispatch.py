@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cli import check_models, check_out, positive_int, shape_models
+from bench.cli import check_distinct, check_models, check_out, positive_int, shape_models
 from bench.quant import DTYPES
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import make_problem
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     check_out(ap, "--out", args.out)
     timings = args.timings or ROOT / "docs" / "perf" / "data" / f"{args.out.stem}.json.gz"
     check_out(ap, "--timings", timings)
+    check_distinct(ap, ("--out", args.out), ("--timings", timings))
     shapes = shape_models()
     gemm = Gemm()
     rows = []

@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = report(measure(args.calls, args.rounds, m, n, k), m, n, k)
     print("\n".join(lines))
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)  # check_out accepts folders still to be made
         args.out.write_text("\n".join(lines) + "\n")
     return 0
 

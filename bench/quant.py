@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cli import check_models, check_out, positive_int, shape_models
+from bench.cli import check_distinct, check_models, check_out, positive_int, shape_models
 from codegen.spec import KernelSpec
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.context import ProblemKey
@@ -148,9 +148,16 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.retune and args.plans is None:
         ap.error("--retune: names token counts of a --plans file; give --plans too")
+    # NOTE: a token count not in --m was dropped from the import and never tuned again, so
+    # the first export rewrote --plans without its plans.
+    lost = [m for m in dict.fromkeys(args.retune) if m not in args.m]
+    if lost:
+        ap.error(f"--retune: got {', '.join(map(str, lost))}, not among --m ({' '.join(map(str, args.m))}); "
+                 "accepted: token counts of --m (the plans of another would be dropped from --plans, not tuned)")
     check_models(ap, "--models", args.models)
     check_out(ap, "--out", args.out)
     check_out(ap, "--plans", args.plans)  # exported after each problem
+    check_distinct(ap, ("--out", args.out), ("--plans", args.plans))
     label, dtype = args.dtype, DTYPES[args.dtype]
     models = shape_models()
     shapes = {f"{model} {layer}": nk for model in args.models for layer, nk in models[model].items()}

@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     check_out(ap, "--out", args.out)
     lines = run(args.sizes, [getattr(torch, d) for d in args.dtypes], args.orders)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)  # check_out accepts folders still to be made
         args.out.write_text("\n".join(lines) + "\n")
 
 

@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     from gemm_runtime.parallel import ParallelGatedMLP
 
     if not dist.is_initialized():
+        # NOTE: run without torchrun, the rendezvous raised from inside torch.distributed.
+        missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+        if missing:
+            ap.error(f"no torchrun rendezvous ({', '.join(missing)} not set); accepted: a run under torchrun, "
+                     "e.g. torchrun --nproc-per-node 2 -m bench.tp_mlp")
         dist.init_process_group("gloo" if args.cpu else "nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu") if args.cpu else torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
@@ -110,6 +115,7 @@ def main(argv: list[str] | None = None) -> list[str]:
                                  f"{single:.3f} | {err:.1e} |")  # fmt: skip
                     print(lines[-1], flush=True)
     if rank == 0 and args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)  # check_out accepts folders still to be made
         args.out.write_text("\n".join(lines) + "\n")
     return lines
 

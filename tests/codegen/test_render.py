@@ -281,3 +281,22 @@ def test_cli_refuses_an_empty_path_and_leaves_the_current_folder_alone(tmp_path,
     err = capsys.readouterr().err
     assert info.value.code == 2 and f"argument {option}: got an empty path" in err
     assert keep.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_an_out_folder_of_the_users_keeps_the_kernels_it_did_not_generate(tmp_path: Path) -> None:
+    """``--out`` naming a project's folder: the sync deleted every <folder>/*.cu there that
+    was not in the kernel set, hand-written kernels included, and the folders it emptied."""
+    mine = tmp_path / "kernels" / "fast.cu"
+    mine.parent.mkdir()
+    mine.write_text("// my hand-written kernel\n")
+    config = REPO_ROOT / "codegen/configs/sm80_lowalign.yaml"
+    proc = _cli("--config", str(config), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert mine.read_text() == "// my hand-written kernel\n"
+    assert "0 removed" in proc.stdout
+    # A stale kernel the generator wrote is still removed.
+    loaded = load_configs([config])
+    stale = tmp_path / kernel_file(loaded[0].spec)
+    assert stale.exists()
+    assert write_generated(loaded[1:], tmp_path).removed == [stale] and not stale.exists()
+    assert mine.exists()
