@@ -112,11 +112,11 @@ def test_quantized_b_is_refused(tmp_path: Path) -> None:
     advice that the atom check then refuses.)"""
     for b_type in ("u4", "u8"):
         error(tmp_path, family(b_type=b_type), TILE, "b_type", f"got {b_type!r}",
-              "accepted: f16 (quantized B is not in the sm90 family yet)")  # fmt: skip
+              "accepted: f16 (quantized B: the sm90_quant family)")  # fmt: skip
     error(tmp_path, family(b_type="u4", mma="m16n8k16"), FAM, "mma", "got 'm16n8k16'",
           "accepted: 'm64nNk16' (the atoms the sm90 mainloop implements)")  # fmt: skip
     spec = sm90_spec(b_type=DataType.U4)
-    assert SM90.kernel_error(spec) == ("b_type", "u4", "f16 (quantized B is not in the sm90 family yet)")
+    assert SM90.kernel_error(spec) == ("b_type", "u4", "f16 (quantized B: the sm90_quant family)")
 
 
 def test_arch_below_90_is_refused(tmp_path: Path) -> None:
