@@ -10,16 +10,17 @@ import argparse
 
 import torch
 
+from bench.cli import positive_int
 from bench.timing import median_ms
 from gemm_runtime import Gemm
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--m", type=int, default=4096)
-    ap.add_argument("--n", type=int, default=8192)
-    ap.add_argument("--k", type=int, default=8192)
-    args = ap.parse_args()
+    ap.add_argument("--m", type=positive_int, default=4096)
+    ap.add_argument("--n", type=positive_int, default=8192)
+    ap.add_argument("--k", type=positive_int, default=8192)
+    args = ap.parse_args(argv)
     gemm = Gemm()
     m, n, k = args.m, args.n, args.k
     print(f"M={m} N={n} K={k}, fp16, B as N x K")

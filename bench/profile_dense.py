@@ -12,22 +12,23 @@ import argparse
 
 import torch
 
+from bench.cli import int_from, positive_int, tile_mn
 from gemm_runtime import Gemm
-from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.plan import SWIZZLES, LaunchSpec
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--m", type=int, default=8192)
-    ap.add_argument("--n", type=int, default=8192)
-    ap.add_argument("--k", type=int, default=8192)
+    ap.add_argument("--m", type=positive_int, default=8192)
+    ap.add_argument("--n", type=positive_int, default=8192)
+    ap.add_argument("--k", type=positive_int, default=8192)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
-    ap.add_argument("--tile", help="MxN of a kernel to force (cluster 1, N x K weights), e.g. 128x256")
+    ap.add_argument("--tile", type=tile_mn, help="MxN of a kernel to force (cluster 1, N x K weights), e.g. 128x256")
     ap.add_argument("--mainloop", default="sm90", choices=["sm90", "sm80"], help="the forced kernel's family")
-    ap.add_argument("--cta-k", type=int, default=None, help="the forced kernel's CTA K (sm80 tiles differ in it)")
-    ap.add_argument("--swizzle", type=int, default=3)
+    ap.add_argument("--cta-k", type=positive_int, default=None, help="the forced kernel's CTA K (sm80 tiles differ in it)")
+    ap.add_argument("--swizzle", type=int_from(SWIZZLES[0], SWIZZLES[-1]), default=3)
     ap.add_argument("--cublas", action="store_true", help="also launch torch.matmul once")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     gemm = Gemm()
     a = torch.randn(args.m, args.k, device="cuda", dtype=dtype)

@@ -13,9 +13,10 @@ import argparse
 
 import torch
 
+from bench.cli import int_from, positive_int, tile_mn
 from bench.moe import CONFIGS, _projections, route
 from gemm_runtime import Gemm
-from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.plan import SWIZZLES, LaunchSpec
 
 
 def _kernel(gemm: Gemm, tile: str, short: str, grouped: bool) -> str:
@@ -29,15 +30,15 @@ def _kernel(gemm: Gemm, tile: str, short: str, grouped: bool) -> str:
     return name
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="mixtral", choices=list(CONFIGS))
-    ap.add_argument("--tokens", type=int, default=8192)
+    ap.add_argument("--tokens", type=positive_int, default=8192)
     ap.add_argument("--gemm", default="gate_up", choices=["gate_up", "down"])
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
-    ap.add_argument("--tile", help="MxN of the sm90 kernels to force, e.g. 128x256")
-    ap.add_argument("--swizzle", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--tile", type=tile_mn, help="MxN of the sm90 kernels to force, e.g. 128x256")
+    ap.add_argument("--swizzle", type=int_from(SWIZZLES[0], SWIZZLES[-1]), default=3)
+    args = ap.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     short = {"bfloat16": "bf16", "float16": "f16"}[args.dtype]
     cfg = CONFIGS[args.config]

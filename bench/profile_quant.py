@@ -8,20 +8,21 @@ import argparse
 
 import torch
 
+from bench.cli import int_from, positive_int
 from gemm_runtime import DispatchPolicy, Gemm, Operation
 from gemm_runtime.packed_weight import pack_for_gemm
-from gemm_runtime.plan import LaunchSpec
+from gemm_runtime.plan import MAX_SPLITS, LaunchSpec
 from gemm_runtime.quant import quantize
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--m", type=int, default=1)
-    ap.add_argument("--n", type=int, default=57344)
-    ap.add_argument("--k", type=int, default=8192)
+    ap.add_argument("--m", type=positive_int, default=1)
+    ap.add_argument("--n", type=positive_int, default=57344)
+    ap.add_argument("--k", type=positive_int, default=8192)
     ap.add_argument("--kernel", default=None)
-    ap.add_argument("--splits", type=int, default=1)
-    args = ap.parse_args()
+    ap.add_argument("--splits", type=int_from(1, MAX_SPLITS), default=1)
+    args = ap.parse_args(argv)
     gemm = Gemm()
     w = torch.randn(args.n, args.k, device="cuda", dtype=torch.float16) * 0.02
     packed = pack_for_gemm(quantize(w, bits=4, group_size=128))

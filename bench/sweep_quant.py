@@ -12,25 +12,29 @@ import argparse
 
 import torch
 
+from bench.cli import int_from, positive_int
 from gemm_runtime import Gemm
 from gemm_runtime.packed_weight import pack_for_gemm
-from gemm_runtime.plan import LaunchSpec
-from gemm_runtime.quant import quantize
+from gemm_runtime.plan import MAX_SPLITS, LaunchSpec
+from gemm_runtime.quant import BITS, GROUP_SIZES, PER_CHANNEL, quantize
 from gemm_runtime.timing import median_ms
 
 from bench.quant import copy_bandwidth
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--m", type=int, default=1)
-    ap.add_argument("--n", type=int, default=57344)
-    ap.add_argument("--k", type=int, default=8192)
-    ap.add_argument("--bits", type=int, default=4)
+    ap.add_argument("--m", type=positive_int, default=1)
+    ap.add_argument("--n", type=positive_int, default=57344)
+    ap.add_argument("--k", type=positive_int, default=8192)
+    ap.add_argument("--bits", type=int, choices=BITS, default=4)
     ap.add_argument("--group", type=int, default=128, help="group size along K (-1: per channel)")
-    ap.add_argument("--max-splits", type=int, default=8)
+    ap.add_argument("--max-splits", type=int_from(1, MAX_SPLITS), default=8)
     ap.add_argument("--only", default="", help="only kernels whose name contains this")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.group not in (*GROUP_SIZES, PER_CHANNEL, args.k):
+        ap.error(f"--group: got {args.group}; accepted: one of {', '.join(map(str, GROUP_SIZES))}, or {PER_CHANNEL} "
+                 f"or K={args.k} for per channel")
     gemm = Gemm()
     w = torch.randn(args.n, args.k, device="cuda", dtype=torch.float16) * 0.02
     packed = pack_for_gemm(quantize(w, bits=args.bits, group_size=args.group))

@@ -405,6 +405,10 @@ def tune_command(args: argparse.Namespace) -> int:
         raise TuneError(f"cannot write {args.out}: {out_dir} is not a writable folder")
     if Path(args.out).expanduser().is_dir():  # else found out only once the tuning is done
         raise TuneError(f"cannot write {args.out}: it is a folder; --out names the file to write")
+    # NOTE: the cache was written over the shapes file once the tuning was done.
+    if Path(args.out).expanduser().resolve() == Path(args.shapes).expanduser().resolve():
+        raise TuneError(f"--out: got {args.out}, the shapes file --shapes reads; accepted: another file "
+                        "(the dispatch cache would be written over the shapes)")
     if args.import_path is not None and not Path(args.import_path).is_file():
         raise TuneError(f"--import {args.import_path}: no such file")
     gpus = visible_gpus()

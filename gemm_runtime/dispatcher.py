@@ -59,14 +59,21 @@ def _check_key(key: object) -> None:
             raise GemmArgumentError(f"key.{f}", repr(v), "an integer >= 0")
 
 
-def _check_workspace(workspace: object) -> None:
+def _check_workspace(workspace: object, argument: str = "workspace") -> None:
     """GemmArgumentError unless ``workspace`` is (barrier bytes, partial bytes)."""
     if not (
         isinstance(workspace, tuple)
         and len(workspace) == 2
         and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in workspace)
     ):
-        raise GemmArgumentError("workspace", repr(workspace), "(barrier bytes, partial bytes), two integers >= 0")
+        raise GemmArgumentError(argument, repr(workspace), "(barrier bytes, partial bytes), two integers >= 0")
+
+
+def _check_plan(plan: object) -> None:
+    """GemmArgumentError unless ``plan`` is a LaunchSpec (a name is the caller's to wrap:
+    ``choose`` takes either)."""
+    if not isinstance(plan, LaunchSpec):
+        raise GemmArgumentError("plan", type(plan).__name__, "a gemm_runtime.plan.LaunchSpec")
 
 
 def _check_policy(policy: object) -> None:
@@ -87,6 +94,9 @@ class Dispatcher:
         cache: DispatchCache,
         default_workspace: WorkspaceSizes,
     ) -> None:
+        # NOTE: a default workspace that is not two byte counts was found by the first
+        # ranking (ValueError: not enough values to unpack); a negative one ranked splits.
+        _check_workspace(default_workspace, "default_workspace")
         self._kernels = list(kernels)
         self._by_name = {k.name: k for k in self._kernels}
         self.device_model = device_model
@@ -109,6 +119,9 @@ class Dispatcher:
         return resident_ctas(self.device_model, kern.ctas_per_sm)
 
     def feasible(self, key: ProblemKey) -> list[DispatchKernel]:
+        # NOTE: of an M of -5 every kernel was feasible; of a key that is not a ProblemKey,
+        # AttributeError from inside infeasible_reason.
+        _check_key(key)
         return [k for k in self._kernels if infeasible_reason(k.spec, key) is None]
 
     def ranked(self, key: ProblemKey, workspace: WorkspaceSizes | None = None) -> list[tuple[float, LaunchSpec]]:
@@ -181,6 +194,7 @@ class Dispatcher:
         replays its result."""
         if plan is None:
             return None
+        _check_plan(plan)
         kern = self._by_name.get(plan.kernel)
         spec = kern.spec if kern is not None else None
         if launch_error(spec, plan, key) is not None:
@@ -197,11 +211,18 @@ class Dispatcher:
         entry of the nearest tuned M at or above), if it can serve ``key``; else the
         cost model's choice."""
         _check_policy(policy)
+        # A key that is not a ProblemKey raised AttributeError from the cache's lookup; an
+        # M of -5 took, with REUSE, the entry of the smallest tuned M.
+        _check_key(key)
         if workspace is not None:
             _check_workspace(workspace)
+        return self._select(key, policy, workspace)
+
+    def _select(self, key: ProblemKey, policy: DispatchPolicy, workspace: WorkspaceSizes | None) -> LaunchSpec:
+        """select without its checks: plan's arguments come checked (Gemm's, from a checked
+        Problem), and each call that misses the fast path comes through here."""
         hit = self.usable(self.cache.get(key), key, workspace)
         if hit is None and policy is DispatchPolicy.REUSE:
-            _check_key(key)  # an M of -5 took the entry of the smallest tuned M
             hit = self.usable(self.cache.get_at_or_above(key), key, workspace)
         if hit is not None:
             return hit
@@ -214,6 +235,7 @@ class Dispatcher:
         error = plan_type_error(plan)
         if error is not None:
             raise error
+        _check_key(key)  # an M of -5 was served
         _check_workspace(workspace)
         kern = self._by_name.get(plan.kernel)
         spec, resident = (kern.spec, self._resident(kern)) if kern is not None else (None, None)
@@ -235,15 +257,31 @@ class Dispatcher:
         # K = 0 computes D = beta * C whatever the kernel: nothing worth measuring or
         # keeping (ProblemKey.validate refuses such keys).
         tunes = policy is DispatchPolicy.MEASURE or (policy is DispatchPolicy.APPEND and self.cache.get(key) is None)
+        if tunes:
+            # NOTE: each of these was found only after measure() had timed the candidates on
+            # the GPU: a key of M -5 (refused by the cache's put), a workspace that is not two
+            # byte counts; a key that is not a ProblemKey raised AttributeError. Checked
+            # here only: the other policies' path is select's, run on every call that
+            # misses the fast path, with arguments Gemm has checked.
+            _check_key(key)
+            _check_workspace(workspace)
+            if not callable(measure):
+                raise GemmArgumentError("measure", type(measure).__name__,
+                                        "a callable () -> gemm_runtime.tuner.Measurement")  # fmt: skip
         if tunes and key.k > 0:
             # NOTE: the winner is checked like any other launch from the cache before it is
             # stored: one that cannot serve the key was returned and kept (and exported).
-            best = self.usable(measure().best, key, workspace)
+            measured = measure()
+            if not isinstance(measured, Measurement):
+                raise GemmArgumentError(
+                    "measure", f"a callable returning {type(measured).__name__}", "one returning a tuner.Measurement"
+                )
+            best = self.usable(measured.best, key, workspace)
             if best is not None:
                 self.cache.put(key, best, replace=policy is DispatchPolicy.MEASURE)
                 # Another thread may have stored its own winner first (APPEND keeps it).
                 return self.usable(self.cache.get(key), key, workspace) or best
-        return self.select(key, policy, workspace)
+        return self._select(key, policy, workspace)
 
     def choose(
         self,

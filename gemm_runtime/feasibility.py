@@ -29,6 +29,8 @@ def plan_type_error(plan: LaunchSpec, argument: str = "kernel") -> GemmArgumentE
     not a string, a split count of 2.5, ...), or None. LaunchSpec.from_json checks a
     file's records so; a forced launch is checked here before anything looks it up, and
     a launch stored in the dispatch cache (``argument`` "spec": DispatchCache.put)."""
+    if not isinstance(plan, LaunchSpec):  # Dispatcher.forced of a name: AttributeError 'kernel'
+        return GemmArgumentError(argument, type(plan).__name__, "a gemm_runtime.plan.LaunchSpec")
     if not isinstance(plan.kernel, str):
         accepted = "a kernel name (a str) from Gemm.kernels" + (", or a LaunchSpec" if argument == "kernel" else "")
         return GemmArgumentError(argument if argument == "kernel" else f"{argument}.kernel", repr(plan.kernel), accepted)

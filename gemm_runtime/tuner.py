@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gemm_runtime.plan import LaunchSpec
@@ -189,6 +189,11 @@ def tune(
         raise ValueError(f"measurer: got {type(measurer).__name__}; accepted: a gemm_runtime.tuner.Measurer")
     if not isinstance(confirm, int) or isinstance(confirm, bool) or confirm < 0:
         raise ValueError(f"confirm: got {confirm!r}; accepted: an integer >= 0 (0 or 1: no confirmation)")
+    # NOTE: one LaunchSpec (or None) in place of the ranking raised TypeError "object is
+    # not iterable", naming no argument.
+    if isinstance(candidates_ranked, LaunchSpec) or not isinstance(candidates_ranked, Iterable):
+        raise ValueError(f"candidates_ranked: got {candidates_ranked!r}; accepted: a sequence of LaunchSpecs "
+                         "(gemm_runtime.plan), best predicted first")
     t0 = time.perf_counter()
     ranked = list(dict.fromkeys(candidates_ranked))  # ordered de-duplication
     bad = next((c for c in ranked if not isinstance(c, LaunchSpec)), None)

@@ -80,6 +80,27 @@ def test_check_models_names_the_unknown_and_lists_the_known(capsys):
         ("sm90", ["--out", "{tmp}"], "a folder"),
         ("cutlass_peer", ["--jobs", "0"], "argument --jobs: got '0'"),
         ("cutlass_peer", ["--out", "{blocker}/peer.json"], "--out: got"),
+        # The seventh audit's second pass.
+        ("quant", ["--m", "1", "16", "--plans", "{tmp}/p.json", "--retune", "16", "128"],
+         "--retune: got 128, not among --m (1 16)"),
+        ("quant", ["--out", "{tmp}/q.md", "--plans", "{tmp}/./q.md"], "--plans: got"),
+        ("dispatch", ["--out", "{tmp}/d.json.gz", "--timings", "{tmp}/d.json.gz"], "--timings: got"),
+        ("cutlass_peer", ["--ours-build", "{tmp}/nowhere"], "--ours-build: got"),
+        ("cutlass_peer", ["--ours-build", "{tmp}"], "holds no sm_XX/manifest.json"),
+        ("cutlass_peer", ["--cache-dir", "{blocker}"], "--cache-dir: got"),
+        ("cutlass_peer", ["--cache-dir", "{blocker}/sub"], "is a file"),
+        ("sweep_quant", ["--bits", "3"], "argument --bits: invalid choice: 3"),
+        ("sweep_quant", ["--max-splits", "0"], "argument --max-splits: got '0'"),
+        ("sweep_quant", ["--m", "0"], "argument --m: got '0'"),
+        ("sweep_quant", ["--group", "100"], "--group: got 100; accepted: one of 32, 64, 128"),
+        ("mainloops", ["--k", "-1"], "argument --k: got '-1'"),
+        ("profile_dense", ["--swizzle", "9"], "argument --swizzle: got '9'; accepted: an integer from 0 to 5"),
+        ("profile_dense", ["--tile", "128"], "argument --tile: got '128'; accepted: MxN"),
+        ("profile_dense", ["--cta-k", "0"], "argument --cta-k: got '0'"),
+        ("profile_grouped", ["--tokens", "-1"], "argument --tokens: got '-1'"),
+        ("profile_grouped", ["--swizzle", "-1"], "argument --swizzle: got '-1'"),
+        ("profile_quant", ["--splits", "0"], "argument --splits: got '0'; accepted: an integer from 1 to 64"),
+        ("profile_quant", ["--n", "0"], "argument --n: got '0'"),
     ],
 )
 def test_a_bad_argument_ends_the_run_before_the_gpu_is_touched(module, argv, said, tmp_path, capsys):
@@ -94,3 +115,44 @@ def test_a_bad_argument_ends_the_run_before_the_gpu_is_touched(module, argv, sai
         main(argv)
     err = capsys.readouterr().err
     assert info.value.code == 2 and said in err and "Traceback" not in err
+
+
+def test_a_run_without_torchrun_is_an_argparse_error(monkeypatch, capsys):
+    """bench.tp_mlp run as python -m: the rendezvous raised ValueError from inside torch."""
+    from bench.tp_mlp import main
+
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(["--cpu", "--hidden", "64", "--intermediate", "128", "--tokens", "1"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "no torchrun rendezvous (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set)" in err
+
+
+@pytest.mark.parametrize("module, fake", [("host_time", "measure"), ("sm90", "run")])
+def test_an_out_in_a_folder_still_to_be_made_is_written(module, fake, tmp_path, monkeypatch):
+    """check_out accepts a missing folder (made at the end); these wrote into it without
+    making it: FileNotFoundError once the timing was done."""
+    bench = importlib.import_module(f"bench.{module}")
+    if module == "host_time":
+        monkeypatch.setattr(bench, "measure", lambda *a: None)
+        monkeypatch.setattr(bench, "report", lambda *a: ["| table |"])
+    else:
+        monkeypatch.setattr(bench, "run", lambda *a: ["| table |"])
+    out = tmp_path / "new" / "deeper" / "t.md"
+    bench.main(["--out", str(out)])
+    assert out.read_text() == "| table |\n"
+
+
+def test_tp_mlp_writes_its_out_in_a_folder_still_to_be_made(tmp_path):
+    import torch.distributed as dist
+
+    from bench.tp_mlp import main
+
+    out = tmp_path / "new" / "tp.md"
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        main(["--cpu", "--hidden", "64", "--intermediate", "128", "--tokens", "1", "--reps", "1", "--out", str(out)])
+    finally:
+        dist.destroy_process_group()
+    assert out.read_text().startswith("| weights | tokens | TP 1 step (ms)")

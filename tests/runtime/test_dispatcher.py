@@ -421,3 +421,50 @@ def test_a_workspace_that_is_not_two_byte_counts_is_refused_by_name(workspace):
                  lambda: d.forced(LaunchSpec(name), f16(16), workspace)):  # fmt: skip
         with pytest.raises(GemmArgumentError, match=r"^workspace: got .*; accepted: \(barrier bytes, partial bytes\)"):
             call()
+
+
+def test_feasible_forced_and_plan_refuse_a_bad_key_by_name():
+    """Before: feasible took an M of -5 (every kernel feasible) and forced served it; plan
+    measured it on the GPU first, then the cache's put refused it; a key that is not a
+    ProblemKey raised AttributeError from inside (feasible, select, plan, forced)."""
+    d = dispatcher()
+    name = d.predicted(f16(16)).kernel
+    for key, said in ((f16(-5), r"^key.m: got -5; accepted: an integer >= 0"),
+                      ("16x4096x4096", r"^key: got str; accepted: a gemm_runtime.context.ProblemKey")):  # fmt: skip
+        with pytest.raises(GemmArgumentError, match=said):
+            d.feasible(key)
+        with pytest.raises(GemmArgumentError, match=said):
+            d.select(key)
+        with pytest.raises(GemmArgumentError, match=said):
+            d.forced(LaunchSpec(name), key, WORKSPACE)
+        with pytest.raises(GemmArgumentError, match=said):
+            d.plan(DispatchPolicy.MEASURE, key, WORKSPACE, never_measure)
+    assert d.feasible(f16(0)) == [F16_NK8, THIN]  # an empty problem stays feasible
+
+
+def test_plan_checks_its_workspace_and_measure_before_measuring():
+    """Before: a workspace that is not two byte counts raised TypeError from inside the
+    workspace check after measure() had timed every candidate; a measure of None raised
+    'NoneType' object is not callable, one returning None AttributeError 'best'."""
+    d = dispatcher()
+    with pytest.raises(GemmArgumentError, match=r"^workspace: got \(1,\); accepted: \(barrier bytes, partial bytes\)"):
+        d.plan(DispatchPolicy.MEASURE, f16(16), (1,), never_measure)
+    with pytest.raises(GemmArgumentError, match=r"^measure: got NoneType; accepted: a callable"):
+        d.plan(DispatchPolicy.MEASURE, f16(16), WORKSPACE, None)
+    with pytest.raises(GemmArgumentError, match=r"^measure: got a callable returning NoneType; accepted: one returning"):
+        d.plan(DispatchPolicy.MEASURE, f16(16), WORKSPACE, lambda: None)
+
+
+def test_a_plan_or_default_workspace_of_the_wrong_kind_is_refused_by_name():
+    """Before: usable and forced of a kernel name raised AttributeError 'kernel'; a default
+    workspace of (1,) failed at the first ranking (ValueError: not enough values to
+    unpack), one of (-1, -1) was taken."""
+    d = dispatcher()
+    name = d.predicted(f16(16)).kernel
+    with pytest.raises(GemmArgumentError, match=r"^plan: got str; accepted: a gemm_runtime.plan.LaunchSpec"):
+        d.usable(name, f16(16))
+    with pytest.raises(GemmArgumentError, match=r"^kernel: got str; accepted: a gemm_runtime.plan.LaunchSpec"):
+        d.forced(name, f16(16), WORKSPACE)
+    for bad in ((1,), (-1, -1), None):
+        with pytest.raises(GemmArgumentError, match=r"^default_workspace: got .*; accepted: \(barrier bytes"):
+            Dispatcher([F16_NK8], H200, DispatchCache(ARCH, "fake"), bad)

@@ -285,3 +285,17 @@ def test_an_empty_path_is_refused_by_name(capsys, option):
         cli.main(["tune", *(x for kv in argv.items() for x in kv)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "got an empty path" in err and option in err
+
+
+def test_an_out_that_is_the_shapes_file_is_refused_before_tuning(capsys, monkeypatch, tmp_path):
+    """--out naming the --shapes file: the dispatch cache was written over the shapes once
+    everything was tuned."""
+    monkeypatch.setattr(cli, "visible_gpus", lambda: 1)  # the check must come before the GPU's
+    shapes = tmp_path / "shapes.yaml"
+    text = (REPO_ROOT / "bench" / "shapes.yaml").read_text()
+    shapes.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = _run(capsys, "--model", "llama3-8b", "--shapes", str(shapes), "--out", "./shapes.yaml")
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("error: --out: got shapes.yaml, the shapes file --shapes reads; accepted: another file")
+    assert shapes.read_text() == text

@@ -381,3 +381,11 @@ def test_tune_refuses_a_make_call_measurer_or_candidate_of_the_wrong_kind():
         tune(RANKED, problem, top_k=2, measurer=None)
     with pytest.raises(ValueError, match=r"^candidates_ranked: got an item 'a'; accepted: LaunchSpecs"):
         tune(["a", "b"], problem, top_k=2, measurer=measurer)
+
+
+@pytest.mark.parametrize("ranking", [S("a"), None, 3])
+def test_tune_refuses_a_ranking_that_is_not_a_sequence_by_name(ranking):
+    """Before: one LaunchSpec (or None) in place of the ranking raised TypeError 'object is
+    not iterable', naming no argument."""
+    with pytest.raises(ValueError, match=r"^candidates_ranked: got .*; accepted: a sequence of LaunchSpecs"):
+        tune(ranking, FakeProblem(), top_k=2, measurer=Measurer(FakeTimer()))
