@@ -254,20 +254,21 @@ class Dispatcher:
         """The launch ``policy`` picks. MEASURE, and APPEND without an exact entry, call
         ``measure`` (the caller times the ranking on the GPU) and store its winner."""
         _check_policy(policy)
-        # K = 0 computes D = beta * C whatever the kernel: nothing worth measuring or
-        # keeping (ProblemKey.validate refuses such keys).
-        tunes = policy is DispatchPolicy.MEASURE or (policy is DispatchPolicy.APPEND and self.cache.get(key) is None)
-        if tunes:
+        if policy is DispatchPolicy.MEASURE or policy is DispatchPolicy.APPEND:
             # NOTE: each of these was found only after measure() had timed the candidates on
             # the GPU: a key of M -5 (refused by the cache's put), a workspace that is not two
-            # byte counts; a key that is not a ProblemKey raised AttributeError. Checked
-            # here only: the other policies' path is select's, run on every call that
-            # misses the fast path, with arguments Gemm has checked.
+            # byte counts; a key that is not a ProblemKey raised AttributeError (APPEND: from
+            # the cache's lookup below). Checked for the policies that may measure only: the
+            # others' path is select's, run on every call that misses the fast path, with
+            # arguments Gemm has checked.
             _check_key(key)
             _check_workspace(workspace)
             if not callable(measure):
                 raise GemmArgumentError("measure", type(measure).__name__,
                                         "a callable () -> gemm_runtime.tuner.Measurement")  # fmt: skip
+        # K = 0 computes D = beta * C whatever the kernel: nothing worth measuring or
+        # keeping (ProblemKey.validate refuses such keys).
+        tunes = policy is DispatchPolicy.MEASURE or (policy is DispatchPolicy.APPEND and self.cache.get(key) is None)
         if tunes and key.k > 0:
             # NOTE: the winner is checked like any other launch from the cache before it is
             # stored: one that cannot serve the key was returned and kept (and exported).
